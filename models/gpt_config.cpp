@@ -1,0 +1,63 @@
+#include "models/gpt_config.h"
+
+namespace adacc {
+
+std::int64_t GPTConfig::parameter_count() const {
+    const std::int64_t C = n_embd, L = n_layer;
+    return std::int64_t(padded_vocab_size()) * C + std::int64_t(max_seq_len) * C +
+           L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+std::int64_t GPTConfig::unpadded_parameter_count() const {
+    return parameter_count() - std::int64_t(padded_vocab_size() - vocab_size) * n_embd;
+}
+
+std::optional<std::string> GPTConfig::validate() const {
+    auto positive = [](int v) { return v > 0; };
+    if (!positive(n_layer)) return "model.n_layer must be >= 1 (got " + std::to_string(n_layer) + ")";
+    if (!positive(n_embd)) return "model.n_embd must be >= 1 (got " + std::to_string(n_embd) + ")";
+    if (!positive(n_head)) return "model.n_head must be >= 1 (got " + std::to_string(n_head) + ")";
+    if (n_embd % n_head != 0)
+        return "model.n_embd (" + std::to_string(n_embd) + ") must be divisible by model.n_head (" +
+               std::to_string(n_head) + ")";
+    if (vocab_size < 2 || vocab_size > 65536)
+        return "model.vocab_size must be in [2, 65536] (tokens are stored as uint16; got " +
+               std::to_string(vocab_size) + ")";
+    if (!positive(max_seq_len))
+        return "model.max_seq_len must be >= 1 (got " + std::to_string(max_seq_len) + ")";
+    if (!(dropout >= 0.0f && dropout < 1.0f))
+        return "model.dropout must be in [0, 1) (got " + std::to_string(dropout) + ")";
+    return std::nullopt;
+}
+
+namespace {
+struct NamedPreset {
+    const char* name;
+    GPTConfig config;
+};
+// GPT-2 vocab and context for the paper sizes; the tiny ones are for tests and the quickstart.
+const NamedPreset kPresets[] = {
+    {"gpt-117m", {12, 768, 12, 50257, 1024, 0.0f}},
+    {"gpt-345m", {24, 1024, 16, 50257, 1024, 0.0f}},
+    {"gpt-762m", {36, 1280, 20, 50257, 1024, 0.0f}},
+    {"gpt-1.5b", {48, 1600, 25, 50257, 1024, 0.0f}},
+    {"gpt-4.7b", {40, 3072, 24, 50257, 1024, 0.0f}},
+    {"gpt-small-cpu", {4, 256, 4, 50257, 256, 0.0f}},
+    {"gpt-tiny", {2, 64, 4, 50257, 64, 0.0f}},
+    {"gpt-micro", {2, 16, 2, 97, 16, 0.0f}},
+};
+}  // namespace
+
+std::optional<GPTConfig> gpt_preset(const std::string& name) {
+    for (const auto& p : kPresets)
+        if (name == p.name) return p.config;
+    return std::nullopt;
+}
+
+std::vector<std::string> gpt_preset_names() {
+    std::vector<std::string> names;
+    for (const auto& p : kPresets) names.push_back(p.name);
+    return names;
+}
+
+}  // namespace adacc

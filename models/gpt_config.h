@@ -1,0 +1,41 @@
+// GPT-2 model shape: the handful of numbers every other part (parameter layout, activation
+// sizes, FLOP counts, checkpoints, the planner) derives its sizes from.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace adacc {
+
+struct GPTConfig {
+    int n_layer = 12;
+    int n_embd = 768;           // C, the hidden size
+    int n_head = 12;            // H; n_embd must be divisible by it
+    int vocab_size = 50257;     // V, real tokens
+    int max_seq_len = 1024;     // learned position embeddings cover this many positions
+    float dropout = 0.0f;       // embedding, attention and residual dropout probability
+
+    // Vocab padded to a multiple of 128 (50257 -> 50304) for aligned matmuls; the padded logits
+    // are excluded from the loss and the padded embedding rows stay zero.
+    int padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
+    int head_size() const { return n_embd / n_head; }
+
+    // Number of trainable parameters, padded embedding rows included (as llm.c counts them):
+    // Vp*C + maxT*C + L*(12*C*C + 13*C) + 2*C.
+    std::int64_t parameter_count() const;
+    // The same without the padded rows: what GPT-2 papers quote (124,439,808 for gpt-117m).
+    std::int64_t unpadded_parameter_count() const;
+
+    // Empty when valid; otherwise a message naming the offending key and the fix.
+    std::optional<std::string> validate() const;
+};
+
+// Presets by name: gpt-117m, gpt-345m, gpt-762m, gpt-1.5b, gpt-4.7b, and tiny CPU ones
+// (gpt-tiny, gpt-micro). Empty when the name is unknown.
+std::optional<GPTConfig> gpt_preset(const std::string& name);
+std::vector<std::string> gpt_preset_names();
+
+}  // namespace adacc

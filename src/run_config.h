@@ -1,0 +1,80 @@
+// The resolved run configuration: one struct per TOML section. src/config.cpp loads it from
+// TOML (+ --set overrides), validates it, prints it and writes it back; the engine reads only
+// this struct, never TOML.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/gpt_config.h"
+
+namespace adacc {
+
+struct TrainingSection {
+    int batch_size = 4;          // B, sequences per micro-batch
+    int seq_len = 64;            // T, <= model.max_seq_len
+    int steps = 100;             // optimizer steps
+    int grad_accum = 1;          // micro-batches per optimizer step
+    std::uint64_t seed = 1337;   // init, dropout and data order all derive from it
+    int val_every = 0;           // steps between validation losses (0 = never)
+    int val_batches = 4;         // micro-batches per validation loss
+    int threads = 0;             // OpenMP threads (0 = all cores)
+};
+
+struct OptimizerSection {
+    float beta1 = 0.9f;
+    float beta2 = 0.95f;
+    float eps = 1e-8f;
+    float weight_decay = 0.1f;   // decoupled, on 2-D weights only
+    float grad_clip = 1.0f;      // global L2 norm; 0 disables clipping
+};
+
+struct LrSection {
+    float max = 6e-4f;           // peak learning rate
+    float min = 6e-5f;           // floor of the cosine decay
+    int warmup_steps = 10;       // linear warmup from max/warmup to max
+    std::string schedule = "cosine";  // "cosine" | "constant"
+};
+
+struct DataSection {
+    std::string train;           // .bin shard file or glob
+    std::string val;             // .bin shard file or glob ("" = no validation)
+    bool shuffle = false;        // seeded permutation of sequence windows
+};
+
+struct MemorySection {
+    std::string mode = "none";   // none | full | selective | quant | adacc | recompute-opt
+    std::string budget;          // "" = unlimited, else bytes or "24GiB"-style sizes
+};
+
+struct CheckpointSection {
+    int every = 0;               // steps between checkpoints (0 = only at the end)
+    int keep = 3;                // newest K kept in RUN_DIR/checkpoints/
+};
+
+struct EvalSection {
+    int every = 0;               // steps between in-training evals (0 = never)
+    std::vector<std::string> tasks;
+    int limit = 100;
+};
+
+struct LoggingSection {
+    std::string run_dir = "runs/default";
+    int print_every = 1;
+};
+
+struct RunConfig {
+    std::string preset;          // informational: the preset the model section started from
+    GPTConfig model;
+    TrainingSection training;
+    OptimizerSection optimizer;
+    LrSection lr;
+    DataSection data;
+    MemorySection memory;
+    CheckpointSection checkpoint;
+    EvalSection eval;
+    LoggingSection logging;
+};
+
+}  // namespace adacc
