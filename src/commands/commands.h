@@ -1,0 +1,16 @@
+// Each subcommand lives in its own file under src/commands/ and registers itself on the
+// CLI11 app here; its callback does the work and throws adacc::UserError on bad input.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace adacc {
+
+void add_train_command(CLI::App& app);     // src/commands/train.cpp
+void add_prepare_command(CLI::App& app);   // src/commands/prepare.cpp
+void add_tokenize_command(CLI::App& app);  // src/commands/tokenize.cpp
+void add_sample_command(CLI::App& app);    // src/commands/sample.cpp
+
+}  // namespace adacc
