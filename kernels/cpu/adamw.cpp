@@ -1,0 +1,31 @@
+// AdamW (Loshchilov & Hutter; PyTorch's update order) and the global gradient norm.
+#include <cmath>
+
+#include "kernels/cpu/ops.h"
+
+namespace adacc::cpu {
+
+void adamw_update(float* params, const float* grads, float* m, float* v, long n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, float grad_scale, int t) {
+    const float bias1 = 1.0f - std::pow(beta1, static_cast<float>(t));
+    const float bias2 = 1.0f - std::pow(beta2, static_cast<float>(t));
+#pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; ++i) {
+        const float g = grads[i] * grad_scale;
+        const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        const float update = (mi / bias1) / (std::sqrt(vi / bias2) + eps);
+        params[i] -= lr * (update + weight_decay * params[i]);
+    }
+}
+
+double sum_of_squares(const float* x, long n) {
+    double total = 0.0;
+#pragma omp parallel for simd reduction(+ : total) schedule(static)
+    for (long i = 0; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+    return total;
+}
+
+}  // namespace adacc::cpu

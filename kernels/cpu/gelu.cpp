@@ -1,0 +1,31 @@
+// GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+#include <cmath>
+
+#include "kernels/cpu/ops.h"
+
+namespace adacc::cpu {
+namespace {
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+}
+
+void gelu_forward(float* out, const float* inp, long n) {
+#pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; ++i) {
+        const float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, long n) {
+#pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; ++i) {
+        const float x = inp[i];
+        const float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+        const float th = std::tanh(u);
+        const float sech2 = 1.0f - th * th;
+        const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = grad * dout[i];
+    }
+}
+
+}  // namespace adacc::cpu

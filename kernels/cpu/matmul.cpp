@@ -1,0 +1,81 @@
+// Linear layers through Eigen's GEMM. Eigen runs single-threaded inside our own OpenMP
+// partition of the output: its parallel path allocates packing buffers on the heap, and a
+// training step must not allocate (EIGEN_DONT_PARALLELIZE and a raised
+// EIGEN_STACK_ALLOCATION_LIMIT are set in CMakeLists.txt, so packing lives on the stack).
+#include <Eigen/Core>
+#include <omp.h>
+
+#include "kernels/cpu/ops.h"
+
+namespace adacc::cpu {
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixView = Eigen::Map<RowMatrix>;
+using ConstMatrixView = Eigen::Map<const RowMatrix>;
+using Stride = Eigen::OuterStride<>;
+using StridedView = Eigen::Map<RowMatrix, 0, Stride>;
+using ConstStridedView = Eigen::Map<const RowMatrix, 0, Stride>;
+
+// This thread's share [begin, end) of `n` items, chunked in multiples of 16 so that SIMD
+// panels stay aligned.
+struct Range {
+    int begin, end;
+};
+Range thread_range(int n) {
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int chunk = ((n + threads - 1) / threads + 15) / 16 * 16;
+    const int begin = std::min(n, id * chunk);
+    return {begin, std::min(n, begin + chunk)};
+}
+
+}  // namespace
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
+    // Split over output channels: each thread multiplies all rows by its slice of W.
+#pragma omp parallel
+    {
+        const Range r = thread_range(OC);
+        if (r.end > r.begin) {
+            const int cols = r.end - r.begin;
+            ConstMatrixView x(inp, N, C);
+            ConstMatrixView w(weight + static_cast<long>(r.begin) * C, cols, C);
+            StridedView y(out + r.begin, N, cols, Stride(OC));
+            y.noalias() = x * w.transpose();
+            if (bias)
+                for (int i = 0; i < N; ++i)
+                    for (int j = 0; j < cols; ++j) y(i, j) += bias[r.begin + j];
+        }
+    }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC) {
+#pragma omp parallel
+    {
+        // dinp (N x C) = dout (N x OC) @ W (OC x C), split over input channels.
+        if (dinp) {
+            const Range r = thread_range(C);
+            if (r.end > r.begin) {
+                ConstMatrixView dy(dout, N, OC);
+                ConstStridedView w(weight + r.begin, OC, r.end - r.begin, Stride(C));
+                StridedView dx(dinp + r.begin, N, r.end - r.begin, Stride(C));
+                dx.noalias() = dy * w;
+            }
+        }
+        // dW (OC x C) += dout^T (OC x N) @ inp (N x C), and dbias, split over output channels.
+        const Range r = thread_range(OC);
+        if (r.end > r.begin) {
+            const int rows = r.end - r.begin;
+            ConstStridedView dy(dout + r.begin, N, rows, Stride(OC));
+            ConstMatrixView x(inp, N, C);
+            MatrixView dw(dweight + static_cast<long>(r.begin) * C, rows, C);
+            dw.noalias() += dy.transpose() * x;
+            if (dbias)
+                for (int i = 0; i < N; ++i)
+                    for (int j = 0; j < rows; ++j) dbias[r.begin + j] += dy(i, j);
+        }
+    }
+}
+
+}  // namespace adacc::cpu

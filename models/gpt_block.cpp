@@ -1,0 +1,110 @@
+#include "models/gpt_block.h"
+
+namespace adacc {
+
+namespace {
+const char* const kTensorNames[kNumTensorKinds] = {
+    "x",    "ln1",      "ln1_mean", "ln1_rstd", "qkv",    "att",       "att_mask",
+    "atty", "attproj",  "res1_mask", "x2",      "ln2",    "ln2_mean",  "ln2_rstd",
+    "fch",  "fch_gelu", "fcproj",   "res2_mask", "out",
+};
+}  // namespace
+
+const char* tensor_kind_name(TensorKind k) { return kTensorNames[static_cast<int>(k)]; }
+
+BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T) : has_dropout_(cfg.dropout > 0.0f) {
+    const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, H = cfg.n_head;
+    const std::size_t TT = static_cast<std::size_t>(B) * H * T * T;
+    using K = TensorKind;
+    struct Spec {
+        DType dtype;
+        std::size_t numel;
+        bool saved, tiny;
+    };
+    const bool d = has_dropout_;
+    const Spec specs[kNumTensorKinds] = {
+        {DType::f32, N * C, true, false},       // x
+        {DType::f32, N * C, true, false},       // ln1
+        {DType::f32, N, true, true},            // ln1_mean
+        {DType::f32, N, true, true},            // ln1_rstd
+        {DType::f32, N * 3 * C, true, false},   // qkv
+        {DType::f32, TT, true, false},          // att
+        {DType::u8, d ? TT : 0, d, false},      // att_mask
+        {DType::f32, N * C, true, false},       // atty
+        {DType::f32, N * C, false, false},      // attproj
+        {DType::u8, d ? N * C : 0, d, false},   // res1_mask
+        {DType::f32, N * C, true, false},       // x2
+        {DType::f32, N * C, true, false},       // ln2
+        {DType::f32, N, true, true},            // ln2_mean
+        {DType::f32, N, true, true},            // ln2_rstd
+        {DType::f32, N * 4 * C, true, false},   // fch
+        {DType::f32, N * 4 * C, true, false},   // fch_gelu
+        {DType::f32, N * C, false, false},      // fcproj
+        {DType::u8, d ? N * C : 0, d, false},   // res2_mask
+        {DType::f32, N * C, false, false},      // out (saved as the next block's x)
+    };
+    for (int i = 0; i < kNumTensorKinds; ++i)
+        tensors_.push_back({static_cast<K>(i), kTensorNames[i], specs[i].dtype, specs[i].numel, specs[i].saved,
+                            specs[i].tiny});
+
+    const double n = static_cast<double>(N), c = static_cast<double>(C);
+    const double attn_flops = 2.0 * 2.0 * B * H * (T * (T + 1) / 2.0) * (c / H);  // q k^T and att v, causal
+    auto matmul = [&](const char* name, K in, K out, ParamId w, ParamId b, int fin, int fout) {
+        ops_.push_back({name, OpKind::matmul, {in}, {out}, w, b, fin, fout, 2.0 * n * fin * fout});
+    };
+    auto mask = [&](const char* name, K out) {
+        if (d) ops_.push_back({name, OpKind::dropout_mask, {}, {out}, {}, {}, 0, 0, 0.0});
+    };
+    const int Ci = static_cast<int>(C);
+    ops_.push_back({"ln1", OpKind::layernorm, {K::x}, {K::ln1, K::ln1_mean, K::ln1_rstd}, ParamId::ln1w,
+                    ParamId::ln1b, 0, 0, 8.0 * n * c});
+    matmul("qkv", K::ln1, K::qkv, ParamId::qkvw, ParamId::qkvb, Ci, 3 * Ci);
+    ops_.push_back({"att_softmax", OpKind::attention_softmax, {K::qkv}, {K::att}, {}, {}, 0, 0, attn_flops / 2});
+    mask("att_dropout_mask", K::att_mask);
+    ops_.push_back({"att_value", OpKind::attention_value,
+                    d ? std::vector<K>{K::att, K::att_mask, K::qkv} : std::vector<K>{K::att, K::qkv},
+                    {K::atty}, {}, {}, 0, 0, attn_flops / 2});
+    matmul("attproj", K::atty, K::attproj, ParamId::attprojw, ParamId::attprojb, Ci, Ci);
+    mask("res1_dropout_mask", K::res1_mask);
+    ops_.push_back({"residual1", OpKind::residual_dropout,
+                    d ? std::vector<K>{K::x, K::attproj, K::res1_mask} : std::vector<K>{K::x, K::attproj},
+                    {K::x2}, {}, {}, 0, 0, 2.0 * n * c});
+    ops_.push_back({"ln2", OpKind::layernorm, {K::x2}, {K::ln2, K::ln2_mean, K::ln2_rstd}, ParamId::ln2w,
+                    ParamId::ln2b, 0, 0, 8.0 * n * c});
+    matmul("fc", K::ln2, K::fch, ParamId::fcw, ParamId::fcb, Ci, 4 * Ci);
+    ops_.push_back({"gelu", OpKind::gelu, {K::fch}, {K::fch_gelu}, {}, {}, 0, 0, 8.0 * n * 4 * c});
+    matmul("fcproj", K::fch_gelu, K::fcproj, ParamId::fcprojw, ParamId::fcprojb, 4 * Ci, Ci);
+    mask("res2_dropout_mask", K::res2_mask);
+    ops_.push_back({"residual2", OpKind::residual_dropout,
+                    d ? std::vector<K>{K::x2, K::fcproj, K::res2_mask} : std::vector<K>{K::x2, K::fcproj},
+                    {K::out}, {}, {}, 0, 0, 2.0 * n * c});
+}
+
+std::vector<TensorKind> BlockGraph::saved_tensors() const {
+    std::vector<TensorKind> out;
+    for (const auto& t : tensors_)
+        if (t.saved) out.push_back(t.kind);
+    return out;
+}
+
+std::size_t BlockGraph::saved_bytes() const {
+    std::size_t total = 0;
+    for (const auto& t : tensors_)
+        if (t.saved) total += t.bytes();
+    return total;
+}
+
+const OpInfo* BlockGraph::producer(TensorKind k) const {
+    for (const auto& op : ops_)
+        for (auto o : op.outputs)
+            if (o == k) return &op;
+    return nullptr;
+}
+
+double BlockGraph::forward_flops() const {
+    double total = 0;
+    for (const auto& op : ops_) total += op.forward_flops;
+    return total;
+}
+
+}  // namespace adacc

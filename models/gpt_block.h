@@ -1,0 +1,101 @@
+// The GPT-2 block described as data (DESIGN §3): an ordered list of ops, each naming its
+// inputs, outputs and parameters, plus every tensor's size and whether backward needs it.
+// The forward/backward driver (src/gpt_model.cpp), the memory accounting and the planner all
+// read this one description, so adding an op or a block type changes one place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/gpt_config.h"
+#include "models/gpt_params.h"
+#include "src/dtype.h"
+
+namespace adacc {
+
+// Every tensor one block produces. `x` is the block input (the previous block's output);
+// `out` is this block's output, which is the next block's `x`.
+enum class TensorKind : int {
+    x,
+    ln1,
+    ln1_mean,
+    ln1_rstd,
+    qkv,
+    att,        // softmax probabilities, B x H x T x T
+    att_mask,   // attention dropout mask, B x H x T x T bytes
+    atty,
+    attproj,    // transient: only feeds the residual
+    res1_mask,
+    x2,         // residual stream after attention
+    ln2,
+    ln2_mean,
+    ln2_rstd,
+    fch,        // fc output, gelu input
+    fch_gelu,
+    fcproj,     // transient
+    res2_mask,
+    out,        // block output = next block's x
+};
+constexpr int kNumTensorKinds = 19;
+
+enum class OpKind : std::uint8_t {
+    layernorm,          // inputs {x}; outputs {y, mean, rstd}; params {w, b}
+    matmul,             // inputs {x}; outputs {y}; params {w, b}
+    attention_softmax,  // inputs {qkv}; outputs {att}
+    dropout_mask,       // inputs {}; outputs {mask}
+    attention_value,    // inputs {att, att_mask?, qkv}; outputs {atty}
+    residual_dropout,   // inputs {residual, branch, mask?}; outputs {sum}
+    gelu,               // inputs {x}; outputs {y}
+};
+
+struct TensorInfo {
+    TensorKind kind;
+    std::string name;
+    DType dtype;
+    std::size_t numel;      // elements for the given (B, T)
+    bool saved;             // backward reads it, so it must be on the tape in some form
+    bool tiny;              // layernorm statistics: always kept, never planned
+    std::size_t bytes() const { return numel * dtype_size(dtype); }
+};
+
+struct OpInfo {
+    std::string name;
+    OpKind kind;
+    std::vector<TensorKind> inputs;
+    std::vector<TensorKind> outputs;
+    std::optional<ParamId> weight;
+    std::optional<ParamId> bias;
+    int in_features = 0, out_features = 0;  // matmul shapes
+    double forward_flops = 0;               // for one block at (B, T)
+};
+
+class BlockGraph {
+public:
+    // Dropout masks exist only when config.dropout > 0; without dropout they are absent from
+    // the op and tensor lists (nothing to save, nothing to plan).
+    BlockGraph(const GPTConfig& config, int B, int T);
+
+    const std::vector<OpInfo>& ops() const { return ops_; }
+    const TensorInfo& tensor(TensorKind k) const { return tensors_[static_cast<int>(k)]; }
+    const std::vector<TensorInfo>& tensors() const { return tensors_; }
+    bool has_dropout() const { return has_dropout_; }
+    // Tensors backward reads, in forward order.
+    std::vector<TensorKind> saved_tensors() const;
+    // Sum of saved tensors' bytes for one block (no alignment).
+    std::size_t saved_bytes() const;
+    // The op whose outputs include `k` (every tensor but x has exactly one producer).
+    const OpInfo* producer(TensorKind k) const;
+    double forward_flops() const;  // one block, forward only
+
+private:
+    std::vector<TensorInfo> tensors_;
+    std::vector<OpInfo> ops_;
+    bool has_dropout_ = false;
+};
+
+const char* tensor_kind_name(TensorKind k);
+
+}  // namespace adacc

@@ -1,0 +1,29 @@
+// adacc: the command line. Each subcommand registers itself (src/commands/); user errors
+// are printed as "error: ..." with exit status 2, never as a crash.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "src/commands/commands.h"
+#include "src/errors.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"adacc: GPT training with per-tensor activation memory management"};
+    app.require_subcommand(1);
+    adacc::add_train_command(app);
+    adacc::add_prepare_command(app);
+    adacc::add_tokenize_command(app);
+    adacc::add_sample_command(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const adacc::UserError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "internal error: %s\n", e.what());
+        return 3;
+    }
+    return 0;
+}

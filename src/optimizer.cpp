@@ -1,0 +1,32 @@
+#include "src/optimizer.h"
+
+#include <cmath>
+
+#include "kernels/cpu/ops.h"
+
+namespace adacc {
+
+float learning_rate(const LrSection& lr, int step, int total_steps) {
+    if (lr.schedule == "constant") return lr.max;
+    if (step <= lr.warmup_steps) return lr.max * static_cast<float>(step) / static_cast<float>(lr.warmup_steps);
+    if (total_steps <= lr.warmup_steps) return lr.max;
+    const double progress = static_cast<double>(step - lr.warmup_steps) / (total_steps - lr.warmup_steps);
+    const double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
+    return static_cast<float>(lr.min + cosine * (lr.max - lr.min));
+}
+
+OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {
+    const long n = static_cast<long>(model.num_params());
+    OptimizerStepStats stats;
+    stats.grad_norm = static_cast<float>(std::sqrt(cpu::sum_of_squares(model.grads(), n)));
+    if (opt.grad_clip > 0.0f && stats.grad_norm > opt.grad_clip) stats.grad_scale = opt.grad_clip / stats.grad_norm;
+    for (const ParamTensorInfo& info : model.layout().tensors()) {
+        const std::size_t o = info.offset;
+        cpu::adamw_update(model.params() + o, model.grads() + o, model.adam_m() + o, model.adam_v() + o,
+                          static_cast<long>(info.numel), lr, opt.beta1, opt.beta2, opt.eps,
+                          info.weight_decay ? opt.weight_decay : 0.0f, stats.grad_scale, t);
+    }
+    return stats;
+}
+
+}  // namespace adacc

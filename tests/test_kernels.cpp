@@ -1,0 +1,275 @@
+// Every CPU kernel's backward against central finite differences of its forward, on random
+// shapes (odd sizes, T = 1, dimensions that are not multiples of 8). The scalar checked is
+// L = sum(out * w) for a random w, accumulated in double; the analytic gradient comes from the
+// backward kernel fed dout = w. Error measure: ||g - g_fd|| / ||g_fd|| per input tensor, which
+// must be < 1e-3 in float32 (the bar).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/rng.h"
+
+namespace adacc::cpu {
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec random_vec(std::size_t n, std::mt19937& gen, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    Vec v(n);
+    for (auto& x : v) x = d(gen);
+    return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+    double s = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+    return s;
+}
+
+// Central differences of L(input) = dot(forward(), w) with respect to every element of `input`.
+Vec finite_difference(Vec& input, const std::function<Vec()>& forward, const Vec& w, float h = 1e-3f) {
+    Vec g(input.size());
+    for (std::size_t i = 0; i < input.size(); ++i) {
+        const float saved = input[i];
+        input[i] = saved + h;
+        const double up = dot(forward(), w);
+        input[i] = saved - h;
+        const double down = dot(forward(), w);
+        input[i] = saved;
+        g[i] = static_cast<float>((up - down) / (2.0 * h));
+    }
+    return g;
+}
+
+double relative_error(const Vec& analytic, const Vec& numeric) {
+    double diff = 0, ref = 0;
+    for (std::size_t i = 0; i < analytic.size(); ++i) {
+        diff += (analytic[i] - numeric[i]) * static_cast<double>(analytic[i] - numeric[i]);
+        ref += static_cast<double>(numeric[i]) * numeric[i];
+    }
+    return std::sqrt(diff / std::max(ref, 1e-30));
+}
+
+constexpr double kTolerance = 1e-3;
+
+struct Shape {
+    int B, T, C, NH;
+};
+const Shape kShapes[] = {{2, 3, 5, 1}, {1, 1, 12, 3}, {3, 7, 9, 3}, {2, 5, 16, 4}, {1, 11, 6, 2}};
+
+class KernelGradTest : public ::testing::TestWithParam<Shape> {
+protected:
+    std::mt19937 gen{1234};
+};
+
+TEST_P(KernelGradTest, Encoder) {
+    const auto [B, T, C, NH] = GetParam();
+    const int V = 7;
+    std::vector<int> tokens(B * T);
+    for (auto& t : tokens) t = static_cast<int>(gen() % V);
+    Vec wte = random_vec(V * C, gen), wpe = random_vec(T * C, gen), w = random_vec(B * T * C, gen);
+    auto fwd = [&] {
+        Vec out(B * T * C);
+        encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+        return out;
+    };
+    Vec dwte(wte.size()), dwpe(wpe.size());
+    encoder_backward(dwte.data(), dwpe.data(), w.data(), tokens.data(), B, T, C);
+    EXPECT_LT(relative_error(dwte, finite_difference(wte, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(dwpe, finite_difference(wpe, fwd, w)), kTolerance);
+}
+
+TEST_P(KernelGradTest, LayerNorm) {
+    const auto [B, T, C, NH] = GetParam();
+    const int N = B * T;
+    Vec x = random_vec(N * C, gen), weight = random_vec(C, gen), bias = random_vec(C, gen), w = random_vec(N * C, gen);
+    Vec mean(N), rstd(N);
+    auto fwd = [&] {
+        Vec out(N * C);
+        layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
+        return out;
+    };
+    fwd();
+    Vec dx(N * C, 0.0f), dweight(C), dbias(C);
+    layernorm_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), mean.data(),
+                       rstd.data(), N, C);
+    EXPECT_LT(relative_error(dx, finite_difference(x, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(dweight, finite_difference(weight, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(dbias, finite_difference(bias, fwd, w)), kTolerance);
+}
+
+TEST_P(KernelGradTest, Matmul) {
+    const auto [B, T, C, NH] = GetParam();
+    const int N = B * T, OC = 3 * C + 1;
+    Vec x = random_vec(N * C, gen), weight = random_vec(OC * C, gen), bias = random_vec(OC, gen),
+        w = random_vec(N * OC, gen);
+    auto fwd = [&] {
+        Vec out(N * OC);
+        matmul_forward(out.data(), x.data(), weight.data(), bias.data(), N, C, OC);
+        return out;
+    };
+    Vec dx(N * C), dweight(OC * C, 0.0f), dbias(OC, 0.0f);
+    matmul_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), N, C, OC);
+    EXPECT_LT(relative_error(dx, finite_difference(x, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(dweight, finite_difference(weight, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(dbias, finite_difference(bias, fwd, w)), kTolerance);
+}
+
+// Attention = softmax then dropout(att) @ v, checked as one function of qkv, with and without a
+// dropout mask, plus the probabilities alone.
+void check_attention(const Shape& s, std::mt19937& gen, bool with_dropout) {
+    const auto [B, T, C, NH] = s;
+    const int N = B * T;
+    const float p = with_dropout ? 0.3f : 0.0f;
+    Vec qkv = random_vec(N * 3 * C, gen), w = random_vec(N * C, gen);
+    std::vector<unsigned char> mask(static_cast<std::size_t>(B) * NH * T * T);
+    dropout_mask(mask.data(), static_cast<long>(mask.size()), p, rng_key(1, 2, 3, 4, 5));
+    const unsigned char* m = with_dropout ? mask.data() : nullptr;
+    Vec att(mask.size());
+    auto fwd = [&] {
+        Vec out(N * C);
+        attention_softmax_forward(att.data(), qkv.data(), B, T, C, NH);
+        attention_value_forward(out.data(), att.data(), m, p, qkv.data(), B, T, C, NH);
+        return out;
+    };
+    fwd();
+    Vec datt(att.size()), dqkv(qkv.size());
+    attention_value_backward(datt.data(), dqkv.data(), w.data(), att.data(), m, p, qkv.data(), B, T, C, NH);
+    attention_softmax_backward(dqkv.data(), datt.data(), att.data(), qkv.data(), B, T, C, NH);
+    EXPECT_LT(relative_error(dqkv, finite_difference(qkv, fwd, w)), kTolerance);
+
+    // Causal structure: zero above the diagonal, rows sum to one.
+    for (int row = 0; row < B * NH * T; ++row) {
+        const int t = row % T;
+        double sum = 0;
+        for (int t2 = 0; t2 < T; ++t2) {
+            if (t2 > t) EXPECT_EQ(att[static_cast<std::size_t>(row) * T + t2], 0.0f);
+            sum += att[static_cast<std::size_t>(row) * T + t2];
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-5);
+    }
+}
+
+TEST_P(KernelGradTest, Attention) { check_attention(GetParam(), gen, false); }
+TEST_P(KernelGradTest, AttentionWithDropout) { check_attention(GetParam(), gen, true); }
+
+TEST_P(KernelGradTest, Gelu) {
+    const auto [B, T, C, NH] = GetParam();
+    const long n = static_cast<long>(B) * T * C * 4;
+    Vec x = random_vec(n, gen, 2.0f), w = random_vec(n, gen);
+    auto fwd = [&] {
+        Vec out(n);
+        gelu_forward(out.data(), x.data(), n);
+        return out;
+    };
+    Vec dx(n);
+    gelu_backward(dx.data(), x.data(), w.data(), n);
+    EXPECT_LT(relative_error(dx, finite_difference(x, fwd, w)), kTolerance);
+}
+
+TEST_P(KernelGradTest, ResidualDropout) {
+    const auto [B, T, C, NH] = GetParam();
+    const long n = static_cast<long>(B) * T * C;
+    const float p = 0.25f;
+    Vec residual = random_vec(n, gen), x = random_vec(n, gen), w = random_vec(n, gen);
+    std::vector<unsigned char> mask(n);
+    dropout_mask(mask.data(), n, p, rng_key(9, 8, 7, 6, 5));
+    auto fwd = [&] {
+        Vec out(n);
+        residual_dropout_forward(out.data(), residual.data(), x.data(), mask.data(), p, n);
+        return out;
+    };
+    Vec dx(n);
+    residual_dropout_backward(dx.data(), w.data(), mask.data(), p, n);
+    EXPECT_LT(relative_error(dx, finite_difference(x, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(w, finite_difference(residual, fwd, w)), kTolerance);  // identity branch
+}
+
+TEST_P(KernelGradTest, FusedClassifier) {
+    const auto [B, T, C, NH] = GetParam();
+    const int N = B * T, V = 5 * C + 3, Vp = (V + 7) / 8 * 8 + 8;
+    Vec logits = random_vec(static_cast<std::size_t>(N) * Vp, gen, 2.0f);
+    std::vector<int> targets(N);
+    for (auto& t : targets) t = static_cast<int>(gen() % V);
+    // L = mean loss = sum(losses * 1/N). Per-token losses are float, so a larger step keeps
+    // their rounding (~1e-7 of a loss near log V) small next to the differences.
+    const Vec mean_weights(N, 1.0f / N);
+    auto fwd = [&] {
+        Vec copy = logits, losses(N);
+        fused_classifier(copy.data(), losses.data(), targets.data(), N, V, Vp, 0.0f);
+        return losses;
+    };
+    Vec dlogits = logits, losses(N);
+    fused_classifier(dlogits.data(), losses.data(), targets.data(), N, V, Vp, 1.0f / N);
+    EXPECT_LT(relative_error(dlogits, finite_difference(logits, fwd, mean_weights, 1e-2f)), kTolerance);
+    for (int i = 0; i < N; ++i)
+        for (int j = V; j < Vp; ++j) EXPECT_EQ(dlogits[static_cast<std::size_t>(i) * Vp + j], 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(RandomShapes, KernelGradTest, ::testing::ValuesIn(kShapes));
+
+// The loss itself against a float64 log-softmax.
+TEST(FusedClassifier, LossMatchesDoubleReference) {
+    std::mt19937 gen(7);
+    const int N = 4, V = 37, Vp = 48;
+    Vec logits = random_vec(N * Vp, gen, 3.0f), losses(N);
+    std::vector<int> targets = {0, 36, 5, 17};
+    Vec copy = logits;
+    fused_classifier(copy.data(), losses.data(), targets.data(), N, V, Vp, 0.0f);
+    for (int i = 0; i < N; ++i) {
+        double sum = 0;
+        for (int j = 0; j < V; ++j) sum += std::exp(static_cast<double>(logits[i * Vp + j]));
+        EXPECT_NEAR(losses[i], std::log(sum) - logits[i * Vp + targets[i]], 1e-5);
+    }
+}
+
+TEST(AdamW, MatchesDoubleReference) {
+    std::mt19937 gen(3);
+    const long n = 37;
+    Vec p = random_vec(n, gen), g = random_vec(n, gen), m = random_vec(n, gen, 0.1f), v(n);
+    for (auto& x : v) x = std::abs(random_vec(1, gen, 0.1f)[0]);
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
+    const int t = 3;
+    Vec p2 = p, m2 = m, v2 = v;
+    adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, lr, b1, b2, eps, wd, scale, t);
+    for (long i = 0; i < n; ++i) {
+        const double gi = static_cast<double>(g[i]) * scale;
+        const double mi = b1 * static_cast<double>(m[i]) + (1 - b1) * gi;
+        const double vi = b2 * static_cast<double>(v[i]) + (1 - b2) * gi * gi;
+        const double mhat = mi / (1 - std::pow(b1, t)), vhat = vi / (1 - std::pow(b2, t));
+        const double expected = p[i] - lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
+        EXPECT_NEAR(m2[i], mi, 1e-6);
+        EXPECT_NEAR(v2[i], vi, 1e-6);
+        EXPECT_NEAR(p2[i], expected, 1e-6 * (1 + std::abs(expected)));
+    }
+}
+
+TEST(SumOfSquares, MatchesDoubleLoop) {
+    std::mt19937 gen(5);
+    Vec x = random_vec(100003, gen);
+    double expected = 0;
+    for (float v : x) expected += static_cast<double>(v) * v;
+    EXPECT_NEAR(sum_of_squares(x.data(), static_cast<long>(x.size())), expected, 1e-9 * expected);
+}
+
+TEST(DropoutMask, RegeneratesBitForBitAndKeepsAboutOneMinusP) {
+    const long n = 200001;
+    std::vector<unsigned char> a(n), b(n), c(n);
+    const auto key = rng_key(42, 7, 0, 3, 5);
+    dropout_mask(a.data(), n, 0.1f, key);
+    dropout_mask(b.data(), n, 0.1f, key);
+    dropout_mask(c.data(), n, 0.1f, rng_key(42, 8, 0, 3, 5));
+    EXPECT_EQ(a, b);
+    EXPECT_NE(a, c);
+    long kept = 0;
+    for (auto m : a) kept += m;
+    EXPECT_NEAR(static_cast<double>(kept) / n, 0.9, 0.005);
+}
+
+}  // namespace
+}  // namespace adacc::cpu
