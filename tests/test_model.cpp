@@ -1,0 +1,318 @@
+// Whole-model tests: parameter counts, gradient check of every parameter against finite
+// differences (dropout on and off), the golden comparison with an independent float64 JAX
+// implementation (tests/fixtures/gpt2_golden.bin, scripts/make_golden_fixture.py), gradient
+// accumulation, overfitting one batch, and bit-for-bit determinism.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "src/gpt_model.h"
+#include "src/optimizer.h"
+#include "tests/test_support.h"
+
+namespace adacc {
+namespace {
+
+TEST(ParameterCount, MatchesFormulaAndPublishedGpt2) {
+    const GPTConfig small = *gpt_preset("gpt-117m");
+    EXPECT_EQ(small.unpadded_parameter_count(), 124439808);  // GPT-2 small as published
+    EXPECT_EQ(small.parameter_count(), 124475904);           // llm.c's count with Vp = 50304
+    EXPECT_EQ(static_cast<std::int64_t>(ParameterLayout(small).total()), small.parameter_count());
+    EXPECT_EQ(gpt_preset("gpt-345m")->unpadded_parameter_count(), 354823168);
+    EXPECT_EQ(gpt_preset("gpt-1.5b")->unpadded_parameter_count(), 1557611200);
+    const std::int64_t big = gpt_preset("gpt-4.7b")->parameter_count();
+    EXPECT_GT(big, 4'685'000'000);
+    EXPECT_LT(big, 4'695'000'000);
+    for (const auto& name : gpt_preset_names()) {
+        const GPTConfig c = *gpt_preset(name);
+        EXPECT_EQ(static_cast<std::int64_t>(ParameterLayout(c).total()), c.parameter_count()) << name;
+    }
+}
+
+GPTConfig micro_config(float dropout) {
+    GPTConfig c = *gpt_preset("gpt-micro");  // L2 C16 H2 V97 maxT16
+    c.dropout = dropout;
+    return c;
+}
+
+std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::vector<int> t(n);
+    for (auto& x : t) x = static_cast<int>(gen() % vocab);
+    return t;
+}
+
+double mean_loss(const GPTModel& model, int n) {
+    double sum = 0;
+    for (int i = 0; i < n; ++i) sum += model.losses()[i];
+    return sum / n;
+}
+
+// Finite differences over every parameter of a tiny model: the same DropoutContext in every
+// forward regenerates the same masks, so the function being differentiated is fixed.
+void check_model_gradients(float dropout) {
+    const int B = 2, T = 8, N = B * T;
+    GPTModel model(micro_config(dropout), B, T);
+    model.init_weights(11);
+    // GPT-2's init (std 0.02) puts the embeddings so close to zero that layernorm's 1/std makes
+    // the loss strongly curved in them; a wider init keeps finite differences accurate.
+    for (const auto& info : model.layout().tensors())
+        if (info.weight_decay)
+            for (std::size_t i = info.offset; i < info.offset + info.numel; ++i) model.params()[i] *= 5.0f;
+    const auto tokens = random_tokens(N, 97, 1), targets = random_tokens(N, 97, 2);
+    const DropoutContext ctx{5, 3, 0, true};
+
+    model.zero_grads();
+    model.forward(tokens.data(), targets.data(), B, T, ctx, 1.0f / N);
+    model.backward(tokens.data(), B, T);
+    std::vector<float> analytic(model.grads(), model.grads() + model.num_params());
+
+    // Fourth-order central differences, (-f(+2h) + 8f(+h) - 8f(-h) + f(-2h)) / 12h: the loss is
+    // computed in float32, so h cannot be tiny, and the higher order keeps truncation error small.
+    const float h = 1e-2f;
+    auto loss_at = [&](float& p, float value) {
+        p = value;
+        model.forward(tokens.data(), targets.data(), B, T, ctx, 0.0f);
+        return mean_loss(model, N);
+    };
+    double diff2 = 0, ref2 = 0;
+    for (std::size_t i = 0; i < model.num_params(); ++i) {
+        float& p = model.params()[i];
+        const float saved = p;
+        const double numeric = (-loss_at(p, saved + 2 * h) + 8 * loss_at(p, saved + h) - 8 * loss_at(p, saved - h) +
+                                loss_at(p, saved - 2 * h)) / (12.0 * h);
+        p = saved;
+        diff2 += (analytic[i] - numeric) * (analytic[i] - numeric);
+        ref2 += numeric * numeric;
+    }
+    const double rel = std::sqrt(diff2 / ref2);
+    std::printf("whole-model gradient check (dropout %.2f): relative L2 error %.3g over %zu parameters\n", dropout,
+                rel, model.num_params());
+    EXPECT_LT(rel, 1e-3);
+}
+
+TEST(ModelGradient, AllParametersMatchFiniteDifferences) { check_model_gradients(0.0f); }
+TEST(ModelGradient, AllParametersMatchFiniteDifferencesWithDropout) { check_model_gradients(0.2f); }
+
+// ---- golden fixture ------------------------------------------------------------------------
+
+struct GoldenArray {
+    std::uint32_t dtype;  // 0 f32, 1 f64, 2 i32
+    std::vector<std::uint64_t> dims;
+    std::vector<double> values;
+};
+
+std::map<std::string, GoldenArray> read_golden(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + path.string());
+    char magic[8];
+    in.read(magic, 8);
+    if (std::string(magic, 8) != "ADGOLD01") throw std::runtime_error("bad golden magic");
+    auto u32 = [&] { std::uint32_t v; in.read(reinterpret_cast<char*>(&v), 4); return v; };
+    std::map<std::string, GoldenArray> arrays;
+    for (std::uint32_t count = u32(), a = 0; a < count; ++a) {
+        std::string name(u32(), '\0');
+        in.read(name.data(), static_cast<std::streamsize>(name.size()));
+        GoldenArray arr;
+        arr.dtype = u32();
+        arr.dims.resize(u32());
+        std::uint64_t n = 1;
+        for (auto& d : arr.dims) {
+            in.read(reinterpret_cast<char*>(&d), 8);
+            n *= d;
+        }
+        arr.values.resize(n);
+        for (auto& v : arr.values) {
+            if (arr.dtype == 0) { float f; in.read(reinterpret_cast<char*>(&f), 4); v = f; }
+            else if (arr.dtype == 1) { in.read(reinterpret_cast<char*>(&v), 8); }
+            else { std::int32_t i; in.read(reinterpret_cast<char*>(&i), 4); v = i; }
+        }
+        arrays[name] = std::move(arr);
+    }
+    if (!in) throw std::runtime_error("truncated golden fixture");
+    return arrays;
+}
+
+class Golden : public ::testing::Test {
+protected:
+    void SetUp() override {
+        g = read_golden(test::fixtures_dir() / "gpt2_golden.bin");
+        const auto& c = g.at("config").values;  // L, C, H, V, Vp, maxT, B, T
+        cfg.n_layer = int(c[0]), cfg.n_embd = int(c[1]), cfg.n_head = int(c[2]), cfg.vocab_size = int(c[3]);
+        cfg.max_seq_len = int(c[5]), cfg.dropout = 0.0f;
+        ASSERT_EQ(cfg.padded_vocab_size(), int(c[4]));
+        B = int(c[6]), T = int(c[7]);
+        for (double v : g.at("tokens").values) tokens.push_back(int(v));
+        for (double v : g.at("targets").values) targets.push_back(int(v));
+    }
+    void load_params(GPTModel& model) {
+        const auto& p = g.at("params").values;
+        ASSERT_EQ(p.size(), model.num_params());
+        for (std::size_t i = 0; i < p.size(); ++i) model.params()[i] = static_cast<float>(p[i]);
+    }
+    std::map<std::string, GoldenArray> g;
+    GPTConfig cfg;
+    int B = 0, T = 0;
+    std::vector<int> tokens, targets;
+};
+
+// Tolerances: float32 engine vs float64 reference on a 2-layer model.
+// logits: |diff| <= 1e-5 + 1e-4 |ref|; loss: 1e-5 relative; gradients: relative L2 error per
+// parameter tensor < 1e-4 and |diff| <= 1e-6 + 1e-3 |ref| elementwise.
+TEST_F(Golden, LogitsLossAndGradientsMatchJaxFloat64) {
+    GPTModel model(cfg, B, T);
+    load_params(model);
+    const int N = B * T, V = cfg.vocab_size, Vp = cfg.padded_vocab_size();
+    model.forward(tokens.data(), targets.data(), B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+    const auto& logits = g.at("logits").values;
+    for (int i = 0; i < N; ++i)
+        for (int j = 0; j < V; ++j) {
+            const double ref = logits[static_cast<std::size_t>(i) * V + j];
+            ASSERT_NEAR(model.logits()[static_cast<std::size_t>(i) * Vp + j], ref, 1e-5 + 1e-4 * std::abs(ref));
+        }
+    model.zero_grads();
+    const float loss = model.forward(tokens.data(), targets.data(), B, T, DropoutContext{0, 0, 0, false}, 1.0f / N);
+    EXPECT_NEAR(loss, g.at("loss").values[0], 1e-5 * g.at("loss").values[0]);
+    model.backward(tokens.data(), B, T);
+    const auto& grads = g.at("grads").values;
+    for (const auto& info : model.layout().tensors()) {
+        double diff2 = 0, ref2 = 0;
+        for (std::size_t i = info.offset; i < info.offset + info.numel; ++i) {
+            const double d = model.grads()[i] - grads[i];
+            diff2 += d * d;
+            ref2 += grads[i] * grads[i];
+            ASSERT_NEAR(model.grads()[i], grads[i], 1e-6 + 1e-3 * std::abs(grads[i])) << info.name << " element " << i - info.offset;
+        }
+        EXPECT_LT(std::sqrt(diff2 / std::max(ref2, 1e-30)), 1e-4) << info.name;
+    }
+}
+
+// 10 AdamW steps on one batch: losses within 1e-4 relative; final parameters within a relative
+// L2 error of 1e-3 (Adam divides by sqrt(v), so entries with near-zero gradients amplify float32
+// rounding; the bound is on the whole vector, plus |diff| < 5e-3 per entry).
+TEST_F(Golden, TenStepAdamWTrajectoryMatchesJax) {
+    GPTModel model(cfg, B, T);
+    load_params(model);
+    const auto& h = g.at("adamw_hparams").values;  // lr, b1, b2, eps, wd, clip
+    OptimizerSection opt;
+    opt.beta1 = float(h[1]), opt.beta2 = float(h[2]), opt.eps = float(h[3]), opt.weight_decay = float(h[4]);
+    opt.grad_clip = float(h[5]);
+    const int N = B * T;
+    const auto& losses = g.at("train_losses").values;
+    const auto& norms = g.at("train_grad_norms").values;
+    for (int step = 1; step <= 10; ++step) {
+        model.zero_grads();
+        const float loss = model.forward(tokens.data(), targets.data(), B, T, DropoutContext{0, 0, 0, false}, 1.0f / N);
+        model.backward(tokens.data(), B, T);
+        const OptimizerStepStats stats = adamw_step(model, opt, float(h[0]), step);
+        EXPECT_NEAR(loss, losses[step - 1], 1e-4 * losses[step - 1]) << "step " << step;
+        EXPECT_NEAR(stats.grad_norm, norms[step - 1], 1e-4 * norms[step - 1]) << "step " << step;
+    }
+    const auto& final_params = g.at("final_params").values;
+    double diff2 = 0, ref2 = 0, max_abs = 0;
+    for (std::size_t i = 0; i < model.num_params(); ++i) {
+        const double d = model.params()[i] - final_params[i];
+        diff2 += d * d;
+        ref2 += final_params[i] * final_params[i];
+        max_abs = std::max(max_abs, std::abs(d));
+    }
+    std::printf("final params after 10 AdamW steps: relative L2 error %.3g, max abs %.3g\n", std::sqrt(diff2 / ref2), max_abs);
+    EXPECT_LT(std::sqrt(diff2 / ref2), 1e-3);
+    EXPECT_LT(max_abs, 5e-3);
+}
+
+// ---- training behaviour ---------------------------------------------------------------------
+
+// k micro-batches of B rows accumulate the same gradient as one batch of k*B rows: relative L2
+// error of the gradient below 1e-5 (only float32 summation order differs), and of the AdamW
+// update below 1e-3.
+TEST(GradAccumulation, MicroBatchesEqualOneBigBatch) {
+    const int k = 4, B = 2, T = 8, N = B * T;
+    const GPTConfig cfg = micro_config(0.0f);
+    const auto tokens = random_tokens(k * N, 97, 3), targets = random_tokens(k * N, 97, 4);
+    GPTModel big(cfg, k * B, T), small(cfg, B, T);
+    big.init_weights(5);
+    small.init_weights(5);
+    OptimizerSection opt;
+    const DropoutContext ctx{0, 1, 0, false};
+
+    big.zero_grads();
+    big.forward(tokens.data(), targets.data(), k * B, T, ctx, 1.0f / (k * N));
+    big.backward(tokens.data(), k * B, T);
+    small.zero_grads();
+    for (int m = 0; m < k; ++m) {
+        small.forward(tokens.data() + m * N, targets.data() + m * N, B, T, ctx, 1.0f / (k * N));
+        small.backward(tokens.data() + m * N, B, T);
+    }
+    double diff2 = 0, ref2 = 0;
+    for (std::size_t i = 0; i < big.num_params(); ++i) {
+        diff2 += std::pow(double(big.grads()[i]) - small.grads()[i], 2);
+        ref2 += std::pow(double(big.grads()[i]), 2);
+    }
+    EXPECT_LT(std::sqrt(diff2 / ref2), 1e-5);
+    // The AdamW update: Adam's first step is about lr * sign(g), so entries whose gradient is
+    // near zero may differ by up to lr; the update vectors must agree to 1e-3 relative L2.
+    const std::vector<float> before(big.params(), big.params() + big.num_params());
+    adamw_step(big, opt, 1e-3f, 1);
+    adamw_step(small, opt, 1e-3f, 1);
+    double udiff2 = 0, uref2 = 0;
+    for (std::size_t i = 0; i < big.num_params(); ++i) {
+        const double ub = double(big.params()[i]) - before[i], us = double(small.params()[i]) - before[i];
+        udiff2 += (ub - us) * (ub - us);
+        uref2 += ub * ub;
+    }
+    std::printf("grad accumulation: gradient rel. error %.3g, update rel. error %.3g\n", std::sqrt(diff2 / ref2),
+                std::sqrt(udiff2 / uref2));
+    EXPECT_LT(std::sqrt(udiff2 / uref2), 1e-3);
+}
+
+std::vector<float> train_losses(const GPTConfig& cfg, int steps, std::uint64_t seed) {
+    const int B = 2, T = 16, N = B * T;
+    GPTModel model(cfg, B, T);
+    model.init_weights(seed);
+    const auto tokens = random_tokens(N, cfg.vocab_size, 9), targets = random_tokens(N, cfg.vocab_size, 10);
+    OptimizerSection opt;
+    LrSection lr;
+    lr.max = 1e-2f, lr.min = 1e-3f, lr.warmup_steps = 5;
+    std::vector<float> losses;
+    for (int step = 1; step <= steps; ++step) {
+        model.zero_grads();
+        losses.push_back(model.forward(tokens.data(), targets.data(), B, T, DropoutContext{seed, std::uint64_t(step), 0, true}, 1.0f / N));
+        model.backward(tokens.data(), B, T);
+        adamw_step(model, opt, learning_rate(lr, step, steps), step);
+    }
+    return losses;
+}
+
+TEST(Training, TinyModelOverfitsOneBatch) {
+    const auto losses = train_losses(micro_config(0.0f), 300, 1);
+    std::printf("overfit one batch: loss %.4f -> %.4f after %zu steps\n", losses.front(), losses.back(), losses.size());
+    EXPECT_LT(losses.back(), 0.05f);
+}
+
+TEST(Training, TwoRunsWithTheSameSeedAreBitIdentical) {
+    const auto a = train_losses(micro_config(0.1f), 20, 7), b = train_losses(micro_config(0.1f), 20, 7);
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "step " << i;
+    const auto c = train_losses(micro_config(0.1f), 20, 8);
+    EXPECT_NE(a.back(), c.back());  // the seed matters
+}
+
+TEST(LearningRate, WarmupThenCosineToMin) {
+    LrSection lr;
+    lr.max = 1.0f, lr.min = 0.1f, lr.warmup_steps = 10;
+    EXPECT_FLOAT_EQ(learning_rate(lr, 1, 110), 0.1f);
+    EXPECT_FLOAT_EQ(learning_rate(lr, 10, 110), 1.0f);
+    EXPECT_NEAR(learning_rate(lr, 60, 110), 0.55f, 1e-6);  // halfway through the decay
+    EXPECT_NEAR(learning_rate(lr, 110, 110), 0.1f, 1e-6);
+    lr.schedule = "constant";
+    EXPECT_FLOAT_EQ(learning_rate(lr, 1, 110), 1.0f);
+}
+
+}  // namespace
+}  // namespace adacc
