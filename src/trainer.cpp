@@ -1,0 +1,140 @@
+#include "src/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "data/token_shard.h"
+#include "src/config.h"
+#include "src/errors.h"
+#include "src/optimizer.h"
+
+namespace adacc {
+
+namespace {
+
+std::unique_ptr<DataLoader> open_loader(const std::string& pattern, const RunConfig& cfg, bool shuffle,
+                                        const char* key) {
+    if (pattern.empty())
+        throw UserError(std::string(key) + " is not set: point it at token shards (file or glob), e.g. " +
+                        "--set " + key + "=data/corpus/train_*.bin; make shards with `adacc prepare`");
+    DataLoaderOptions options;
+    options.batch_size = cfg.training.batch_size;
+    options.seq_len = cfg.training.seq_len;
+    options.shuffle = shuffle;
+    options.seed = cfg.training.seed;
+    options.vocab_size = static_cast<std::uint32_t>(cfg.model.vocab_size);
+    return std::make_unique<DataLoader>(expand_shard_pattern(pattern), options);
+}
+
+void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
+    const GPTConfig& m = cfg.model;
+    const ModelMemory& mem = model.memory();
+    std::printf("model: L=%d C=%d H=%d V=%d (padded %d) maxT=%d dropout=%.2f\n", m.n_layer, m.n_embd, m.n_head,
+                m.vocab_size, m.padded_vocab_size(), m.max_seq_len, m.dropout);
+    std::printf("parameters: %lld (formula Vp*C + maxT*C + L*(12C^2 + 13C) + 2C = %lld; %lld without vocab padding)\n",
+                static_cast<long long>(model.num_params()), static_cast<long long>(m.parameter_count()),
+                static_cast<long long>(m.unpadded_parameter_count()));
+    std::printf("memory: params %s, grads %s, adamw %s, activations %s, workspace %s, total %s\n",
+                format_bytes(mem.parameters).c_str(), format_bytes(mem.gradients).c_str(),
+                format_bytes(mem.optimizer_state).c_str(), format_bytes(mem.activations).c_str(),
+                format_bytes(mem.workspace).c_str(), format_bytes(mem.total()).c_str());
+}
+
+}  // namespace
+
+Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint)
+    : config_(config), run_dir_(config.logging.run_dir) {
+    if (config_.training.threads > 0) omp_set_num_threads(config_.training.threads);
+    std::filesystem::create_directories(run_dir_);
+    std::ofstream(run_dir_ / "config.toml") << to_toml(config_);
+    std::printf("%s", format_config_table(config_).c_str());
+
+    const int B = config_.training.batch_size, T = config_.training.seq_len;
+    model_ = std::make_unique<GPTModel>(config_.model, B, T);
+    print_model_summary(config_, *model_);
+    train_data_ = open_loader(config_.data.train, config_, config_.data.shuffle, "data.train");
+    if (!config_.data.val.empty()) val_data_ = open_loader(config_.data.val, config_, false, "data.val");
+    inputs_.resize(static_cast<std::size_t>(B) * T);
+    targets_.resize(inputs_.size());
+
+    if (resume_checkpoint) {
+        progress_ = load_training_checkpoint(*resume_checkpoint, *model_);
+        train_data_->restore(progress_.train_data);
+        std::printf("resumed from %s at step %d\n", resume_checkpoint->c_str(), progress_.step);
+    } else {
+        model_->init_weights(config_.training.seed);
+    }
+    metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", resume_checkpoint ? progress_.step : 0);
+}
+
+float Trainer::train_step(int step) {
+    const int B = config_.training.batch_size, T = config_.training.seq_len, accum = config_.training.grad_accum;
+    const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
+    model_->zero_grads();
+    double loss = 0.0;
+    for (int micro = 0; micro < accum; ++micro) {
+        train_data_->next_batch(inputs_, targets_);
+        const DropoutContext dropout{config_.training.seed, static_cast<std::uint64_t>(step),
+                                     static_cast<std::uint64_t>(micro), true};
+        loss += model_->forward(inputs_.data(), targets_.data(), B, T, dropout, dloss);
+        model_->backward(inputs_.data(), B, T);
+    }
+    return static_cast<float>(loss / accum);
+}
+
+// Mean loss over the first training.val_batches batches of the validation shards, the same
+// batches every time, without dropout.
+float Trainer::validation_loss() {
+    const int B = config_.training.batch_size, T = config_.training.seq_len;
+    val_data_->restore({});
+    double total = 0.0;
+    const int batches = config_.training.val_batches;
+    for (int i = 0; i < batches; ++i) {
+        val_data_->next_batch(inputs_, targets_);
+        total += model_->forward(inputs_.data(), targets_.data(), B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+    }
+    return static_cast<float>(total / batches);
+}
+
+void Trainer::log_step(int step, float loss, float lr, float grad_norm, double seconds) {
+    const auto& t = config_.training;
+    const double tokens = static_cast<double>(t.batch_size) * t.seq_len * t.grad_accum;
+    const double gflops = model_->training_flops(t.batch_size, t.seq_len) * t.grad_accum / seconds / 1e9;
+    if (step % config_.logging.print_every == 0 || step == t.steps)
+        std::printf("step %6d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | act %s\n",
+                    step, t.steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, gflops,
+                    format_bytes(model_->memory().activations).c_str());
+    std::fflush(stdout);
+    metrics_->write({{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}, {"step_ms", seconds * 1e3},
+                     {"tokens_per_s", tokens / seconds}, {"gflops", gflops},
+                     {"activation_bytes", model_->memory().activations}});
+}
+
+void Trainer::run() {
+    const auto& t = config_.training;
+    for (int step = progress_.step + 1; step <= t.steps; ++step) {
+        const auto start = std::chrono::steady_clock::now();
+        const float loss = train_step(step);
+        const float lr = learning_rate(config_.lr, step, t.steps);
+        const OptimizerStepStats stats = adamw_step(*model_, config_.optimizer, lr, step);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        progress_ = {step, train_data_->state()};
+        log_step(step, loss, lr, stats.grad_norm, seconds);
+
+        if (val_data_ && t.val_every > 0 && (step % t.val_every == 0 || step == t.steps)) {
+            const float val = validation_loss();
+            std::printf("step %6d/%d | val_loss %.4f\n", step, t.steps, val);
+            metrics_->write({{"step", step}, {"val_loss", val}});
+        }
+        const int every = config_.checkpoint.every;
+        if ((every > 0 && step % every == 0) || step == t.steps) {
+            const auto file = save_training_checkpoint(run_dir_, config_, *model_, progress_);
+            std::printf("checkpoint: %s\n", file.c_str());
+        }
+    }
+}
+
+}  // namespace adacc

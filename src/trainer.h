@@ -1,0 +1,41 @@
+// The training loop: data, micro-batches with gradient accumulation, AdamW with the lr
+// schedule and clipping, periodic validation, checkpoints, the step line and metrics.jsonl.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "data/dataloader.h"
+#include "src/gpt_model.h"
+#include "src/metrics_log.h"
+#include "src/run_config.h"
+#include "src/training_state.h"
+
+namespace adacc {
+
+class Trainer {
+public:
+    // Prepares the run folder (config.toml), the model, the data and the log. With a resume
+    // checkpoint, continues from its step exactly: parameters, optimizer state, data position.
+    Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint);
+    void run();
+
+    const GPTModel& model() const { return *model_; }
+
+private:
+    float train_step(int step);
+    float validation_loss();
+    void log_step(int step, float loss, float lr, float grad_norm, double seconds);
+
+    RunConfig config_;
+    std::filesystem::path run_dir_;
+    std::unique_ptr<GPTModel> model_;
+    std::unique_ptr<DataLoader> train_data_, val_data_;
+    std::unique_ptr<MetricsLog> metrics_;
+    TrainingProgress progress_;
+    std::vector<std::int32_t> inputs_, targets_;
+};
+
+}  // namespace adacc
