@@ -199,7 +199,7 @@ Allowed at_least(double low) {
 Allowed above(double low) {
     return {"> " + format_plain(low), [low](const ConfigValue& v, const RunConfig&) { return as_number(v) > low; }};
 }
-// [low, high): probabilities and Adam betas, where 1 is meaningless.
+// [0, 1): probabilities and Adam betas, where 1 is meaningless.
 Allowed below_one() {
     return {"in [0, 1)", [](const ConfigValue& v, const RunConfig&) {
                 const double x = as_number(v);
