@@ -362,6 +362,7 @@ private:
 Gpt2Tokenizer::Gpt2Tokenizer(std::shared_ptr<const Tables> tables) : tables_(std::move(tables)) {}
 
 Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& dir) {
+    if (dir.empty()) throw UserError("no GPT-2 vocabulary directory given: " + std::string(kVocabFix));
     if (!std::filesystem::is_directory(dir))
         throw UserError("GPT-2 vocabulary directory '" + dir.string() + "' does not exist: " + std::string(kVocabFix));
     auto tables = std::make_shared<Tables>();

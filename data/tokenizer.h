@@ -39,7 +39,8 @@ enum class SpecialTokens {
 
 class Gpt2Tokenizer {
 public:
-    // Reads DIR/encoder.json and DIR/vocab.bpe; throws UserError naming the file and the fix.
+    // Reads DIR/encoder.json and DIR/vocab.bpe; throws UserError naming the file and the fix
+    // (also for an empty path, so commands can pass an unset --vocab straight through).
     static Gpt2Tokenizer load(const std::filesystem::path& dir);
 
     std::vector<std::uint32_t> encode(std::string_view text, SpecialTokens special = SpecialTokens::as_text) const;

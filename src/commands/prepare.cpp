@@ -1,0 +1,125 @@
+// `adacc prepare`: text files -> GPT-2 token shards in llm.c's format. The rules (documents,
+// <|endoftext|> separators, the validation split) are in data/corpus_preparer.h.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "data/corpus_preparer.h"
+#include "data/tokenizer.h"
+#include "src/commands/commands.h"
+
+namespace adacc {
+namespace {
+
+struct PrepareArgs {
+    CorpusOptions corpus;
+    std::filesystem::path vocab;
+};
+
+// "1234567" -> "1,234,567"
+std::string with_commas(std::uint64_t value) {
+    const std::string digits = std::to_string(value);
+    std::string grouped;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) grouped.push_back(',');
+        grouped.push_back(digits[i]);
+    }
+    return grouped;
+}
+
+// A one-line bar on stderr, redrawn at most ten times a second; silent when stderr is not a
+// terminal, so logs do not fill with carriage returns.
+class ProgressBar {
+public:
+    ProgressBar() : enabled_(::isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
+
+    void update(const CorpusProgress& progress) {
+        const auto now = Clock::now();
+        if (!enabled_ || (now - last_draw_ < std::chrono::milliseconds(100) && progress.bytes_done < progress.bytes_total))
+            return;
+        last_draw_ = now;
+        constexpr int kWidth = 40;
+        const double fraction = progress.bytes_total ? double(progress.bytes_done) / double(progress.bytes_total) : 1.0;
+        const int filled = static_cast<int>(fraction * kWidth);
+        const double seconds = std::chrono::duration<double>(now - start_).count();
+        std::fprintf(stderr, "\rtokenizing [%s%s] %3.0f%%  %.1f MB/s", std::string(filled, '#').c_str(),
+                     std::string(kWidth - filled, ' ').c_str(), 100 * fraction,
+                     seconds > 0 ? double(progress.bytes_done) / 1e6 / seconds : 0.0);
+        drawn_ = true;
+    }
+
+    void finish() {
+        if (drawn_) std::fputc('\n', stderr);
+    }
+
+private:
+    using Clock = std::chrono::steady_clock;
+    bool enabled_;
+    bool drawn_ = false;
+    Clock::time_point start_;
+    Clock::time_point last_draw_{};
+};
+
+// "1 file", "2 files"
+std::string count_of(std::uint64_t count, const std::string& noun) {
+    return with_commas(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
+void print_summary(const CorpusSummary& summary, const std::filesystem::path& out_dir, double seconds) {
+    std::printf("prepared %s from %s", count_of(summary.documents, "document").c_str(),
+                count_of(summary.files, "file").c_str());
+    if (summary.binary_files) std::printf(" (%s skipped)", count_of(summary.binary_files, "binary file").c_str());
+    std::printf(" into %s\n", out_dir.string().c_str());
+    if (summary.val_tokens)
+        std::printf("  val:   %s tokens in %s\n", with_commas(summary.val_tokens).c_str(),
+                    summary.shards.front().filename().c_str());
+    const std::filesystem::path& first_train = summary.shards[summary.val_tokens ? 1 : 0];
+    const std::size_t train_shards = summary.shards.size() - (summary.val_tokens ? 1 : 0);
+    std::printf("  train: %s tokens in %s%s%s\n", with_commas(summary.train_tokens).c_str(),
+                first_train.filename().c_str(), train_shards > 1 ? " .. " : "",
+                train_shards > 1 ? summary.shards.back().filename().c_str() : "");
+    std::printf("  %.1f MB of text in %.2f s (%.1f MB/s)\n", double(summary.text_bytes) / 1e6, seconds,
+                seconds > 0 ? double(summary.text_bytes) / 1e6 / seconds : 0.0);
+}
+
+void run_prepare(const PrepareArgs& args) {
+    const auto start = std::chrono::steady_clock::now();
+    const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(args.vocab);
+    ProgressBar bar;
+    const CorpusSummary summary =
+        prepare_corpus(tokenizer, args.corpus, [&](const CorpusProgress& progress) { bar.update(progress); });
+    bar.finish();
+    print_summary(summary, args.corpus.out_dir, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+}  // namespace
+
+void add_prepare_command(CLI::App& app) {
+    auto args = std::make_shared<PrepareArgs>();
+    CLI::App* command = app.add_subcommand(
+        "prepare",
+        "Tokenize text into llm.c token shards (GPT-2 BPE): OUT/val_000000.bin holds the first --val-tokens "
+        "tokens, OUT/train_NNNNNN.bin the rest. Each file is a document (fortune files: each %-separated "
+        "entry), preceded by <|endoftext|>. Earlier shards in OUT are replaced.");
+    command->add_option("--input", args->corpus.inputs, "text files or directories (walked recursively)")
+        ->type_name("FILE|DIR")
+        ->required();
+    command->add_option("--out", args->corpus.out_dir, "output directory for the shards")
+        ->type_name("DIR")
+        ->required();
+    command->add_option("--vocab", args->vocab, "directory holding GPT-2's encoder.json and vocab.bpe")
+        ->type_name("DIR");
+    command->add_option("--val-tokens", args->corpus.val_tokens, "tokens for the validation shard (0 = none)")
+        ->type_name("N")
+        ->capture_default_str();
+    command->add_option("--shard-tokens", args->corpus.shard_tokens, "most tokens per training shard")
+        ->type_name("N")
+        ->capture_default_str();
+    command->callback([args] { run_prepare(*args); });
+}
+
+}  // namespace adacc
