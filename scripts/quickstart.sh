@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: installs dependencies, builds Release, prepares the default
+# English corpus (Debian's fortunes package: ~15k short texts), trains the quickstart config for
+# a few minutes with the loss falling, samples text from the result, and prints the memory
+# breakdown. The GPT-2 vocab comes from ../shared/data when present, else from OpenAI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+bash scripts/build.sh build
+bash scripts/download_data.sh vocab datasets/gpt2_tokenizer
+if [ ! -f datasets/fortunes/val_000000.bin ]; then
+  build/adacc prepare --input /usr/share/games/fortunes --out datasets/fortunes \
+    --vocab datasets/gpt2_tokenizer --val-tokens 20000
+fi
+rm -rf runs/quickstart
+build/adacc train --config configs/quickstart.toml
+build/adacc sample --checkpoint runs/quickstart --vocab datasets/gpt2_tokenizer \
+  --prompt "The secret of life is" --tokens 40 --temperature 0.8 --top-k 40 --seed 1
+echo
+echo "metrics: runs/quickstart/metrics.jsonl   config: runs/quickstart/config.toml"
+echo "plot:    python3 scripts/plot_metrics.py runs/quickstart --out runs/quickstart/loss.png"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command: installs dependencies, builds Release, runs the whole suite with ctest.
+#   scripts/test.sh              full suite, Release build in build/
+#   scripts/test.sh --sanitize   the suite under AddressSanitizer + UBSan, in build-asan/
+# Tests that need ../shared/data skip with a message when it is absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+if [ "${1:-}" = "--sanitize" ]; then
+  bash scripts/build.sh build-asan -DADACC_SANITIZE=ON -DADACC_NATIVE=ON
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  ctest --test-dir build-asan -j2 --output-on-failure --timeout 1200
+else
+  bash scripts/build.sh build
+  ctest --test-dir build -j2 --output-on-failure --timeout 900
+fi
