@@ -1,0 +1,128 @@
+// Bad input through the real command line: each case runs `adacc`, expects exit status 2 (a
+// user error, not a crash) and a message that names the problem and the fix.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "data/token_shard.h"
+#include "tests/test_support.h"
+
+namespace adacc {
+namespace {
+
+struct Result {
+    int status;
+    std::string output;
+};
+
+Result run(const std::string& args) {
+    const std::string command = test::adacc_binary() + " " + args + " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    std::string output;
+    std::array<char, 4096> buffer;
+    while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+    const int status = pclose(pipe);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+class Cli : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir = test::scratch_dir("cli");
+        std::mt19937 gen(1);
+        std::vector<std::uint16_t> tokens(5000);
+        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
+        write_token_shard(dir / "train.bin", tokens);
+    }
+    // A valid tiny config; `model_extra` adds [model] keys, `train_path` replaces data.train.
+    std::string config(const std::string& model_extra = "", const std::string& train_path = "") {
+        const auto file = dir / "run.toml";
+        std::ofstream(file) << "[model]\nn_layer = 1\nn_embd = 16\nn_head = 2\nvocab_size = 97\nmax_seq_len = 16\n"
+                            << model_extra << "[training]\nbatch_size = 2\nseq_len = 8\nsteps = 2\n[data]\ntrain = \""
+                            << (train_path.empty() ? (dir / "train.bin").string() : train_path) << "\"\n"
+                            << "[logging]\nrun_dir = \"" << (dir / "run").string() << "\"\n";
+        return file.string();
+    }
+    void expect_user_error(const std::string& args, const std::vector<std::string>& fragments) {
+        const Result r = run(args);
+        EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+        for (const auto& f : fragments) EXPECT_NE(r.output.find(f), std::string::npos) << "missing '" << f << "' in:\n" << r.output;
+    }
+    std::filesystem::path dir;
+};
+
+TEST_F(Cli, ValidConfigTrains) {
+    const Result r = run("train --config " + config());
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("step      2/2"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, MalformedToml) {
+    std::ofstream(dir / "bad.toml") << "[model\nn_layer = 1\n";
+    expect_user_error("train --config " + (dir / "bad.toml").string(), {"bad.toml:1:", "malformed TOML"});
+}
+
+TEST_F(Cli, UnknownKeySuggestsClosest) {
+    expect_user_error("train --config " + config() + " --set training.batchsize=4", {"training.batchsize", "training.batch_size"});
+}
+
+TEST_F(Cli, WrongType) {
+    expect_user_error("train --config " + config("dropout = \"high\"\n"), {"model.dropout", "number"});
+}
+
+TEST_F(Cli, OutOfRange) {
+    expect_user_error("train --config " + config() + " --set training.seq_len=64", {"training.seq_len", "max_seq_len"});
+}
+
+TEST_F(Cli, MissingShard) {
+    expect_user_error("train --config " + config("", (dir / "nothing_*.bin").string()), {"nothing_", "adacc prepare"});
+}
+
+TEST_F(Cli, ShardWithWrongMagic) {
+    std::ofstream(dir / "junk.bin") << std::string(2000, 'x');
+    expect_user_error("train --config " + config("", (dir / "junk.bin").string()), {"junk.bin", "magic"});
+}
+
+TEST_F(Cli, TruncatedShard) {
+    std::vector<std::uint16_t> tokens(3000, 5);
+    write_token_shard(dir / "cut.bin", tokens);
+    std::filesystem::resize_file(dir / "cut.bin", 1024 + 1000);
+    expect_user_error("train --config " + config("", (dir / "cut.bin").string()), {"cut.bin", "3000"});
+}
+
+TEST_F(Cli, TokenIdsBeyondVocab) {
+    std::vector<std::uint16_t> tokens(3000, 5);
+    tokens[1234] = 500;  // the model's vocab is 97
+    write_token_shard(dir / "big_ids.bin", tokens);
+    expect_user_error("train --config " + config("", (dir / "big_ids.bin").string()), {"big_ids.bin", "500", "vocab"});
+}
+
+TEST_F(Cli, ResumeWithADifferentModelShape) {
+    ASSERT_EQ(run("train --config " + config()).status, 0);
+    expect_user_error("train --resume " + (dir / "run").string() + " --set model.n_embd=32 --set training.steps=4",
+                      {"different model"});
+}
+
+TEST_F(Cli, ResumeWithoutCheckpoint) {
+    expect_user_error("train --resume " + (dir / "empty").string(), {"no complete checkpoint", "--config"});
+}
+
+TEST_F(Cli, MissingVocab) {
+    expect_user_error("tokenize --vocab " + (dir / "no_vocab").string() + " < /dev/null", {"encoder.json"});
+}
+
+TEST_F(Cli, SampleFromModelWithForeignVocab) {
+    ASSERT_EQ(run("train --config " + config()).status, 0);
+    const auto vocab = test::shared_data_dir() / "gpt2_tokenizer";
+    if (!std::filesystem::exists(vocab)) GTEST_SKIP() << "../shared/data/gpt2_tokenizer not present";
+    expect_user_error("sample --checkpoint " + (dir / "run").string() + " --vocab " + vocab.string() + " --prompt hi",
+                      {"vocab_size", "97"});
+}
+
+}  // namespace
+}  // namespace adacc
