@@ -40,7 +40,8 @@ std::size_t checked_token_count(const std::filesystem::path& path, const std::by
                         std::to_string(kTokenShardMagic) + "; " + std::string(kMakeShards));
     if (version != kTokenShardVersion)
         throw UserError(quoted(path) + " is a version " + std::to_string(version) +
-                        " token shard; only version 1 (uint16 tokens, GPT-2) is supported; " + std::string(kMakeShards));
+                        " token shard; only version 1 (uint16 tokens, GPT-2) is supported; " +
+                        std::string(kMakeShards));
     if (count < 0)
         throw UserError(quoted(path) + " has a negative token count " + std::to_string(count) + " in its header; " +
                         std::string(kMakeShards));

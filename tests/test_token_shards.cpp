@@ -152,7 +152,8 @@ std::vector<Loaded> take_batches(DataLoader& loader, const DataLoaderOptions& op
 // The first input token of each row: with counting tokens, the window's global start.
 std::vector<std::int32_t> row_starts(const Loaded& batch, const DataLoaderOptions& options) {
     std::vector<std::int32_t> starts;
-    for (int row = 0; row < options.batch_size; ++row) starts.push_back(batch.inputs[std::size_t(row) * options.seq_len]);
+    for (int row = 0; row < options.batch_size; ++row)
+        starts.push_back(batch.inputs[std::size_t(row) * options.seq_len]);
     return starts;
 }
 

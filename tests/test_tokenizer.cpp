@@ -64,9 +64,10 @@ private:
         }
         auto [a, b, c, d, e, f, g, h] = state_;
         for (int i = 0; i < 64; ++i) {
-            const std::uint32_t t1 = h + (std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25)) + ((e & f) ^ (~e & g)) +
-                                     k[i] + w[i];
-            const std::uint32_t t2 = (std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+            const std::uint32_t sum1 = std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25);
+            const std::uint32_t sum0 = std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22);
+            const std::uint32_t t1 = h + sum1 + ((e & f) ^ (~e & g)) + k[i] + w[i];
+            const std::uint32_t t2 = sum0 + ((a & b) ^ (a & c) ^ (b & c));
             h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
         }
         const std::array<std::uint32_t, 8> add = {a, b, c, d, e, f, g, h};
@@ -126,7 +127,8 @@ TEST_F(TokenizerTest, MatchesTiktokenOnFixtureStrings) {
         const auto expected = record["ids"].get<std::vector<std::uint32_t>>();
         const auto special = record["allow_special"].get<bool>() ? SpecialTokens::allowed : SpecialTokens::as_text;
         const auto ids = tokenizer().encode(text, special);
-        if (ids != expected && ++mismatches <= 10) ADD_FAILURE() << "case " << cases << " mismatches: " << record.dump();
+        if (ids != expected && ++mismatches <= 10)
+            ADD_FAILURE() << "case " << cases << " mismatches: " << record.dump();
         EXPECT_EQ(tokenizer().decode(ids), text) << "case " << cases << " does not round-trip";
     }
     EXPECT_GE(cases, 1000);

@@ -39,8 +39,8 @@ public:
 
     void update(const CorpusProgress& progress) {
         const auto now = Clock::now();
-        if (!enabled_ || (now - last_draw_ < std::chrono::milliseconds(100) && progress.bytes_done < progress.bytes_total))
-            return;
+        const bool done = progress.bytes_done >= progress.bytes_total;
+        if (!enabled_ || (now - last_draw_ < std::chrono::milliseconds(100) && !done)) return;
         last_draw_ = now;
         constexpr int kWidth = 40;
         const double fraction = progress.bytes_total ? double(progress.bytes_done) / double(progress.bytes_total) : 1.0;
@@ -82,18 +82,19 @@ void print_summary(const CorpusSummary& summary, const std::filesystem::path& ou
     std::printf("  train: %s tokens in %s%s%s\n", with_commas(summary.train_tokens).c_str(),
                 first_train.filename().c_str(), train_shards > 1 ? " .. " : "",
                 train_shards > 1 ? summary.shards.back().filename().c_str() : "");
-    std::printf("  %.1f MB of text in %.2f s (%.1f MB/s)\n", double(summary.text_bytes) / 1e6, seconds,
+    std::printf("  tokenized %.1f MB of text in %.2f s (%.1f MB/s)\n", double(summary.text_bytes) / 1e6, seconds,
                 seconds > 0 ? double(summary.text_bytes) / 1e6 / seconds : 0.0);
 }
 
 void run_prepare(const PrepareArgs& args) {
-    const auto start = std::chrono::steady_clock::now();
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(args.vocab);
+    const auto start = std::chrono::steady_clock::now();
     ProgressBar bar;
     const CorpusSummary summary =
         prepare_corpus(tokenizer, args.corpus, [&](const CorpusProgress& progress) { bar.update(progress); });
     bar.finish();
-    print_summary(summary, args.corpus.out_dir, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    print_summary(summary, args.corpus.out_dir, seconds);
 }
 
 }  // namespace

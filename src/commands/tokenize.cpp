@@ -75,8 +75,8 @@ void run_tokenize(const TokenizeArgs& args) {
 
 void add_tokenize_command(CLI::App& app) {
     auto args = std::make_shared<TokenizeArgs>();
-    CLI::App* command =
-        app.add_subcommand("tokenize", "GPT-2 BPE on stdin: text -> token ids (one line), or ids -> text with --decode");
+    CLI::App* command = app.add_subcommand(
+        "tokenize", "GPT-2 BPE on stdin: text -> token ids (one line), or ids -> text with --decode");
     command->add_option("--vocab", args->vocab, "directory holding GPT-2's encoder.json and vocab.bpe")
         ->type_name("DIR");
     CLI::Option* decode = command->add_flag("--decode", args->decode, "read whitespace-separated ids, print the text");
