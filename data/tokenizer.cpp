@@ -20,7 +20,9 @@ namespace {
 constexpr std::string_view kEndOfText = "<|endoftext|>";
 constexpr std::uint32_t kNoRank = std::numeric_limits<std::uint32_t>::max();
 constexpr std::string_view kVocabFix =
-    "pass --vocab DIR holding encoder.json and vocab.bpe (scripts/download_gpt2_vocab.sh fetches them)";
+    "pass --vocab DIR holding encoder.json and vocab.bpe (`scripts/download_data.sh vocab DIR` fetches them)";
+
+std::string quoted(const std::filesystem::path& path) { return std::string("'").append(path.string()).append("'"); }
 
 // ---- GPT-2's byte <-> printable-unicode mapping ---------------------------------------------
 // encoder.json and vocab.bpe spell token bytes as printable characters: a byte that is printable
@@ -68,7 +70,7 @@ std::string token_spelling_to_bytes(std::string_view spelling, const std::filesy
             i += 2;
         }
         if (code_point >= code_point_to_byte.size() || code_point_to_byte[code_point] < 0)
-            throw UserError("'" + file.string() + "' spells token '" + std::string(spelling) +
+            throw UserError(quoted(file) + " spells token '" + std::string(spelling) +
                             "' with a character outside GPT-2's byte mapping: it is not a GPT-2 vocabulary file; " +
                             std::string(kVocabFix));
         bytes.push_back(static_cast<char>(code_point_to_byte[code_point]));
@@ -78,7 +80,7 @@ std::string token_spelling_to_bytes(std::string_view spelling, const std::filesy
 
 std::string read_vocab_file(const std::filesystem::path& path) {
     std::ifstream stream(path, std::ios::binary);
-    if (!stream) throw UserError("cannot read '" + path.string() + "': " + std::string(kVocabFix));
+    if (!stream) throw UserError("cannot read " + quoted(path) + ": " + std::string(kVocabFix));
     std::ostringstream contents;
     contents << stream.rdbuf();
     return contents.str();
@@ -139,10 +141,10 @@ void load_encoder_json(const std::filesystem::path& path, Tables& tables) {
     try {
         encoder = nlohmann::json::parse(read_vocab_file(path));
     } catch (const nlohmann::json::exception& error) {
-        throw UserError("'" + path.string() + "' is not valid JSON (" + error.what() + "): " + std::string(kVocabFix));
+        throw UserError(quoted(path) + " is not valid JSON (" + error.what() + "): " + std::string(kVocabFix));
     }
     if (!encoder.is_object() || encoder.empty())
-        throw UserError("'" + path.string() + "' is not a JSON object of token -> id: " + std::string(kVocabFix));
+        throw UserError(quoted(path) + " is not a JSON object of token -> id: " + std::string(kVocabFix));
 
     std::vector<std::string> bytes_by_id(encoder.size());
     std::vector<bool> seen(encoder.size(), false);
@@ -150,7 +152,7 @@ void load_encoder_json(const std::filesystem::path& path, Tables& tables) {
     for (const auto& [spelling, id_value] : encoder.items()) {
         const auto id = id_value.is_number_unsigned() ? id_value.get<std::uint64_t>() : encoder.size();
         if (id >= encoder.size() || seen[id])
-            throw UserError("'" + path.string() + "' maps '" + spelling + "' to " + id_value.dump() +
+            throw UserError(quoted(path) + " maps '" + spelling + "' to " + id_value.dump() +
                             ", but ids must be 0.." + std::to_string(encoder.size() - 1) + ", each used once: " +
                             std::string(kVocabFix));
         seen[id] = true;
@@ -161,7 +163,7 @@ void load_encoder_json(const std::filesystem::path& path, Tables& tables) {
         bytes_by_id[id] = token_spelling_to_bytes(spelling, path);
     }
     if (!has_eot)
-        throw UserError("'" + path.string() + "' has no <|endoftext|> token: " + std::string(kVocabFix));
+        throw UserError(quoted(path) + " has no <|endoftext|> token: " + std::string(kVocabFix));
 
     for (const std::string& bytes : bytes_by_id) {
         tables.token_offsets.push_back(static_cast<std::uint32_t>(tables.token_bytes.size()));
@@ -173,7 +175,7 @@ void load_encoder_json(const std::filesystem::path& path, Tables& tables) {
     for (std::uint32_t id = 0; id < tables.vocab_size(); ++id) {
         if (id == tables.eot_id) continue;
         if (!tables.ranks.emplace(tables.bytes_of(id), id).second)
-            throw UserError("'" + path.string() + "' lists token '" + bytes_by_id[id] + "' twice: " +
+            throw UserError(quoted(path) + " lists token '" + bytes_by_id[id] + "' twice: " +
                             std::string(kVocabFix));
     }
 }
@@ -181,7 +183,7 @@ void load_encoder_json(const std::filesystem::path& path, Tables& tables) {
 // tiktoken's consistency check: BPE merges tokens by rank, and a token's rank must be its id.
 // The ranks are: the 256 single bytes in rank order, then one per line of vocab.bpe, in order.
 void check_merges_match_ids(const std::filesystem::path& path, const Tables& tables) {
-    const std::string mismatch = "'" + path.string() + "' does not belong to the encoder.json beside it ";
+    const std::string mismatch = quoted(path) + " does not belong to the encoder.json beside it ";
     const auto byte_order = bytes_in_rank_order();
     for (std::uint32_t rank = 0; rank < byte_order.size(); ++rank)
         if (tables.rank_of(std::string(1, static_cast<char>(byte_order[rank]))) != rank)
@@ -196,8 +198,8 @@ void check_merges_match_ids(const std::filesystem::path& path, const Tables& tab
         std::string first, second, extra;
         if (!(fields >> first)) continue;  // blank line
         if (!(fields >> second) || (fields >> extra))
-            throw UserError("line " + std::to_string(line_number) + " of '" + path.string() +
-                            "' is not a merge 'A B': " + std::string(kVocabFix));
+            throw UserError("line " + std::to_string(line_number) + " of " + quoted(path) +
+                            " is not a merge 'A B': " + std::string(kVocabFix));
         const std::string merged = token_spelling_to_bytes(first, path) + token_spelling_to_bytes(second, path);
         if (tables.rank_of(merged) != rank)
             throw UserError(mismatch + "(line " + std::to_string(line_number) + " merges '" + first + " " + second +
@@ -364,7 +366,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(std::shared_ptr<const Tables> tables) : tables_(std
 Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& dir) {
     if (dir.empty()) throw UserError("no GPT-2 vocabulary directory given: " + std::string(kVocabFix));
     if (!std::filesystem::is_directory(dir))
-        throw UserError("GPT-2 vocabulary directory '" + dir.string() + "' does not exist: " + std::string(kVocabFix));
+        throw UserError("GPT-2 vocabulary directory " + quoted(dir) + " does not exist: " + std::string(kVocabFix));
     auto tables = std::make_shared<Tables>();
     load_encoder_json(dir / "encoder.json", *tables);
     check_merges_match_ids(dir / "vocab.bpe", *tables);
