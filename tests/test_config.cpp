@@ -87,8 +87,8 @@ TEST(Config, PaperPresetFilesMatchModelPresets) {
 TEST(Config, QuickstartPointsAtFortunesAndCheckpoints) {
     const auto config = load_config(fs::path(ADACC_SOURCE_DIR) / "configs" / "quickstart.toml");
     EXPECT_EQ(config.logging.run_dir, "runs/quickstart");
-    EXPECT_EQ(config.data.train, "data/fortunes/train_*.bin");
-    EXPECT_EQ(config.data.val, "data/fortunes/val_*.bin");
+    EXPECT_EQ(config.data.train, "datasets/fortunes/train_*.bin");
+    EXPECT_EQ(config.data.val, "datasets/fortunes/val_*.bin");
     EXPECT_GT(config.checkpoint.every, 0);
     EXPECT_GT(config.training.val_every, 0);
 }
