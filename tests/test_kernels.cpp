@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/rng.h"
 
 namespace adacc::cpu {
@@ -148,7 +149,7 @@ void check_attention(const Shape& s, std::mt19937& gen, bool with_dropout) {
         const int t = row % T;
         double sum = 0;
         for (int t2 = 0; t2 < T; ++t2) {
-            if (t2 > t) EXPECT_EQ(att[static_cast<std::size_t>(row) * T + t2], 0.0f);
+            if (t2 > t) { EXPECT_EQ(att[static_cast<std::size_t>(row) * T + t2], 0.0f); }
             sum += att[static_cast<std::size_t>(row) * T + t2];
         }
         EXPECT_NEAR(sum, 1.0, 1e-5);
@@ -255,6 +256,20 @@ TEST(SumOfSquares, MatchesDoubleLoop) {
     double expected = 0;
     for (float v : x) expected += static_cast<double>(v) * v;
     EXPECT_NEAR(sum_of_squares(x.data(), static_cast<long>(x.size())), expected, 1e-9 * expected);
+}
+
+// The vectorisable exp and tanh against libm in double, over the range the kernels use.
+TEST(VectorMath, ExpAndTanhMatchLibm) {
+    double worst_exp = 0, worst_tanh = 0;
+    for (float x = -87.0f; x < 88.0f; x += 0.00731f) {
+        worst_exp = std::max(worst_exp, std::abs(exp_approx(x) - std::exp(double(x))) / std::exp(double(x)));
+        worst_tanh = std::max(worst_tanh, std::abs(tanh_approx(x) - std::tanh(double(x))));
+    }
+    EXPECT_LT(worst_exp, 3e-7);   // relative, ~2.5 ulp
+    EXPECT_LT(worst_tanh, 3e-7);  // absolute
+    EXPECT_EQ(exp_approx(-200.0f) < 1e-37f, true);
+    EXPECT_EQ(tanh_approx(50.0f), 1.0f);
+    EXPECT_EQ(tanh_approx(-50.0f), -1.0f);
 }
 
 TEST(DropoutMask, RegeneratesBitForBitAndKeepsAboutOneMinusP) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace adacc::cpu {
 namespace {
@@ -45,7 +46,7 @@ void attention_softmax_forward(float* att, const float* qkv, int B, int T, int C
                 }
                 float sum = 0.0f;
                 for (int t2 = 0; t2 <= t; ++t2) {
-                    row[t2] = std::exp(row[t2] - maxv);
+                    row[t2] = exp_approx(row[t2] - maxv);
                     sum += row[t2];
                 }
                 const float inv = 1.0f / sum;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace adacc::cpu {
 
@@ -11,15 +12,17 @@ void fused_classifier(float* logits, float* losses, const int* targets, int N, i
     for (int i = 0; i < N; ++i) {
         float* row = logits + static_cast<long>(i) * Vp;
         float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
         for (int j = 0; j < V; ++j) maxv = row[j] > maxv ? row[j] : maxv;
-        double sum = 0.0;  // double: V terms of similar size, cheap next to the logits matmul
-        for (int j = 0; j < V; ++j) sum += std::exp(static_cast<double>(row[j] - maxv));
-        const float log_sum = static_cast<float>(std::log(sum));
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < V; ++j) sum += exp_approx(row[j] - maxv);
         const int target = targets[i];
-        losses[i] = log_sum - (row[target] - maxv);
+        losses[i] = std::log(sum) - (row[target] - maxv);
         if (dloss == 0.0f) continue;
-        const float inv_sum = static_cast<float>(1.0 / sum);
-        for (int j = 0; j < V; ++j) row[j] = std::exp(row[j] - maxv) * inv_sum * dloss;
+        const float scale = dloss / sum;
+#pragma omp simd
+        for (int j = 0; j < V; ++j) row[j] = exp_approx(row[j] - maxv) * scale;
         row[target] -= dloss;
         for (int j = V; j < Vp; ++j) row[j] = 0.0f;
     }

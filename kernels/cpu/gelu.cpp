@@ -1,7 +1,6 @@
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-#include <cmath>
-
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace adacc::cpu {
 namespace {
@@ -12,7 +11,7 @@ void gelu_forward(float* out, const float* inp, long n) {
 #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; ++i) {
         const float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + tanh_approx(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
     }
 }
 
@@ -21,7 +20,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, long n) {
     for (long i = 0; i < n; ++i) {
         const float x = inp[i];
         const float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-        const float th = std::tanh(u);
+        const float th = tanh_approx(u);
         const float sech2 = 1.0f - th * th;
         const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = grad * dout[i];

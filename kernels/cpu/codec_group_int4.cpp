@@ -1,0 +1,473 @@
+// Group INT4: the naive symmetric group codec (mode `quant`) and the outlier-separated one for
+// Linear/LayerNorm inputs (DESIGN §6), which quantizes its non-outlier channels with the very
+// same group kernel. This file also holds what every codec shares: the blob layouts and sizes
+// (the formulas documented in codecs.h), the header, the dispatching entry points and the error
+// measurement.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/codecs.h"
+
+namespace adacc::cpu {
+
+using namespace codec_detail;
+
+namespace {
+
+std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+
+void check_params(const CodecParams& params) {
+    if (params.group_size < 1 || params.group_size > kMaxGroupSize)
+        throw std::invalid_argument("codec group_size must be in [1, " + std::to_string(kMaxGroupSize) +
+                                    "], got " + std::to_string(params.group_size));
+    if (params.max_outlier_channels < 0)
+        throw std::invalid_argument("codec max_outlier_channels must be >= 0");
+}
+
+// ---- The symmetric group kernel (shared by both codecs of this file). ----
+
+// max |x| over x[0, n), n >= 1.
+float abs_max(const float* x, std::size_t n) {
+#if ADACC_CODEC_AVX512
+    __m512 m = _mm512_setzero_ps();
+    std::size_t i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    if (i < n) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(first_lanes(n - i), x + i)));
+    return reduce_max(m);
+#else
+    float m = 0.0f;
+    for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+    return m;
+#endif
+}
+
+// Codes of x[0, n) at scale s into nibbles first .. first + n - 1 of a row's codes. The vector
+// path needs the group to start on a byte (even `first`: always so for even G); it writes whole
+// bytes, leaving the high nibble of a last, odd element 0.
+void quantize_sym(const float* x, std::size_t n, float s, std::uint8_t* row_codes, std::size_t first) {
+#if ADACC_CODEC_AVX512
+    if (first % 2 == 0) {
+        std::uint8_t* out = row_codes + first / 2;
+        if (s == 0.0f) {
+            std::memset(out, 0, (n + 1) / 2);
+            return;
+        }
+        const __m512 vs = _mm512_set1_ps(s);
+        std::size_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            store_code_bytes(out + i / 2, pack_nibbles(round_clip(_mm512_div_ps(_mm512_loadu_ps(x + i), vs))), 8);
+        if (i < n) {  // masked-off lanes load 0 and so code 0
+            const __m512 v = _mm512_maskz_loadu_ps(first_lanes(n - i), x + i);
+            store_code_bytes(out + i / 2, pack_nibbles(round_clip(_mm512_div_ps(v, vs))), (n - i + 1) / 2);
+        }
+        return;
+    }
+#endif
+    for (std::size_t i = 0; i < n; ++i) put_nibble(row_codes, first + i, s == 0.0f ? 0 : round_clip(x[i] / s));
+}
+
+// x^[0, n) = q * s from nibbles first .. first + n - 1 of a row's codes.
+void dequantize_sym(const std::uint8_t* row_codes, std::size_t first, std::size_t n, float s, float* out) {
+#if ADACC_CODEC_AVX512
+    if (first % 2 == 0) {
+        const std::uint8_t* in = row_codes + first / 2;
+        const __m512 vs = _mm512_set1_ps(s);
+        std::size_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(unpack_nibbles(load_code_bytes(in + i / 2, 8))), vs));
+        if (i < n) {
+            const __m512i q = unpack_nibbles(load_code_bytes(in + i / 2, (n - i + 1) / 2));
+            _mm512_mask_storeu_ps(out + i, first_lanes(n - i), _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs));
+        }
+        return;
+    }
+#endif
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(get_nibble(row_codes, first + i)) * s;
+}
+
+// One group: scale s = max|x| / 7, then its codes.
+void quantize_group(const float* x, std::size_t n, float* scale, std::uint8_t* row_codes, std::size_t first) {
+    const float s = abs_max(x, n) / 7.0f;
+    *scale = s;
+    quantize_sym(x, n, s, row_codes, first);
+}
+
+// A whole row of `cols` elements in groups of G.
+void quantize_row(const float* x, std::size_t cols, std::size_t G, float* scales, std::uint8_t* row_codes) {
+    for (std::size_t g = 0, j = 0; j < cols; ++g, j += G) quantize_group(x + j, std::min(G, cols - j), scales + g, row_codes, j);
+}
+void dequantize_row(const std::uint8_t* row_codes, const float* scales, std::size_t cols, std::size_t G, float* out) {
+    for (std::size_t g = 0, j = 0; j < cols; ++g, j += G) dequantize_sym(row_codes, j, std::min(G, cols - j), scales[g], out + j);
+}
+
+// ---- Outlier channel selection. ----
+
+// Fills idx[0, k) with the outlier channels, ascending, and returns k. sums: cols doubles,
+// idx: cols ints (the caller's scratch). Sh_j is summed in double in row order by one thread per
+// column, so it does not depend on the thread count (and a plain double loop reproduces it).
+std::size_t select_outliers(const float* src, std::size_t rows, std::size_t cols, float z, std::size_t cap,
+                            double* sums, std::int32_t* idx) {
+    if (cap == 0 || cols == 0) return 0;
+    // Sh_j over column ranges: each thread streams its slice of every row.
+#pragma omp parallel
+    {
+        std::size_t begin, end;
+        thread_share(cols, omp_get_num_threads(), omp_get_thread_num(), begin, end);
+        for (std::size_t j = begin; j < end; ++j) sums[j] = 0.0;
+        for (std::size_t i = 0; i < rows; ++i) {
+            const float* x = src + i * cols;
+#pragma omp simd
+            for (std::size_t j = begin; j < end; ++j) sums[j] += std::fabs(static_cast<double>(x[j]));
+        }
+    }
+    double mean = 0.0;
+    for (std::size_t j = 0; j < cols; ++j) mean += sums[j];
+    mean /= static_cast<double>(cols);
+    double var = 0.0;
+    for (std::size_t j = 0; j < cols; ++j) var = std::fma(sums[j] - mean, sums[j] - mean, var);
+    const double std_dev = std::sqrt(var / static_cast<double>(cols));
+    if (!(std_dev > 0.0)) return 0;  // all channels alike (or non-finite data): no outliers
+    std::size_t k = 0;
+    for (std::size_t j = 0; j < cols; ++j) {
+        sums[j] = (sums[j] - mean) / std_dev;  // Z_j, in place
+        if (sums[j] > static_cast<double>(z)) idx[k++] = static_cast<std::int32_t>(j);
+    }
+    if (k > cap) {  // keep the cap largest Z (ties: lower channel); std::sort does not allocate
+        std::sort(idx, idx + k, [sums](std::int32_t a, std::int32_t b) {
+            return sums[a] > sums[b] || (sums[a] == sums[b] && a < b);
+        });
+        k = cap;
+        std::sort(idx, idx + k);
+    }
+    return k;
+}
+
+// The next group of the compacted row: its n kept elements start at column p (advanced past
+// leading outliers) and, when an outlier falls inside them, are gathered into buf. Returns where
+// the group's values are; `t` is the index of the next outlier at or after p.
+const float* gather_group(const float* x, std::size_t n, const std::int32_t* idx, std::size_t k, std::size_t& p,
+                          std::size_t& t, float* buf) {
+    while (t < k && static_cast<std::size_t>(idx[t]) == p) ++t, ++p;
+    if (t == k || static_cast<std::size_t>(idx[t]) >= p + n) {  // no outlier inside: use in place
+        p += n;
+        return x + p - n;
+    }
+    for (std::size_t m = 0; m < n;) {
+        const std::size_t stop = t < k ? std::min<std::size_t>(idx[t], p + n - m) : p + n - m;
+        std::memcpy(buf + m, x + p, (stop - p) * sizeof(float));
+        m += stop - p;
+        p = stop;
+        while (t < k && static_cast<std::size_t>(idx[t]) == p) ++t, ++p;
+    }
+    return buf;
+}
+
+// The inverse: scatters the group's n decoded values (in buf) to the kept columns from p on.
+void scatter_group(const float* buf, std::size_t n, const std::int32_t* idx, std::size_t k, std::size_t& p,
+                   std::size_t& t, float* out) {
+    for (std::size_t m = 0; m < n;) {
+        while (t < k && static_cast<std::size_t>(idx[t]) == p) ++t, ++p;
+        const std::size_t stop = t < k ? std::min<std::size_t>(idx[t], p + n - m) : p + n - m;
+        std::memcpy(out + p, buf + m, (stop - p) * sizeof(float));
+        m += stop - p;
+        p = stop;
+    }
+}
+
+}  // namespace
+
+// ---- Blob format (codecs.h documents the formulas). ----
+
+namespace codec_detail {
+
+void zero_padding(void* section, std::size_t used) {
+    std::memset(static_cast<std::uint8_t*>(section) + used, 0, align64(used) - used);
+}
+
+void write_header(void* blob, Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params,
+                  std::size_t outlier_channels) {
+    check_params(params);
+    BlobHeader h;
+    std::memset(&h, 0, sizeof h);
+    h.magic = kBlobMagic;
+    h.codec = static_cast<std::uint8_t>(codec);
+    h.version = kBlobVersion;
+    h.group_size = static_cast<std::uint32_t>(params.group_size);
+    h.outlier_channels = static_cast<std::uint32_t>(outlier_channels);
+    h.rows = rows;
+    h.cols = cols;
+    std::memcpy(blob, &h, sizeof h);
+}
+
+const BlobHeader& read_header(const void* blob, Codec codec, std::size_t rows, std::size_t cols) {
+    const auto& h = *static_cast<const BlobHeader*>(blob);
+    if (h.magic != kBlobMagic || h.version != kBlobVersion)
+        throw std::invalid_argument("not a codec blob (bad magic or version)");
+    if (h.codec != static_cast<std::uint8_t>(codec))
+        throw std::invalid_argument(std::string("blob holds codec ") + codec_name(static_cast<Codec>(h.codec)) +
+                                    ", not " + codec_name(codec));
+    if (h.rows != rows || h.cols != cols)
+        throw std::invalid_argument("blob shape " + std::to_string(h.rows) + "x" + std::to_string(h.cols) +
+                                    " does not match " + std::to_string(rows) + "x" + std::to_string(cols));
+    if (h.group_size < 1 || h.group_size > static_cast<std::uint32_t>(kMaxGroupSize) || h.outlier_channels > cols)
+        throw std::invalid_argument("corrupt codec blob header");
+    return h;
+}
+
+CodecParams header_params(const BlobHeader& header) {
+    CodecParams p;
+    p.group_size = static_cast<int>(header.group_size);
+    return p;
+}
+
+}  // namespace codec_detail
+
+const char* codec_name(Codec codec) {
+    switch (codec) {
+    case Codec::group_int4: return "group_int4";
+    case Codec::outlier_int4: return "outlier_int4";
+    case Codec::channel_int4: return "channel_int4";
+    case Codec::asym_int4: return "asym_int4";
+    case Codec::bitpack: return "bitpack";
+    }
+    return "unknown";
+}
+
+std::size_t outlier_channel_cap(std::size_t cols, const CodecParams& params) {
+    const std::size_t cap = params.max_outlier_channels > 0 ? static_cast<std::size_t>(params.max_outlier_channels)
+                                                            : cols / 16;
+    return std::min(cap, cols);
+}
+
+CodecLayout codec_layout(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params,
+                         std::size_t outlier_channels) {
+    check_params(params);
+    CodecLayout L;
+    std::size_t at = codec == Codec::bitpack ? 0 : sizeof(BlobHeader);
+    auto section = [&at](std::size_t bytes) {
+        if (bytes == 0) return std::size_t(0);
+        const std::size_t offset = at;
+        at += align64(bytes);
+        return offset;
+    };
+    const std::size_t G = static_cast<std::size_t>(params.group_size);
+    switch (codec) {
+    case Codec::group_int4:
+        L.scales = section(4 * rows * ceil_div(cols, G));
+        L.codes = section(rows * ceil_div(cols, 2));
+        break;
+    case Codec::outlier_int4: {
+        if (outlier_channels > cols) throw std::invalid_argument("more outlier channels than columns");
+        const std::size_t k = outlier_channels, c = cols - k;
+        L.indices = section(4 * k);
+        L.outliers = section(4 * rows * k);
+        L.scales = section(4 * rows * ceil_div(c, G));
+        L.codes = section(rows * ceil_div(c, 2));
+        break;
+    }
+    case Codec::channel_int4:
+        L.scales = section(4 * cols);
+        L.codes = section(rows * ceil_div(cols, 2));
+        break;
+    case Codec::asym_int4:
+        L.scales = section(4 * rows * ceil_div(cols, G));
+        L.offsets = section(4 * rows * ceil_div(cols, G));
+        L.codes = section(rows * ceil_div(cols, 2));
+        break;
+    case Codec::bitpack:
+        L.codes = section(ceil_div(rows * cols, 8));
+        break;
+    }
+    L.total = at;
+    return L;
+}
+
+std::size_t codec_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params,
+                        std::size_t outlier_channels) {
+    return codec_layout(codec, rows, cols, params, outlier_channels).total;
+}
+
+std::size_t codec_max_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params) {
+    if (codec != Codec::outlier_int4) return codec_bytes(codec, rows, cols, params);
+    // Each outlier adds 4 * rows bytes of fp32 but saves codes and sometimes a scale column, so
+    // the size is not monotone in k for tiny G: take the maximum over every k the codec may pick.
+    std::size_t most = 0;
+    for (std::size_t k = 0; k <= outlier_channel_cap(cols, params); ++k)
+        most = std::max(most, codec_bytes(codec, rows, cols, params, k));
+    return most;
+}
+
+std::size_t codec_scratch_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params) {
+    if (codec != Codec::outlier_int4) return 0;
+    return align64(8 * cols) + align64(4 * cols);  // Sh / Z per channel (double), candidate channels
+}
+
+// ---- group_int4 ----
+
+namespace codec_detail {
+
+std::size_t compress_group_int4(const float* src, std::size_t rows, std::size_t cols, const CodecParams& params,
+                                void* dst) {
+    write_header(dst, Codec::group_int4, rows, cols, params, 0);
+    const CodecLayout L = codec_layout(Codec::group_int4, rows, cols, params);
+    if (rows == 0 || cols == 0) return L.total;
+    auto* blob = static_cast<std::uint8_t*>(dst);
+    float* scales = reinterpret_cast<float*>(blob + L.scales);
+    std::uint8_t* codes = blob + L.codes;
+    const std::size_t G = params.group_size, groups = ceil_div(cols, G), row_bytes = ceil_div(cols, 2);
+#pragma omp parallel for schedule(static)
+    for (std::size_t i = 0; i < rows; ++i) quantize_row(src + i * cols, cols, G, scales + i * groups, codes + i * row_bytes);
+    zero_padding(scales, 4 * rows * groups);
+    zero_padding(codes, rows * row_bytes);
+    return L.total;
+}
+
+void decompress_group_int4(const void* blob_ptr, std::size_t rows, std::size_t cols, float* dst) {
+    const BlobHeader& h = read_header(blob_ptr, Codec::group_int4, rows, cols);
+    const CodecLayout L = codec_layout(Codec::group_int4, rows, cols, header_params(h));
+    if (rows == 0 || cols == 0) return;
+    const auto* blob = static_cast<const std::uint8_t*>(blob_ptr);
+    const float* scales = reinterpret_cast<const float*>(blob + L.scales);
+    const std::uint8_t* codes = blob + L.codes;
+    const std::size_t G = h.group_size, groups = ceil_div(cols, G), row_bytes = ceil_div(cols, 2);
+#pragma omp parallel for schedule(static)
+    for (std::size_t i = 0; i < rows; ++i) dequantize_row(codes + i * row_bytes, scales + i * groups, cols, G, dst + i * cols);
+}
+
+// ---- outlier_int4 ----
+
+std::size_t compress_outlier_int4(const float* src, std::size_t rows, std::size_t cols, const CodecParams& params,
+                                  void* dst, void* scratch) {
+    check_params(params);
+    double* sums = static_cast<double*>(scratch);
+    auto* idx = reinterpret_cast<std::int32_t*>(static_cast<std::uint8_t*>(scratch) + align64(8 * cols));
+    const std::size_t k = rows == 0 ? 0 : select_outliers(src, rows, cols, params.outlier_z,
+                                                          outlier_channel_cap(cols, params), sums, idx);
+    write_header(dst, Codec::outlier_int4, rows, cols, params, k);
+    const CodecLayout L = codec_layout(Codec::outlier_int4, rows, cols, params, k);
+    auto* blob = static_cast<std::uint8_t*>(dst);
+    const std::size_t c = cols - k, G = params.group_size, groups = ceil_div(c, G), row_bytes = ceil_div(c, 2);
+    auto* indices = reinterpret_cast<std::int32_t*>(blob + L.indices);
+    float* outliers = reinterpret_cast<float*>(blob + L.outliers);
+    float* scales = reinterpret_cast<float*>(blob + L.scales);
+    std::uint8_t* codes = blob + L.codes;
+    if (k > 0) {
+        std::memcpy(indices, idx, 4 * k);
+        zero_padding(indices, 4 * k);
+    }
+    if (rows == 0 || cols == 0) return L.total;
+#pragma omp parallel for schedule(static)
+    for (std::size_t i = 0; i < rows; ++i) {
+        const float* x = src + i * cols;
+        if (k == 0) {  // nothing to separate: exactly group_int4
+            quantize_row(x, cols, G, scales + i * groups, codes + i * row_bytes);
+            continue;
+        }
+        for (std::size_t t = 0; t < k; ++t) outliers[i * k + t] = x[idx[t]];
+        alignas(64) float buf[kMaxGroupSize];  // a group that straddles an outlier, compacted
+        std::size_t p = 0, t = 0;
+        for (std::size_t g = 0, j = 0; j < c; ++g, j += G) {
+            const std::size_t n = std::min(G, c - j);
+            quantize_group(gather_group(x, n, idx, k, p, t, buf), n, scales + i * groups + g, codes + i * row_bytes, j);
+        }
+    }
+    if (k > 0) zero_padding(outliers, 4 * rows * k);
+    if (c > 0) {
+        zero_padding(scales, 4 * rows * groups);
+        zero_padding(codes, rows * row_bytes);
+    }
+    return L.total;
+}
+
+void decompress_outlier_int4(const void* blob_ptr, std::size_t rows, std::size_t cols, float* dst) {
+    const BlobHeader& h = read_header(blob_ptr, Codec::outlier_int4, rows, cols);
+    const std::size_t k = h.outlier_channels;
+    const CodecLayout L = codec_layout(Codec::outlier_int4, rows, cols, header_params(h), k);
+    if (rows == 0 || cols == 0) return;
+    const auto* blob = static_cast<const std::uint8_t*>(blob_ptr);
+    const std::size_t c = cols - k, G = h.group_size, groups = ceil_div(c, G), row_bytes = ceil_div(c, 2);
+    const auto* idx = reinterpret_cast<const std::int32_t*>(blob + L.indices);
+    const float* outliers = reinterpret_cast<const float*>(blob + L.outliers);
+    const float* scales = reinterpret_cast<const float*>(blob + L.scales);
+    const std::uint8_t* codes = blob + L.codes;
+    for (std::size_t t = 0; t < k; ++t)
+        if (idx[t] < 0 || static_cast<std::size_t>(idx[t]) >= cols || (t > 0 && idx[t] <= idx[t - 1]))
+            throw std::invalid_argument("corrupt outlier_int4 blob: channel indices");
+#pragma omp parallel for schedule(static)
+    for (std::size_t i = 0; i < rows; ++i) {
+        float* out = dst + i * cols;
+        if (k == 0) {
+            dequantize_row(codes + i * row_bytes, scales + i * groups, cols, G, out);
+            continue;
+        }
+        alignas(64) float buf[kMaxGroupSize];
+        std::size_t p = 0, t = 0;
+        for (std::size_t g = 0, j = 0; j < c; ++g, j += G) {
+            const std::size_t n = std::min(G, c - j);
+            while (t < k && static_cast<std::size_t>(idx[t]) == p) ++t, ++p;
+            if (t == k || static_cast<std::size_t>(idx[t]) >= p + n) {  // no outlier inside: decode in place
+                dequantize_sym(codes + i * row_bytes, j, n, scales[i * groups + g], out + p);
+                p += n;
+            } else {
+                dequantize_sym(codes + i * row_bytes, j, n, scales[i * groups + g], buf);
+                scatter_group(buf, n, idx, k, p, t, out);
+            }
+        }
+        for (std::size_t t2 = 0; t2 < k; ++t2) out[idx[t2]] = outliers[i * k + t2];
+    }
+}
+
+}  // namespace codec_detail
+
+// ---- Entry points. ----
+
+std::size_t compress(Codec codec, const float* src, std::size_t rows, std::size_t cols, const CodecParams& params,
+                     void* dst, void* scratch) {
+    switch (codec) {
+    case Codec::group_int4: return compress_group_int4(src, rows, cols, params, dst);
+    case Codec::outlier_int4: return compress_outlier_int4(src, rows, cols, params, dst, scratch);
+    case Codec::channel_int4: return compress_channel_int4(src, rows, cols, params, dst);
+    case Codec::asym_int4: return compress_asym_int4(src, rows, cols, params, dst);
+    case Codec::bitpack: break;
+    }
+    throw std::invalid_argument("compress: bitpack takes a byte mask (compress_mask)");
+}
+
+void decompress(Codec codec, const void* blob, std::size_t rows, std::size_t cols, float* dst) {
+    switch (codec) {
+    case Codec::group_int4: return decompress_group_int4(blob, rows, cols, dst);
+    case Codec::outlier_int4: return decompress_outlier_int4(blob, rows, cols, dst);
+    case Codec::channel_int4: return decompress_channel_int4(blob, rows, cols, dst);
+    case Codec::asym_int4: return decompress_asym_int4(blob, rows, cols, dst);
+    case Codec::bitpack: break;
+    }
+    throw std::invalid_argument("decompress: bitpack blobs decode to bytes (decompress_mask)");
+}
+
+std::size_t codec_outlier_channels(const void* blob) {
+    const auto& h = *static_cast<const BlobHeader*>(blob);
+    if (h.magic != kBlobMagic) throw std::invalid_argument("not a codec blob (bad magic)");
+    return h.codec == static_cast<std::uint8_t>(Codec::outlier_int4) ? h.outlier_channels : 0;
+}
+
+CodecStats measure_error(const float* original, const float* decoded, std::size_t n) {
+    double err2 = 0.0, ref2 = 0.0, max_err = 0.0;
+#pragma omp parallel for simd schedule(static) reduction(+ : err2, ref2) reduction(max : max_err)
+    for (std::size_t i = 0; i < n; ++i) {
+        const double x = original[i], d = x - static_cast<double>(decoded[i]);
+        err2 += d * d;
+        ref2 += x * x;
+        max_err = std::max(max_err, std::fabs(d));
+    }
+    CodecStats stats;
+    stats.relative_l2 = ref2 > 0.0 ? std::sqrt(err2 / ref2) : (err2 > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
+    stats.max_abs_error = static_cast<float>(max_err);
+    return stats;
+}
+
+}  // namespace adacc::cpu
