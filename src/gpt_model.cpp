@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/rng.h"
@@ -15,15 +16,55 @@ namespace {
 constexpr std::size_t kAlign = 64;
 std::size_t align_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// Byte offsets of every buffer inside the activation and workspace arenas. Computed the same
-// way for plan_memory() (before allocating) and for carving the real arenas.
-struct ArenaLayout {
-    std::size_t layer_slot = 0;
-    std::size_t tensor[kNumTensorKinds] = {};  // within a layer slot
-    std::size_t final_x = 0, lnf = 0, lnf_mean = 0, lnf_rstd = 0, logits = 0, losses = 0, emb_mask = 0;
-    std::size_t activations = 0;
-    std::size_t attproj = 0, fcproj = 0, dres = 0, dc_a = 0, dc_b = 0, dqkv = 0, dfc = 0, datt = 0;
-    std::size_t workspace = 0;
+bool is_attention_matrix(TensorKind k) { return k == TensorKind::att || k == TensorKind::att_mask; }
+bool is_block_output(TensorKind k) { return k == TensorKind::out; }
+
+// Elements of tensor `kind` at B x T, from the block description at its allocated shape.
+std::size_t numel_at(const BlockGraph& block, const GPTConfig& cfg, TensorKind kind, int B, int T) {
+    const std::size_t N = static_cast<std::size_t>(B) * T;
+    if (kind == TensorKind::out) return N * cfg.n_embd;
+    if (block.tensor(kind).numel == 0) return 0;
+    if (is_attention_matrix(kind)) return N * cfg.n_head * T;
+    const std::size_t per_token = block.tensor(kind).numel / block.tensor(TensorKind::ln1_mean).numel;
+    return N * per_token;
+}
+
+// The tape capacity for one forward at B x T: the same walk as GPTModel::forward, summing the
+// aligned size each push reserves (codecs at their exact upper bound).
+std::size_t tape_capacity(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
+                          const cpu::CodecParams& codec_params, int B, int T) {
+    const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, F = sizeof(float);
+    std::size_t total = 0;
+    if (block.has_dropout()) total += align_up(N * C);  // embedding dropout mask
+    total += align_up(N * C * F);                       // x of layer 0
+    for (int l = 0; l < cfg.n_layer; ++l)
+        for (const OpInfo& op : block.ops())
+            for (TensorKind t : op.outputs) {
+                if (is_block_output(t)) {
+                    total += align_up(N * C * F);  // the next layer's x
+                    continue;
+                }
+                const TensorInfo& info = block.tensor(t);
+                if (!info.saved) continue;
+                const TensorPolicy& p = plan.at(l, t);
+                const std::size_t rows = is_attention_matrix(t) ? N * cfg.n_head : N;
+                if (p.policy == Policy::keep) total += align_up(info.bytes());
+                if (p.policy == Policy::compress)
+                    total += align_up(info.dtype == DType::u8
+                                          ? cpu::codec_bytes(cpu::Codec::bitpack, 1, info.numel, codec_params)
+                                          : cpu::codec_max_bytes(p.codec, rows, info.numel / rows, codec_params));
+            }
+    total += align_up(N * C * F) + 2 * align_up(N * F);  // final layernorm output, mean, rstd
+    return total;
+}
+
+// Workspace byte offsets, computed the same way for plan_memory() and for carving.
+struct WorkspaceLayout {
+    std::size_t buffer[kNumTensorKinds] = {};  // materialised tensors and transients (0 = none)
+    bool has_buffer[kNumTensorKinds] = {};
+    std::size_t dres = 0, dc_a = 0, dc_b = 0, dqkv = 0, dfc = 0, datt = 0, discard = 0, codec_scratch = 0;
+    std::size_t logits = 0, losses = 0;
+    std::size_t materialize = 0, transients = 0, logits_bytes = 0, total = 0;
 };
 
 struct Cursor {
@@ -35,35 +76,42 @@ struct Cursor {
     }
 };
 
-ArenaLayout arena_layout(const GPTConfig& cfg, const BlockGraph& block, int B, int T) {
-    ArenaLayout a;
+WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
+                                 const cpu::CodecParams& codec_params, int B, int T) {
+    WorkspaceLayout w;
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, F = sizeof(float);
-    Cursor slot;
-    for (const auto& t : block.tensors())
-        if (t.saved) a.tensor[static_cast<int>(t.kind)] = slot.take(t.bytes());
-    a.layer_slot = slot.bytes;
-
-    Cursor acts{a.layer_slot * cfg.n_layer};
-    a.final_x = acts.take(N * C * F);
-    a.lnf = acts.take(N * C * F);
-    a.lnf_mean = acts.take(N * F);
-    a.lnf_rstd = acts.take(N * F);
-    a.logits = acts.take(N * cfg.padded_vocab_size() * F);
-    a.losses = acts.take(N * F);
-    a.emb_mask = acts.take(block.has_dropout() ? N * C : 0);
-    a.activations = acts.bytes;
-
-    Cursor ws;
-    a.attproj = ws.take(N * C * F);
-    a.fcproj = ws.take(N * C * F);
-    a.dres = ws.take(N * C * F);
-    a.dc_a = ws.take(N * C * F);
-    a.dc_b = ws.take(N * C * F);
-    a.dqkv = ws.take(N * 3 * C * F);
-    a.dfc = ws.take(N * 4 * C * F);
-    a.datt = ws.take(block.tensor(TensorKind::att).bytes());
-    a.workspace = ws.bytes;
-    return a;
+    Cursor c;
+    std::size_t scratch = 0;
+    for (const TensorInfo& t : block.tensors()) {
+        const int k = static_cast<int>(t.kind);
+        if (!t.saved || !plan.materialized_anywhere(t.kind)) continue;
+        w.buffer[k] = c.take(t.bytes());
+        w.has_buffer[k] = true;
+        const std::size_t rows = is_attention_matrix(t.kind) ? N * cfg.n_head : N;
+        for (int l = 0; l < plan.n_layer(); ++l)
+            if (plan.at(l, t.kind).policy == Policy::compress && t.dtype == DType::f32)
+                scratch = std::max(scratch, cpu::codec_scratch_bytes(plan.at(l, t.kind).codec, rows,
+                                                                     t.numel / rows, codec_params));
+    }
+    w.codec_scratch = c.take(scratch);
+    w.materialize = c.bytes;
+    for (TensorKind t : {TensorKind::attproj, TensorKind::fcproj}) {
+        w.buffer[static_cast<int>(t)] = c.take(N * C * F);
+        w.has_buffer[static_cast<int>(t)] = true;
+    }
+    w.dres = c.take(N * C * F);
+    w.dc_a = c.take(N * C * F);
+    w.dc_b = c.take(N * C * F);
+    w.dqkv = c.take(N * 3 * C * F);
+    w.dfc = c.take(N * 4 * C * F);
+    w.datt = c.take(block.tensor(TensorKind::att).bytes());
+    w.discard = c.take(2 * N * F);
+    w.transients = c.bytes - w.materialize;
+    w.logits = c.take(N * cfg.padded_vocab_size() * F);
+    w.losses = c.take(N * F);
+    w.logits_bytes = c.bytes - w.materialize - w.transients;
+    w.total = c.bytes;
+    return w;
 }
 
 template <typename T>
@@ -83,66 +131,69 @@ FloatArena::FloatArena(std::size_t floats) : size_(floats) {
 
 void FloatArena::Free::operator()(float* p) const { std::free(p); }
 
-ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T) {
+ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T, const ActivationPlan& plan,
+                                  const cpu::CodecParams& codec_params) {
     const BlockGraph block(cfg, B, T);
-    const ArenaLayout a = arena_layout(cfg, block, B, T);
+    const WorkspaceLayout w = workspace_layout(cfg, block, plan, codec_params, B, T);
     const std::size_t param_bytes = ParameterLayout(cfg).total() * sizeof(float);
-    return {param_bytes, param_bytes, 2 * param_bytes, a.activations, a.workspace};
+    ModelMemory m;
+    m.parameters = m.gradients = param_bytes;
+    m.optimizer_state = 2 * param_bytes;
+    m.tape = tape_capacity(cfg, block, plan, codec_params, B, T);
+    m.materialize = w.materialize;
+    m.transients = w.transients;
+    m.logits = w.logits_bytes;
+    return m;
 }
 
 GPTModel::GPTModel(const GPTConfig& config, int B, int T)
-    : config_(config), layout_(config), B_(B), T_(T), block_(config, B, T), memory_(plan_memory(config, B, T)),
-      params_(layout_.total()), grads_(layout_.total()), m_(layout_.total()), v_(layout_.total()),
-      activations_(memory_.activations / sizeof(float)), workspace_(memory_.workspace / sizeof(float)) {
-    carve_activations();
+    : GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer)) {}
+
+GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
+                   const cpu::CodecParams& codec_params)
+    : config_(config), layout_(config), B_(B), T_(T), block_(config, B, T), plan_(plan), codec_params_(codec_params),
+      memory_(plan_memory(config, B, T, plan, codec_params)), params_(layout_.total()), grads_(layout_.total()),
+      m_(layout_.total()), v_(layout_.total()), workspace_(memory_.workspace() / sizeof(float)), tape_(memory_.tape),
+      layer_mark_(config.n_layer + 1) {
+    if (plan.n_layer() != config.n_layer) throw std::invalid_argument("activation plan has the wrong layer count");
     carve_workspace();
 }
 
-void GPTModel::carve_activations() {
-    const ArenaLayout a = arena_layout(config_, block_, B_, T_);
-    layer_slot_floats_ = a.layer_slot / sizeof(float);
-    for (int k = 0; k < kNumTensorKinds; ++k) tensor_offset_[k] = a.tensor[k] / sizeof(float);
-    float* base = activations_.data();
-    encoded_ = act(0, TensorKind::x);
-    final_x_ = at_byte<float>(base, a.final_x);
-    lnf_ = at_byte<float>(base, a.lnf);
-    lnf_mean_ = at_byte<float>(base, a.lnf_mean);
-    lnf_rstd_ = at_byte<float>(base, a.lnf_rstd);
-    logits_ = at_byte<float>(base, a.logits);
-    losses_ = at_byte<float>(base, a.losses);
-    emb_mask_ = at_byte<unsigned char>(base, a.emb_mask);
-}
-
 void GPTModel::carve_workspace() {
-    const ArenaLayout a = arena_layout(config_, block_, B_, T_);
+    const WorkspaceLayout w = workspace_layout(config_, block_, plan_, codec_params_, B_, T_);
     float* base = workspace_.data();
-    transient_[static_cast<int>(TensorKind::attproj)] = at_byte<float>(base, a.attproj);
-    transient_[static_cast<int>(TensorKind::fcproj)] = at_byte<float>(base, a.fcproj);
-    dres_ = at_byte<float>(base, a.dres);
-    dc_a_ = at_byte<float>(base, a.dc_a);
-    dc_b_ = at_byte<float>(base, a.dc_b);
-    dqkv_ = at_byte<float>(base, a.dqkv);
-    dfc_ = at_byte<float>(base, a.dfc);
-    datt_ = at_byte<float>(base, a.datt);
+    for (int k = 0; k < kNumTensorKinds; ++k)
+        if (w.has_buffer[k]) buffer_[k] = at_byte<float>(base, w.buffer[k]);
+    codec_scratch_ = at_byte<void>(base, w.codec_scratch);
+    dres_ = at_byte<float>(base, w.dres);
+    dc_a_ = at_byte<float>(base, w.dc_a);
+    dc_b_ = at_byte<float>(base, w.dc_b);
+    dqkv_ = at_byte<float>(base, w.dqkv);
+    dfc_ = at_byte<float>(base, w.dfc);
+    datt_ = at_byte<float>(base, w.datt);
+    discard_ = at_byte<float>(base, w.discard);
+    logits_ = at_byte<float>(base, w.logits);
+    losses_ = at_byte<float>(base, w.losses);
 }
 
-float* GPTModel::act(int layer, TensorKind kind) const {
-    if (kind == TensorKind::out)  // a block's output is the next block's input
-        return layer + 1 < config_.n_layer ? act(layer + 1, TensorKind::x) : final_x_;
-    if (float* t = transient_[static_cast<int>(kind)]) return t;
-    return activations_.data() + static_cast<std::size_t>(layer) * layer_slot_floats_ +
-           tensor_offset_[static_cast<int>(kind)];
-}
-
-unsigned char* GPTModel::mask(int layer, TensorKind kind) const {
-    return dropout_active_ ? reinterpret_cast<unsigned char*>(act(layer, kind)) : nullptr;
+unsigned char* GPTModel::mask_view(TensorKind kind) const {
+    return dropout_active_ ? reinterpret_cast<unsigned char*>(view(kind)) : nullptr;
 }
 
 float GPTModel::dropout_p() const { return dropout_active_ ? config_.dropout : 0.0f; }
 
+std::size_t GPTModel::rows_of(TensorKind kind, int B, int T) const {
+    const std::size_t N = static_cast<std::size_t>(B) * T;
+    return is_attention_matrix(kind) ? N * config_.n_head : N;
+}
+
+std::size_t GPTModel::bytes_of(TensorKind kind, int B, int T) const {
+    return numel_at(block_, config_, kind, B, T) * dtype_size(block_.tensor(kind).dtype);
+}
+
 // Backward's gradient buffers: the residual stream's gradient (dres) is shared by x, x2 and
 // out because residual additions pass it through unchanged; the rest alternate between two
-// N x C buffers so that each op reads one and writes the other (see the table in the header).
+// N x C buffers so that each op reads one and writes the other.
 float* GPTModel::grad_buffer(TensorKind kind) const {
     using K = TensorKind;
     switch (kind) {
@@ -162,8 +213,9 @@ float* GPTModel::grad_buffer(TensorKind kind) const {
     }
 }
 
-std::uint64_t GPTModel::dropout_key(const DropoutContext& ctx, int layer, TensorKind kind) const {
-    return rng_key(ctx.seed, ctx.step, ctx.micro, static_cast<std::uint64_t>(layer), static_cast<std::uint64_t>(kind));
+std::uint64_t GPTModel::dropout_key(int layer, TensorKind kind) const {
+    return rng_key(dropout_.seed, dropout_.step, dropout_.micro, static_cast<std::uint64_t>(layer),
+                   static_cast<std::uint64_t>(kind));
 }
 
 void GPTModel::init_weights(std::uint64_t seed) {
@@ -189,13 +241,15 @@ void GPTModel::init_weights(std::uint64_t seed) {
 
 void GPTModel::zero_grads() { std::memset(grads_.data(), 0, grads_.bytes()); }
 
-void GPTModel::forward_op(const OpInfo& op, int layer, int B, int T, const DropoutContext& dropout) {
+// ---- forward --------------------------------------------------------------------------------
+
+void GPTModel::run_op(const OpInfo& op, int layer, int B, int T) {
     const int N = B * T, C = config_.n_embd, NH = config_.n_head;
     const float p = dropout_p();
     const float* params = params_.data();
     auto weight = [&](std::optional<ParamId> id) { return id ? layout_.at(params, *id, layer) : nullptr; };
-    auto in = [&](int i) { return act(layer, op.inputs[i]); };
-    auto out = [&](int i) { return act(layer, op.outputs[i]); };
+    auto in = [&](int i) { return view(op.inputs[i]); };
+    auto out = [&](int i) { return view(op.outputs[i]); };
     switch (op.kind) {
         case OpKind::layernorm:
             cpu::layernorm_forward(out(0), out(1), out(2), in(0), weight(op.weight), weight(op.bias), N, C);
@@ -204,79 +258,102 @@ void GPTModel::forward_op(const OpInfo& op, int layer, int B, int T, const Dropo
             cpu::matmul_forward(out(0), in(0), weight(op.weight), weight(op.bias), N, op.in_features, op.out_features);
             break;
         case OpKind::attention_softmax: cpu::attention_softmax_forward(out(0), in(0), B, T, C, NH); break;
-        case OpKind::dropout_mask: {
-            const long n = static_cast<long>(op.outputs[0] == TensorKind::att_mask ? std::size_t(N) * NH * T : std::size_t(N) * C);
-            cpu::dropout_mask(mask(layer, op.outputs[0]), n, p, dropout_key(dropout, layer, op.outputs[0]));
+        case OpKind::dropout_mask:
+            cpu::dropout_mask(mask_view(op.outputs[0]), static_cast<long>(numel_at(block_, config_, op.outputs[0], B, T)),
+                              p, dropout_key(layer, op.outputs[0]));
             break;
-        }
         case OpKind::attention_value:
-            cpu::attention_value_forward(out(0), in(0), mask(layer, TensorKind::att_mask), p, act(layer, TensorKind::qkv),
-                                         B, T, C, NH);
+            cpu::attention_value_forward(out(0), view(TensorKind::att), mask_view(TensorKind::att_mask), p,
+                                         view(TensorKind::qkv), B, T, C, NH);
             break;
         case OpKind::residual_dropout:
-            cpu::residual_dropout_forward(out(0), in(0), in(1), op.inputs.size() > 2 ? mask(layer, op.inputs[2]) : nullptr,
+            cpu::residual_dropout_forward(out(0), in(0), in(1), op.inputs.size() > 2 ? mask_view(op.inputs[2]) : nullptr,
                                           p, static_cast<long>(N) * C);
             break;
         case OpKind::gelu: cpu::gelu_forward(out(0), in(0), static_cast<long>(N) * 4 * C); break;
     }
 }
 
-void GPTModel::backward_op(const OpInfo& op, int layer, int B, int T) {
-    const int N = B * T, C = config_.n_embd, NH = config_.n_head;
-    const float p = dropout_p();
-    auto weight = [&](std::optional<ParamId> id) { return id ? layout_.at(params_.data(), *id, layer) : nullptr; };
-    auto dweight = [&](std::optional<ParamId> id) { return id ? layout_.at(grads_.data(), *id, layer) : nullptr; };
-    const float* att = act(layer, TensorKind::att);
-    const float* qkv = act(layer, TensorKind::qkv);
-    switch (op.kind) {
-        case OpKind::layernorm:
-            cpu::layernorm_backward(grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
-                                    grad_buffer(op.outputs[0]), act(layer, op.inputs[0]), weight(op.weight),
-                                    act(layer, op.outputs[1]), act(layer, op.outputs[2]), N, C);
-            break;
-        case OpKind::matmul:
-            cpu::matmul_backward(grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
-                                 grad_buffer(op.outputs[0]), act(layer, op.inputs[0]), weight(op.weight), N,
-                                 op.in_features, op.out_features);
-            break;
-        case OpKind::attention_softmax:
-            cpu::attention_softmax_backward(dqkv_, datt_, att, qkv, B, T, C, NH);
-            break;
-        case OpKind::dropout_mask: break;  // masks are inputs only
-        case OpKind::attention_value:
-            cpu::attention_value_backward(datt_, dqkv_, grad_buffer(TensorKind::atty), att,
-                                          mask(layer, TensorKind::att_mask), p, qkv, B, T, C, NH);
-            break;
-        case OpKind::residual_dropout:
-            // The residual input's gradient is the output's (same buffer, dres); only the branch needs work.
-            cpu::residual_dropout_backward(grad_buffer(op.inputs[1]), grad_buffer(op.outputs[0]),
-                                           op.inputs.size() > 2 ? mask(layer, op.inputs[2]) : nullptr, p,
-                                           static_cast<long>(N) * C);
-            break;
-        case OpKind::gelu:
-            cpu::gelu_backward(grad_buffer(op.inputs[0]), act(layer, op.inputs[0]), grad_buffer(op.outputs[0]),
-                               static_cast<long>(N) * 4 * C);
-            break;
+// Where op output `kind` of `layer` is written in forward: a kept tensor straight into its tape
+// slot, the block output into the next layer's input slot, anything else into its workspace
+// buffer (compressed after the op, or dropped and recorded as such).
+void GPTModel::place_output(int layer, TensorKind kind, int B, int T) {
+    const int k = static_cast<int>(kind);
+    const std::size_t bytes = bytes_of(kind, B, T);
+    if (is_block_output(kind)) {
+        layer_mark_[layer + 1] = tape_.mark();
+        view_[k] = static_cast<float*>(tape_.push(layer + 1, TensorKind::x, Policy::keep, bytes, bytes));
+        return;
+    }
+    if (!block_.tensor(kind).saved) {
+        view_[k] = buffer_[k];
+        return;
+    }
+    const TensorPolicy& p = plan_.at(layer, kind);
+    if (p.policy == Policy::keep) {
+        view_[k] = static_cast<float*>(tape_.push(layer, kind, Policy::keep, bytes, bytes));
+        return;
+    }
+    view_[k] = buffer_[k];
+    if (p.policy == Policy::recompute) tape_.push(layer, kind, Policy::recompute, 0, bytes);
+}
+
+void GPTModel::compress_output(int layer, TensorKind kind, int B, int T) {
+    const TensorPolicy& p = plan_.at(layer, kind);
+    const std::size_t numel = numel_at(block_, config_, kind, B, T), rows = rows_of(kind, B, T);
+    const bool mask = block_.tensor(kind).dtype == DType::u8;
+    const std::size_t bound = mask ? cpu::codec_bytes(cpu::Codec::bitpack, 1, numel, codec_params_)
+                                   : cpu::codec_max_bytes(p.codec, rows, numel / rows, codec_params_);
+    void* blob = tape_.top(layer, kind, bound);
+    const std::size_t bytes = mask ? cpu::compress_mask(reinterpret_cast<unsigned char*>(view(kind)), numel, blob)
+                                   : cpu::compress(p.codec, view(kind), rows, numel / rows, codec_params_, blob,
+                                                   codec_scratch_);
+    tape_.push(layer, kind, Policy::compress, bytes, numel * dtype_size(block_.tensor(kind).dtype));
+}
+
+void GPTModel::forward_block(int layer, int B, int T) {
+    for (const OpInfo& op : block_.ops()) {
+        if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
+        for (TensorKind t : op.outputs) place_output(layer, t, B, T);
+        run_op(op, layer, B, T);
+        for (TensorKind t : op.outputs)
+            if (block_.tensor(t).saved && plan_.at(layer, t).policy == Policy::compress) compress_output(layer, t, B, T);
     }
 }
 
 float GPTModel::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
                         float dloss) {
-    const int N = B * T, C = config_.n_embd, V = config_.vocab_size, Vp = config_.padded_vocab_size();
+    const int N = B * T, C = config_.n_embd, L = config_.n_layer, V = config_.vocab_size,
+              Vp = config_.padded_vocab_size();
+    const std::size_t act_bytes = static_cast<std::size_t>(N) * C * sizeof(float);
     const float* params = params_.data();
     // Without dropout in this pass, the driver skips the mask ops and gates with null masks.
     dropout_active_ = dropout.training && block_.has_dropout();
+    dropout_ = dropout;
+    tape_.release_to({});
+    tape_.reset_peak();
 
-    cpu::encoder_forward(encoded_, tokens, layout_.at(params, ParamId::wte), layout_.at(params, ParamId::wpe), B, T, C);
+    if (dropout_active_)
+        emb_mask_ = static_cast<unsigned char*>(
+            tape_.push(kEmbeddingLayer, TensorKind::res1_mask, Policy::keep, static_cast<std::size_t>(N) * C,
+                       static_cast<std::size_t>(N) * C));
+    layer_mark_[0] = tape_.mark();
+    float* x = static_cast<float*>(tape_.push(0, TensorKind::x, Policy::keep, act_bytes, act_bytes));
+    cpu::encoder_forward(x, tokens, layout_.at(params, ParamId::wte), layout_.at(params, ParamId::wpe), B, T, C);
     if (dropout_active_) {
-        cpu::dropout_mask(emb_mask_, static_cast<long>(N) * C, config_.dropout,
-                          dropout_key(dropout, config_.n_layer, TensorKind::x));
-        cpu::dropout_forward(encoded_, encoded_, emb_mask_, config_.dropout, static_cast<long>(N) * C);
+        cpu::dropout_mask(emb_mask_, static_cast<long>(N) * C, config_.dropout, dropout_key(L, TensorKind::x));
+        cpu::dropout_forward(x, x, emb_mask_, config_.dropout, static_cast<long>(N) * C);
     }
-    for (int l = 0; l < config_.n_layer; ++l)
-        for (const OpInfo& op : block_.ops())
-            if (op.kind != OpKind::dropout_mask || dropout_active_) forward_op(op, l, B, T, dropout);
-
+    view_[static_cast<int>(TensorKind::x)] = x;
+    for (int l = 0; l < L; ++l) {
+        forward_block(l, B, T);
+        view_[static_cast<int>(TensorKind::x)] = view(TensorKind::out);
+    }
+    // The final layernorm is recorded as layer L's ln1 on the tape; its input is layer L's x.
+    final_x_ = view(TensorKind::out);
+    lnf_ = static_cast<float*>(tape_.push(L, TensorKind::ln1, Policy::keep, act_bytes, act_bytes));
+    lnf_mean_ = static_cast<float*>(tape_.push(L, TensorKind::ln1_mean, Policy::keep, N * sizeof(float), N * sizeof(float)));
+    lnf_rstd_ = static_cast<float*>(tape_.push(L, TensorKind::ln1_rstd, Policy::keep, N * sizeof(float), N * sizeof(float)));
     cpu::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, final_x_, layout_.at(params, ParamId::lnfw),
                            layout_.at(params, ParamId::lnfb), N, C);
     cpu::matmul_forward(logits_, lnf_, layout_.at(params, ParamId::wte), nullptr, N, C, Vp);
@@ -289,27 +366,133 @@ float GPTModel::forward(const int* tokens, const int* targets, int B, int T, con
     return static_cast<float>(total / N);
 }
 
+// ---- backward -------------------------------------------------------------------------------
+
+// Brings every tensor of `layer` that backward reads into view, in forward order: kept ones
+// from their tape slot, compressed ones decompressed into the workspace, dropped ones
+// recomputed by re-running their producing op (and the transient ops feeding it) from tensors
+// already in view. Outputs of a re-run op that are already in view go to a discard buffer, so
+// kept tensors are never overwritten.
+void GPTModel::materialize_block(int layer, int B, int T) {
+    const auto& ops = block_.ops();
+    bool rerun[32] = {};
+    for (std::size_t i = 0; i < ops.size(); ++i)
+        for (TensorKind t : ops[i].outputs)
+            if (block_.tensor(t).saved && plan_.at(layer, t).policy == Policy::recompute) rerun[i] = true;
+    for (std::size_t i = ops.size(); i-- > 0;)
+        if (rerun[i])
+            for (TensorKind in : ops[i].inputs)
+                if (!block_.tensor(in).saved && in != TensorKind::x)
+                    rerun[block_.producer(in) - ops.data()] = true;
+
+    view_[static_cast<int>(TensorKind::x)] = static_cast<float*>(tape_.data(*tape_.find(layer, TensorKind::x)));
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const OpInfo& op = ops[i];
+        if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
+        float* discard = discard_;
+        for (TensorKind t : op.outputs) {
+            const int k = static_cast<int>(t);
+            if (!block_.tensor(t).saved) {
+                view_[k] = buffer_[k];
+                continue;
+            }
+            const TensorPolicy& p = plan_.at(layer, t);
+            if (p.policy == Policy::keep) view_[k] = static_cast<float*>(tape_.data(*tape_.find(layer, t)));
+            if (p.policy == Policy::compress) {
+                const void* blob = tape_.data(*tape_.find(layer, t));
+                const std::size_t numel = numel_at(block_, config_, t, B, T), rows = rows_of(t, B, T);
+                if (block_.tensor(t).dtype == DType::u8)
+                    cpu::decompress_mask(blob, numel, reinterpret_cast<unsigned char*>(buffer_[k]));
+                else
+                    cpu::decompress(p.codec, blob, rows, numel / rows, buffer_[k]);
+                view_[k] = buffer_[k];
+            }
+        }
+        if (!rerun[i]) continue;
+        float* in_view[4] = {};
+        for (std::size_t o = 0; o < op.outputs.size(); ++o) {
+            const int k = static_cast<int>(op.outputs[o]);
+            in_view[o] = view_[k];
+            const bool dropped = block_.tensor(op.outputs[o]).saved && plan_.at(layer, op.outputs[o]).policy == Policy::recompute;
+            if (!block_.tensor(op.outputs[o]).saved || dropped) {
+                view_[k] = buffer_[k];
+            } else {
+                view_[k] = discard;
+                discard += static_cast<std::size_t>(B) * T;  // only layernorm statistics land here
+            }
+        }
+        run_op(op, layer, B, T);
+        for (std::size_t o = 0; o < op.outputs.size(); ++o) {
+            const TensorKind t = op.outputs[o];
+            const bool dropped = block_.tensor(t).saved && plan_.at(layer, t).policy == Policy::recompute;
+            if (block_.tensor(t).saved && !dropped) view_[static_cast<int>(t)] = in_view[o];
+        }
+    }
+}
+
+void GPTModel::backward_op(const OpInfo& op, int layer, int B, int T) {
+    const int N = B * T, C = config_.n_embd, NH = config_.n_head;
+    const float p = dropout_p();
+    auto weight = [&](std::optional<ParamId> id) { return id ? layout_.at(params_.data(), *id, layer) : nullptr; };
+    auto dweight = [&](std::optional<ParamId> id) { return id ? layout_.at(grads_.data(), *id, layer) : nullptr; };
+    const float* att = view(TensorKind::att);
+    const float* qkv = view(TensorKind::qkv);
+    switch (op.kind) {
+        case OpKind::layernorm:
+            cpu::layernorm_backward(grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
+                                    grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight),
+                                    view(op.outputs[1]), view(op.outputs[2]), N, C);
+            break;
+        case OpKind::matmul:
+            cpu::matmul_backward(grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
+                                 grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight), N,
+                                 op.in_features, op.out_features);
+            break;
+        case OpKind::attention_softmax: cpu::attention_softmax_backward(dqkv_, datt_, att, qkv, B, T, C, NH); break;
+        case OpKind::dropout_mask: break;  // masks are inputs only
+        case OpKind::attention_value:
+            cpu::attention_value_backward(datt_, dqkv_, grad_buffer(TensorKind::atty), att,
+                                          mask_view(TensorKind::att_mask), p, qkv, B, T, C, NH);
+            break;
+        case OpKind::residual_dropout:
+            // The residual input's gradient is the output's (same buffer, dres); only the branch needs work.
+            cpu::residual_dropout_backward(grad_buffer(op.inputs[1]), grad_buffer(op.outputs[0]),
+                                           op.inputs.size() > 2 ? mask_view(op.inputs[2]) : nullptr, p,
+                                           static_cast<long>(N) * C);
+            break;
+        case OpKind::gelu:
+            cpu::gelu_backward(grad_buffer(op.inputs[0]), view(op.inputs[0]), grad_buffer(op.outputs[0]),
+                               static_cast<long>(N) * 4 * C);
+            break;
+    }
+}
+
 void GPTModel::backward(const int* tokens, int B, int T) {
     if (!has_dlogits_) throw std::logic_error("GPTModel::backward needs a forward with targets and dloss != 0");
-    const int N = B * T, C = config_.n_embd, Vp = config_.padded_vocab_size();
+    const int N = B * T, C = config_.n_embd, Vp = config_.padded_vocab_size(), L = config_.n_layer;
     const float* params = params_.data();
     float* grads = grads_.data();
 
-    // Classifier (tied head): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf.
+    // Classifier (tied head): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf; then the final layernorm.
     cpu::matmul_backward(dc_a_, layout_.at(grads, ParamId::wte), nullptr, logits_, lnf_,
                          layout_.at(params, ParamId::wte), N, C, Vp);
     std::memset(dres_, 0, sizeof(float) * N * C);
     cpu::layernorm_backward(dres_, layout_.at(grads, ParamId::lnfw), layout_.at(grads, ParamId::lnfb), dc_a_, final_x_,
                             layout_.at(params, ParamId::lnfw), lnf_mean_, lnf_rstd_, N, C);
+    tape_.release_to(layer_mark_[L]);
 
     const auto& ops = block_.ops();
-    for (int l = config_.n_layer - 1; l >= 0; --l)
+    for (int l = L - 1; l >= 0; --l) {
+        materialize_block(l, B, T);
         for (auto op = ops.rbegin(); op != ops.rend(); ++op)
             if (op->kind != OpKind::dropout_mask) backward_op(*op, l, B, T);
+        tape_.release_to(layer_mark_[l]);
+    }
 
     if (dropout_active_)
         cpu::residual_dropout_backward(dres_, dres_, emb_mask_, config_.dropout, static_cast<long>(N) * C);
     cpu::encoder_backward(layout_.at(grads, ParamId::wte), layout_.at(grads, ParamId::wpe), dres_, tokens, B, T, C);
+    tape_.release_to({});
     has_dlogits_ = false;
 }
 

@@ -1,16 +1,21 @@
-// GPT-2 on the CPU: the four arenas (parameters, gradients, AdamW m and v), the activations
-// backward needs, a workspace for transients, and the explicit forward / backward driver that
-// walks the block description of models/gpt_block.h. Everything is allocated in the
-// constructor; forward, backward and the optimizer step never allocate.
+// GPT-2 on the CPU: the four arenas (parameters, gradients, AdamW m and v), the activation
+// tape, a workspace for transients, and the explicit forward / backward driver that walks the
+// block description of models/gpt_block.h. Every activation backward needs lives on the tape in
+// the form the ActivationPlan says (kept, compressed, or recomputed before its block's
+// backward). Everything is allocated in the constructor; forward, backward and the optimizer
+// step never allocate.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
+#include "kernels/cpu/codecs.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
 #include "models/gpt_params.h"
+#include "src/activation_plan.h"
+#include "src/tape.h"
 
 namespace adacc {
 
@@ -43,19 +48,29 @@ private:
 // Byte sizes of every allocation the model makes, known before any is made.
 struct ModelMemory {
     std::size_t parameters = 0, gradients = 0, optimizer_state = 0;  // optimizer: m and v
-    std::size_t activations = 0;  // saved tensors of all blocks + embedding/final-LN/logits buffers
-    std::size_t workspace = 0;    // transients and backward scratch
-    std::size_t total() const { return parameters + gradients + optimizer_state + activations + workspace; }
+    std::size_t tape = 0;            // capacity: every saved activation at its planned size (bounds for codecs)
+    std::size_t materialize = 0;     // workspace: full-size buffers for tensors not kept in some layer
+    std::size_t transients = 0;      // workspace: op outputs no backward needs, backward's gradient buffers
+    std::size_t logits = 0;          // workspace: logits / dlogits (N x Vp) and per-token losses
+    std::size_t workspace() const { return materialize + transients + logits; }
+    std::size_t static_bytes() const { return parameters + gradients + optimizer_state; }
+    std::size_t total() const { return static_bytes() + tape + workspace(); }
 };
 
 class GPTModel {
 public:
-    // Allocates for micro-batches up to B x T (T <= config.max_seq_len).
+    // Allocates for micro-batches up to B x T (T <= config.max_seq_len) under `plan`
+    // (default: keep everything).
     GPTModel(const GPTConfig& config, int B, int T);
-    static ModelMemory plan_memory(const GPTConfig& config, int B, int T);
+    GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
+             const cpu::CodecParams& codec_params = {});
+    static ModelMemory plan_memory(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
+                                   const cpu::CodecParams& codec_params = {});
 
     const GPTConfig& config() const { return config_; }
     const ParameterLayout& layout() const { return layout_; }
+    const BlockGraph& block() const { return block_; }
+    const ActivationPlan& plan() const { return plan_; }
     int max_batch() const { return B_; }
     int max_seq_len() const { return T_; }
     float* params() const { return params_.data(); }
@@ -64,54 +79,72 @@ public:
     float* adam_v() const { return v_.data(); }
     std::size_t num_params() const { return layout_.total(); }
     const ModelMemory& memory() const { return memory_; }
+    TapeAllocator& tape() { return tape_; }
+    const TapeAllocator& tape() const { return tape_; }
 
     // GPT-2 init: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L), zero biases,
     // unit layernorm weights, zero padded embedding rows. Deterministic in `seed`.
     void init_weights(std::uint64_t seed);
     void zero_grads();
 
-    // Forward pass over tokens (B x T, row-major). With targets, returns the mean loss over
-    // B*T tokens; with dloss != 0 the logits are turned into dlogits scaled by dloss (ready for
-    // backward()), otherwise logits() holds the logits. Without targets returns 0.
+    // Forward pass over tokens (B x T, row-major), saving activations on the tape per the plan.
+    // With targets, returns the mean loss over B*T tokens; with dloss != 0 the logits are turned
+    // into dlogits scaled by dloss (ready for backward()), otherwise logits() holds the logits.
+    // Without targets returns 0.
     float forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
                   float dloss);
     // Backward pass of the last forward (which must have had targets and dloss != 0), with the
-    // same tokens; uses the forward's dropout masks; accumulates into grads().
+    // same tokens: before each block's backward, its dropped tensors are recomputed and its
+    // compressed ones decompressed into the workspace; after it, its tape slots are released.
+    // Accumulates into grads().
     void backward(const int* tokens, int B, int T);
 
     const float* logits() const { return logits_; }   // B*T x Vp, after a forward
     const float* losses() const { return losses_; }   // B*T per-token losses, after a forward with targets
-    // Floating point operations of one training step (forward + backward) at B x T.
+    // Floating point operations of one training step (forward + backward) at B x T, not
+    // counting recomputation.
     double training_flops(int B, int T) const;
 
 private:
-    float* act(int layer, TensorKind kind) const;
-    unsigned char* mask(int layer, TensorKind kind) const;  // null when this pass has no dropout
-    float dropout_p() const;                                // 0 when this pass has no dropout
+    float* view(TensorKind kind) const { return view_[static_cast<int>(kind)]; }
+    unsigned char* mask_view(TensorKind kind) const;  // null when this pass has no dropout
+    float dropout_p() const;                          // 0 when this pass has no dropout
     float* grad_buffer(TensorKind kind) const;
-    std::uint64_t dropout_key(const DropoutContext& ctx, int layer, TensorKind kind) const;
-    void forward_op(const OpInfo& op, int layer, int B, int T, const DropoutContext& dropout);
+    std::uint64_t dropout_key(int layer, TensorKind kind) const;
+    std::size_t rows_of(TensorKind kind, int B, int T) const;
+    std::size_t bytes_of(TensorKind kind, int B, int T) const;
+
+    void forward_block(int layer, int B, int T);
+    void place_output(int layer, TensorKind kind, int B, int T);
+    void compress_output(int layer, TensorKind kind, int B, int T);
+    void materialize_block(int layer, int B, int T);
+    void run_op(const OpInfo& op, int layer, int B, int T);
     void backward_op(const OpInfo& op, int layer, int B, int T);
-    void carve_activations();
     void carve_workspace();
 
     GPTConfig config_;
     ParameterLayout layout_;
     int B_, T_;
-    BlockGraph block_;  // at the allocated B x T: per-layer slot sizes
+    BlockGraph block_;  // at the allocated B x T
+    ActivationPlan plan_;
+    cpu::CodecParams codec_params_;
     ModelMemory memory_;
-    FloatArena params_, grads_, m_, v_, activations_, workspace_;
+    FloatArena params_, grads_, m_, v_, workspace_;
+    TapeAllocator tape_;
 
-    std::size_t layer_slot_floats_ = 0;                       // one block's saved tensors
-    std::size_t tensor_offset_[kNumTensorKinds] = {};         // within a layer slot, floats
-    float* transient_[kNumTensorKinds] = {};                  // attproj, fcproj: shared by all layers
-    float *encoded_ = nullptr, *final_x_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
+    float* view_[kNumTensorKinds] = {};       // the current block's tensors (tape or workspace)
+    float* buffer_[kNumTensorKinds] = {};     // workspace buffers: materialised tensors and transients
+    std::vector<TapeAllocator::Mark> layer_mark_;  // tape mark before layer l's input x (l = L: final x)
+    float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *final_x_ = nullptr;
     float *logits_ = nullptr, *losses_ = nullptr;
     unsigned char* emb_mask_ = nullptr;
-    // backward workspace
+    void* codec_scratch_ = nullptr;
+    float* discard_ = nullptr;  // outputs a recompute must produce but that are already materialised
+    // backward gradient buffers
     float *dres_ = nullptr, *dc_a_ = nullptr, *dc_b_ = nullptr, *dqkv_ = nullptr, *dfc_ = nullptr, *datt_ = nullptr;
     bool has_dlogits_ = false;
     bool dropout_active_ = false;  // the last forward applied dropout
+    DropoutContext dropout_;       // the last forward's, to regenerate its masks
 };
 
 }  // namespace adacc

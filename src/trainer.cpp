@@ -9,6 +9,7 @@
 #include "data/token_shard.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "src/memory_report.h"
 #include "src/optimizer.h"
 
 namespace adacc {
@@ -37,10 +38,10 @@ void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
     std::printf("parameters: %lld (formula Vp*C + maxT*C + L*(12C^2 + 13C) + 2C = %lld; %lld without vocab padding)\n",
                 static_cast<long long>(model.num_params()), static_cast<long long>(m.parameter_count()),
                 static_cast<long long>(m.unpadded_parameter_count()));
-    std::printf("memory: params %s, grads %s, adamw %s, activations %s, workspace %s, total %s\n",
-                format_bytes(mem.parameters).c_str(), format_bytes(mem.gradients).c_str(),
-                format_bytes(mem.optimizer_state).c_str(), format_bytes(mem.activations).c_str(),
-                format_bytes(mem.workspace).c_str(), format_bytes(mem.total()).c_str());
+    std::printf("memory (%s): params %s, grads %s, adamw %s, tape %s, workspace %s (logits %s), total %s\n",
+                cfg.memory.mode.c_str(), format_bytes(mem.parameters).c_str(), format_bytes(mem.gradients).c_str(),
+                format_bytes(mem.optimizer_state).c_str(), format_bytes(mem.tape).c_str(),
+                format_bytes(mem.workspace()).c_str(), format_bytes(mem.logits).c_str(), format_bytes(mem.total()).c_str());
 }
 
 }  // namespace
@@ -53,7 +54,9 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     std::printf("%s", format_config_table(config_).c_str());
 
     const int B = config_.training.batch_size, T = config_.training.seq_len;
-    model_ = std::make_unique<GPTModel>(config_.model, B, T);
+    const MemoryMode mode = parse_memory_mode(config_.memory.mode);
+    if (!config_.memory.budget.empty()) check_budget(config_.model, B, T, mode, parse_size(config_.memory.budget));
+    model_ = std::make_unique<GPTModel>(config_.model, B, T, plan_for_mode(config_.model, B, T, mode));
     print_model_summary(config_, *model_);
     train_data_ = open_loader(config_.data.train, config_, config_.data.shuffle, "data.train");
     if (!config_.data.val.empty()) val_data_ = open_loader(config_.data.val, config_, false, "data.val");
@@ -103,14 +106,21 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
     const auto& t = config_.training;
     const double tokens = static_cast<double>(t.batch_size) * t.seq_len * t.grad_accum;
     const double gflops = model_->training_flops(t.batch_size, t.seq_len) * t.grad_accum / seconds / 1e9;
+    // The tape at its peak (end of forward): bytes held kept / compressed, and bytes recomputed instead.
+    const TapeUsage& tape = model_->tape().peak();
+    const std::size_t kept = tape.by_policy[int(Policy::keep)], compressed = tape.by_policy[int(Policy::compress)],
+                      recomputed = tape.by_policy[int(Policy::recompute)];
     if (step % config_.logging.print_every == 0 || step == t.steps)
-        std::printf("step %6d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | act %s\n",
+        std::printf("step %6d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | "
+                    "tape %s (kept %s, compressed %s, recompute %s)\n",
                     step, t.steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, gflops,
-                    format_bytes(model_->memory().activations).c_str());
+                    format_bytes(tape.used).c_str(), format_bytes(kept).c_str(), format_bytes(compressed).c_str(),
+                    format_bytes(recomputed).c_str());
     std::fflush(stdout);
     metrics_->write({{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}, {"step_ms", seconds * 1e3},
-                     {"tokens_per_s", tokens / seconds}, {"gflops", gflops},
-                     {"activation_bytes", model_->memory().activations}});
+                     {"tokens_per_s", tokens / seconds}, {"gflops", gflops}, {"tape_peak_bytes", tape.used},
+                     {"tape_kept_bytes", kept}, {"tape_compressed_bytes", compressed},
+                     {"tape_recompute_bytes", recomputed}});
 }
 
 void Trainer::run() {

@@ -1,0 +1,29 @@
+// Memory accounting before allocation (DESIGN §3): every arena's size for a model, batch and
+// memory mode, the largest batch a budget holds, and the `adacc memory` table (after
+// Megatron's theoretical-memory report).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/activation_plan.h"
+#include "src/gpt_model.h"
+
+namespace adacc {
+
+ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode);
+ActivationPlan plan_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode);
+
+// Largest B (up to max_batch) whose total fits in `budget` bytes; 0 when not even B = 1 fits.
+int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch = 1 << 16);
+
+// Throws UserError when the total for (B, T, mode) exceeds `budget`, with the arena breakdown
+// and, for every mode, the largest batch that would fit.
+void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget);
+
+// One row per mode: every arena, the total, and the largest batch under `budget` (when > 0).
+std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
+                                std::uint64_t budget);
+
+}  // namespace adacc
