@@ -1,0 +1,214 @@
+// The tape: exact byte accounting for every memory mode (against sizes computed here from the
+// tensor list and the codec formulas), the peak seen by an observer on every push and release,
+// and bit-identical gradients for every recompute-only plan.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "src/gpt_model.h"
+#include "src/memory_report.h"
+
+namespace adacc {
+namespace {
+
+std::size_t a64(std::size_t n) { return (n + 63) / 64 * 64; }
+
+std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::vector<int> t(n);
+    for (auto& x : t) x = static_cast<int>(gen() % vocab);
+    return t;
+}
+
+GPTConfig config_with(const char* preset, int n_layer, float dropout) {
+    GPTConfig c = *gpt_preset(preset);
+    c.n_layer = n_layer;
+    c.dropout = dropout;
+    return c;
+}
+
+// What the tape must hold after a forward at B x T under `plan` with dropout on: per tensor,
+// its full size (kept), its codec formula size (compressed) or nothing (recomputed), each
+// rounded up to 64 bytes; plus the embedding mask, every layer's input, and the final layernorm.
+struct Expected {
+    std::size_t used = 0, kept = 0, compressed = 0, recomputed = 0;
+};
+Expected expected_tape(const GPTConfig& cfg, int B, int T, const ActivationPlan& plan) {
+    const BlockGraph block(cfg, B, T);
+    const std::size_t N = std::size_t(B) * T, C = cfg.n_embd;
+    Expected e;
+    auto keep = [&](std::size_t bytes) { e.used += a64(bytes), e.kept += bytes; };
+    if (block.has_dropout()) keep(N * C);
+    keep(N * C * 4);  // x of layer 0
+    for (int l = 0; l < cfg.n_layer; ++l) {
+        for (const TensorInfo& t : block.tensors()) {
+            if (!t.saved || t.kind == TensorKind::x) continue;
+            const TensorPolicy& p = plan.at(l, t.kind);
+            if (p.policy == Policy::keep) keep(t.bytes());
+            if (p.policy == Policy::recompute) e.recomputed += t.bytes();
+            if (p.policy == Policy::compress) {
+                const std::size_t rows = (t.kind == TensorKind::att || t.kind == TensorKind::att_mask) ? N * cfg.n_head : N;
+                const std::size_t bytes = t.dtype == DType::u8 ? (t.numel + 7) / 8 /* bits, padded to 64 */
+                                                               : cpu::codec_bytes(p.codec, rows, t.numel / rows, {});
+                e.used += a64(bytes);
+                e.compressed += t.dtype == DType::u8 ? a64(bytes) : bytes;
+            }
+        }
+        keep(N * C * 4);  // the block's output: the next layer's x (or the final layernorm's input)
+    }
+    keep(N * C * 4), keep(N * 4), keep(N * 4);  // final layernorm output, mean, rstd
+    return e;
+}
+
+struct Case {
+    const char* preset;
+    int n_layer, B, T;
+    float dropout;
+};
+
+class TapeAccounting : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TapeAccounting, BytesMatchTheTensorListExactlyInEveryMode) {
+    const Case c = GetParam();
+    const GPTConfig cfg = config_with(c.preset, c.n_layer, c.dropout);
+    const auto tokens = random_tokens(c.B * c.T, cfg.vocab_size, 1), targets = random_tokens(c.B * c.T, cfg.vocab_size, 2);
+    for (MemoryMode mode : all_memory_modes()) {
+        const ActivationPlan plan = plan_for_mode(cfg, c.B, c.T, mode);
+        GPTModel model(cfg, c.B, c.T, plan);
+        model.init_weights(3);
+        std::size_t observed_peak = 0;
+        model.tape().set_observer([&](const std::vector<TapeSlot>& slots, const TapeUsage& usage) {
+            std::size_t end = 0;  // recomputed from the slots themselves, not from the tape's counters
+            for (const auto& s : slots) end = std::max(end, s.offset + a64(s.bytes));
+            EXPECT_EQ(end, usage.used);
+            for (const auto& s : slots) EXPECT_EQ(s.offset % 64, 0u);
+            observed_peak = std::max(observed_peak, end);
+        });
+        model.forward(tokens.data(), targets.data(), c.B, c.T, DropoutContext{1, 1, 0, true}, 1.0f / (c.B * c.T));
+        const Expected e = expected_tape(cfg, c.B, c.T, plan);
+        const TapeUsage& u = model.tape().usage();
+        const char* name = memory_mode_name(mode);
+        EXPECT_EQ(u.used, e.used) << name;
+        EXPECT_EQ(u.by_policy[int(Policy::keep)], e.kept) << name;
+        EXPECT_EQ(u.by_policy[int(Policy::recompute)], e.recomputed) << name;
+        // The group/channel/asym codecs have fixed sizes, so the capacity planned before
+        // allocation is exactly what a forward uses.
+        EXPECT_EQ(model.memory().tape, e.used) << name;
+        model.backward(tokens.data(), c.B, c.T);
+        EXPECT_EQ(model.tape().usage().used, 0u) << name << ": backward releases every slot";
+        EXPECT_EQ(model.tape().peak().used, observed_peak) << name;
+        EXPECT_EQ(observed_peak, e.used) << name;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, TapeAccounting,
+                         ::testing::Values(Case{"gpt-micro", 2, 2, 16, 0.1f}, Case{"gpt-micro", 3, 3, 7, 0.0f},
+                                           Case{"gpt-tiny", 2, 2, 32, 0.1f}, Case{"gpt-tiny", 1, 1, 5, 0.2f}));
+
+TEST(TapeAccounting, ModesOrderAsExpected) {
+    const GPTConfig cfg = config_with("gpt-tiny", 2, 0.1f);
+    auto tape = [&](MemoryMode m) { return memory_for_mode(cfg, 4, 64, m).tape; };
+    EXPECT_LT(tape(MemoryMode::full), tape(MemoryMode::selective));
+    EXPECT_LT(tape(MemoryMode::selective), tape(MemoryMode::none));
+    EXPECT_LT(tape(MemoryMode::quant), tape(MemoryMode::none) / 3);
+}
+
+TEST(TapeAllocator, OverflowNamesTheSlot) {
+    TapeAllocator tape(256);
+    tape.push(0, TensorKind::ln1, Policy::keep, 200, 200);
+    try {
+        tape.push(3, TensorKind::qkv, Policy::keep, 100, 100);
+        FAIL() << "no overflow";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("qkv of layer 3"), std::string::npos) << e.what();
+    }
+}
+
+// ---- bit-identical recompute ------------------------------------------------------------------
+
+struct StepResult {
+    float loss;
+    std::vector<float> grads;
+};
+
+StepResult train_step(const GPTConfig& cfg, const ActivationPlan& plan, int B, int T) {
+    GPTModel model(cfg, B, T, plan);
+    model.init_weights(9);
+    const auto tokens = random_tokens(B * T, cfg.vocab_size, 4), targets = random_tokens(B * T, cfg.vocab_size, 5);
+    model.zero_grads();
+    const float loss = model.forward(tokens.data(), targets.data(), B, T, DropoutContext{7, 3, 1, true}, 1.0f / (B * T));
+    model.backward(tokens.data(), B, T);
+    return {loss, std::vector<float>(model.grads(), model.grads() + model.num_params())};
+}
+
+void expect_bit_identical(const StepResult& a, const StepResult& b, const std::string& what) {
+    EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(float)), 0) << what;
+    ASSERT_EQ(a.grads.size(), b.grads.size());
+    EXPECT_EQ(std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float)), 0) << what;
+}
+
+class RecomputeIsBitIdentical : public ::testing::Test {
+protected:
+    const int B = 2, T = 16;
+    const GPTConfig cfg = config_with("gpt-micro", 3, 0.1f);
+    const BlockGraph block{cfg, B, T};
+    const StepResult reference = train_step(cfg, ActivationPlan(block, cfg.n_layer), B, T);
+    std::vector<TensorKind> plannable() const {
+        std::vector<TensorKind> kinds;
+        for (const auto& t : block.tensors())
+            if (t.saved && !t.tiny && t.kind != TensorKind::x) kinds.push_back(t.kind);
+        return kinds;
+    }
+};
+
+TEST_F(RecomputeIsBitIdentical, FullAndSelective) {
+    expect_bit_identical(reference, train_step(cfg, plan_for_mode(cfg, B, T, MemoryMode::full), B, T), "full");
+    expect_bit_identical(reference, train_step(cfg, plan_for_mode(cfg, B, T, MemoryMode::selective), B, T), "selective");
+}
+
+TEST_F(RecomputeIsBitIdentical, EachTensorDroppedAlone) {
+    for (TensorKind kind : plannable()) {
+        ActivationPlan plan(block, cfg.n_layer);
+        for (int l = 0; l < cfg.n_layer; ++l) plan.set(l, kind, {Policy::recompute});
+        expect_bit_identical(reference, train_step(cfg, plan, B, T), tensor_kind_name(kind));
+    }
+}
+
+TEST_F(RecomputeIsBitIdentical, RandomPlansWithLayersThatDiffer) {
+    std::mt19937 gen(2024);
+    const auto kinds = plannable();
+    for (int trial = 0; trial < 24; ++trial) {
+        ActivationPlan plan(block, cfg.n_layer);
+        std::string desc;
+        for (int l = 0; l < cfg.n_layer; ++l)
+            for (TensorKind kind : kinds)
+                if (gen() % 2) {
+                    plan.set(l, kind, {Policy::recompute});
+                    desc += std::to_string(l) + ":" + tensor_kind_name(kind) + " ";
+                }
+        expect_bit_identical(reference, train_step(cfg, plan, B, T), "plan " + desc);
+    }
+}
+
+// Compression is lossy but must stay close: quant's gradients within a few percent of none's.
+TEST(QuantMode, GradientsCloseToKeepAll) {
+    const GPTConfig cfg = config_with("gpt-tiny", 2, 0.1f);
+    const int B = 2, T = 32;
+    const StepResult none = train_step(cfg, plan_for_mode(cfg, B, T, MemoryMode::none), B, T);
+    const StepResult quant = train_step(cfg, plan_for_mode(cfg, B, T, MemoryMode::quant), B, T);
+    EXPECT_EQ(none.loss, quant.loss);  // forward consumes the uncompressed tensors
+    double diff2 = 0, ref2 = 0;
+    for (std::size_t i = 0; i < none.grads.size(); ++i) {
+        diff2 += std::pow(double(none.grads[i]) - quant.grads[i], 2);
+        ref2 += std::pow(double(none.grads[i]), 2);
+    }
+    const double rel = std::sqrt(diff2 / ref2);
+    std::printf("quant vs none gradient relative L2 error: %.4f\n", rel);
+    EXPECT_GT(rel, 0.0);
+    EXPECT_LT(rel, 0.1);
+}
+
+}  // namespace
+}  // namespace adacc
