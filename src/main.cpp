@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
     adacc::add_prepare_command(app);
     adacc::add_tokenize_command(app);
     adacc::add_sample_command(app);
+    adacc::add_memory_command(app);
+    adacc::add_compare_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -12,5 +12,7 @@ void add_train_command(CLI::App& app);     // src/commands/train.cpp
 void add_prepare_command(CLI::App& app);   // src/commands/prepare.cpp
 void add_tokenize_command(CLI::App& app);  // src/commands/tokenize.cpp
 void add_sample_command(CLI::App& app);    // src/commands/sample.cpp
+void add_memory_command(CLI::App& app);    // src/commands/memory.cpp
+void add_compare_command(CLI::App& app);   // src/commands/compare.cpp
 
 }  // namespace adacc

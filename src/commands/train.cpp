@@ -15,6 +15,7 @@ struct TrainArgs {
     std::string config;
     std::vector<std::string> overrides;
     std::string resume;
+    std::string budget;
 };
 
 // A resumed run takes its config from the checkpoint (overrides still apply, e.g. more steps);
@@ -45,8 +46,10 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--config", args->config, "TOML run config (see configs/)");
     cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
     cmd->add_option("--resume", args->resume, "continue the run in RUN_DIR from its newest complete checkpoint");
+    cmd->add_option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (same as --set memory.budget=...)");
     cmd->callback([args] {
         std::optional<std::filesystem::path> checkpoint;
+        if (!args->budget.empty()) args->overrides.push_back("memory.budget=" + args->budget);
         const RunConfig config = resolve_config(*args, checkpoint);
         Trainer trainer(config, checkpoint);
         trainer.run();

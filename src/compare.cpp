@@ -1,0 +1,198 @@
+#include "src/compare.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "data/dataloader.h"
+#include "data/token_shard.h"
+#include "src/config.h"
+#include "src/errors.h"
+#include "src/gpt_model.h"
+#include "src/memory_report.h"
+#include "src/optimizer.h"
+
+namespace adacc {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+DataLoader open_training_data(const RunConfig& config, int B, int T) {
+    if (config.data.train.empty())
+        throw UserError("data.train is not set: compare trains on real tokens; make shards with `adacc prepare` and "
+                        "pass --set data.train=DIR/train_*.bin");
+    DataLoaderOptions options;
+    options.batch_size = B;
+    options.seq_len = T;
+    options.seed = config.training.seed;
+    options.vocab_size = static_cast<std::uint32_t>(config.model.vocab_size);
+    return DataLoader(expand_shard_pattern(config.data.train), options);
+}
+
+struct RunResult {
+    std::size_t tape_peak = 0;
+    double median_step_ms = 0;
+    float last_loss = 0;
+};
+
+// `steps` optimizer steps of one (mode, batch) from the config's seed and the data's start.
+RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, int B, int steps, int warmup) {
+    const int T = config.training.seq_len;
+    GPTModel model(config.model, B, T, plan);
+    model.init_weights(config.training.seed);
+    DataLoader data = open_training_data(config, B, T);
+    std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
+    RunResult result;
+    std::vector<double> times;
+    for (int step = 1; step <= steps; ++step) {
+        data.next_batch(inputs, targets);
+        const auto start = Clock::now();
+        model.zero_grads();
+        result.last_loss = model.forward(inputs.data(), targets.data(), B, T,
+                                         DropoutContext{config.training.seed, std::uint64_t(step), 0, true},
+                                         1.0f / (B * T));
+        model.backward(inputs.data(), B, T);
+        adamw_step(model, config.optimizer, learning_rate(config.lr, step, config.training.steps), step);
+        if (step > warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+        result.tape_peak = std::max(result.tape_peak, model.tape().peak().used);
+    }
+    std::sort(times.begin(), times.end());
+    result.median_step_ms = times.empty() ? 0.0 : times[times.size() / 2];
+    return result;
+}
+
+}  // namespace
+
+std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOptions& options) {
+    const int T = config.training.seq_len;
+    const int warmup = std::min(options.warmup, options.steps - 1);
+    std::vector<CompareRow> rows;
+    for (int B : options.batches) {
+        std::optional<double> none_loss;
+        for (MemoryMode mode : options.modes) {
+            CompareRow row;
+            row.mode = memory_mode_name(mode);
+            row.batch = B;
+            row.seq = T;
+            const ActivationPlan plan = plan_for_mode(config.model, B, T, mode);
+            row.total_bytes = GPTModel::plan_memory(config.model, B, T, plan).total();
+            row.fits = options.budget == 0 || row.total_bytes <= options.budget;
+            if (row.fits) {
+                std::fprintf(stderr, "compare: %s batch %d ...\n", row.mode.c_str(), B);
+                const RunResult r = train_steps(config, plan, B, options.steps, warmup);
+                row.tape_peak_bytes = r.tape_peak;
+                row.step_ms = r.median_step_ms;
+                row.tokens_per_s = r.median_step_ms > 0 ? B * T / (r.median_step_ms / 1e3) : 0;
+                row.loss = r.last_loss;
+                if (mode == MemoryMode::none) none_loss = row.loss;
+            }
+            rows.push_back(row);
+        }
+        for (auto& row : rows)
+            if (row.batch == B && row.fits && none_loss) row.loss_delta_pct = 100.0 * (row.loss - *none_loss) / *none_loss;
+    }
+    return rows;
+}
+
+std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::vector<MemoryMode>& modes,
+                                          std::uint64_t budget) {
+    const int T = config.training.seq_len;
+    std::vector<MaxBatchRow> rows;
+    int none_batch = 0;
+    for (MemoryMode mode : modes) {
+        MaxBatchRow row;
+        row.mode = memory_mode_name(mode);
+        row.max_batch = largest_batch(config.model, T, mode, budget);
+        if (row.max_batch > 0) {
+            const ActivationPlan plan = plan_for_mode(config.model, row.max_batch, T, mode);
+            row.total_bytes = GPTModel::plan_memory(config.model, row.max_batch, T, plan).total();
+            std::fprintf(stderr, "max-batch: verifying %s at batch %d ...\n", row.mode.c_str(), row.max_batch);
+            train_steps(config, plan, row.max_batch, 1, 0);  // allocates every arena and runs a step
+            row.verified = true;
+        }
+        if (mode == MemoryMode::none) none_batch = row.max_batch;
+        rows.push_back(row);
+    }
+    for (auto& row : rows) row.ratio_vs_none = none_batch > 0 ? double(row.max_batch) / none_batch : 0.0;
+    return rows;
+}
+
+namespace {
+std::string fixed(double v, int decimals) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    return buf;
+}
+}  // namespace
+
+std::string format_comparison(const std::vector<CompareRow>& rows, const std::string& format) {
+    if (format == "json") {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& r : rows)
+            out.push_back({{"mode", r.mode}, {"batch", r.batch}, {"seq", r.seq}, {"fits", r.fits},
+                           {"tape_peak_bytes", r.tape_peak_bytes}, {"total_bytes", r.total_bytes},
+                           {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"loss", r.loss},
+                           {"loss_delta_pct", r.loss_delta_pct ? nlohmann::json(*r.loss_delta_pct) : nlohmann::json()}});
+        return out.dump(2) + "\n";
+    }
+    const bool csv = format == "csv";
+    std::string out;
+    char line[512];
+    if (csv)
+        out += "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,loss_delta_pct\n";
+    else {
+        std::snprintf(line, sizeof line, "%-10s %5s %5s %14s %14s %10s %12s %9s %14s\n", "mode", "batch", "seq",
+                      "tape_peak", "total", "step_ms", "tokens/s", "loss", "loss_delta_pct");
+        out += line;
+    }
+    for (const auto& r : rows) {
+        const std::string delta = r.loss_delta_pct ? fixed(*r.loss_delta_pct, 3) : "";
+        if (csv) {
+            out += r.mode + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) + "," +
+                   (r.fits ? std::to_string(r.tape_peak_bytes) : "") + "," + std::to_string(r.total_bytes) + "," +
+                   (r.fits ? fixed(r.step_ms, 2) + "," + fixed(r.tokens_per_s, 1) + "," + fixed(r.loss, 5) : ",,") +
+                   "," + delta + "\n";
+            continue;
+        }
+        if (!r.fits)
+            std::snprintf(line, sizeof line, "%-10s %5d %5d %14s %14s   does not fit the budget\n", r.mode.c_str(),
+                          r.batch, r.seq, "-", format_bytes(r.total_bytes).c_str());
+        else
+            std::snprintf(line, sizeof line, "%-10s %5d %5d %14s %14s %10.1f %12.1f %9.4f %14s\n", r.mode.c_str(),
+                          r.batch, r.seq, format_bytes(r.tape_peak_bytes).c_str(), format_bytes(r.total_bytes).c_str(),
+                          r.step_ms, r.tokens_per_s, r.loss, delta.c_str());
+        out += line;
+    }
+    return out;
+}
+
+std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::string& format) {
+    if (format == "json") {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& r : rows)
+            out.push_back({{"mode", r.mode}, {"max_batch", r.max_batch}, {"total_bytes", r.total_bytes},
+                           {"verified", r.verified}, {"ratio_vs_none", r.ratio_vs_none}});
+        return out.dump(2) + "\n";
+    }
+    std::string out = format == "csv" ? "mode,max_batch,total_bytes,verified,ratio_vs_none\n" : "";
+    char line[256];
+    if (format != "csv") {
+        std::snprintf(line, sizeof line, "%-10s %10s %14s %9s %14s\n", "mode", "max_batch", "total", "verified",
+                      "x_none_batch");
+        out += line;
+    }
+    for (const auto& r : rows) {
+        if (format == "csv")
+            std::snprintf(line, sizeof line, "%s,%d,%zu,%s,%.3f\n", r.mode.c_str(), r.max_batch, r.total_bytes,
+                          r.verified ? "yes" : "no", r.ratio_vs_none);
+        else
+            std::snprintf(line, sizeof line, "%-10s %10d %14s %9s %14.2f\n", r.mode.c_str(), r.max_batch,
+                          format_bytes(r.total_bytes).c_str(), r.verified ? "yes" : "no", r.ratio_vs_none);
+        out += line;
+    }
+    return out;
+}
+
+}  // namespace adacc

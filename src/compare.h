@@ -1,0 +1,52 @@
+// `adacc compare`: every (memory mode, batch) trained for a few steps from the same initial
+// weights and data, with the tape's measured peak, the step time and the loss; and the largest
+// batch each mode fits under a budget, checked by allocating it and running a step.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/activation_plan.h"
+#include "src/run_config.h"
+
+namespace adacc {
+
+struct CompareRow {
+    std::string mode;
+    int batch = 0, seq = 0;
+    bool fits = true;                 // false: over the budget, not run
+    std::size_t tape_peak_bytes = 0;  // measured by the tape
+    std::size_t total_bytes = 0;      // every arena as allocated (tape at its planned capacity)
+    double step_ms = 0;               // median over the steps after warm-up
+    double tokens_per_s = 0;
+    double loss = 0;                  // the last step's
+    std::optional<double> loss_delta_pct;  // vs mode none at the same batch
+};
+
+struct CompareOptions {
+    std::vector<MemoryMode> modes;
+    std::vector<int> batches;
+    int steps = 5;
+    int warmup = 1;                   // steps left out of the median
+    std::uint64_t budget = 0;         // 0: none
+};
+
+std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOptions& options);
+
+struct MaxBatchRow {
+    std::string mode;
+    int max_batch = 0;                // by exact accounting
+    std::size_t total_bytes = 0;      // at that batch
+    bool verified = false;            // allocated and ran one step at that batch
+    double ratio_vs_none = 0;         // max_batch / none's
+};
+std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::vector<MemoryMode>& modes,
+                                          std::uint64_t budget);
+
+// "table" (aligned), "csv" or "json".
+std::string format_comparison(const std::vector<CompareRow>& rows, const std::string& format);
+std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::string& format);
+
+}  // namespace adacc
