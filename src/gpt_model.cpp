@@ -62,6 +62,7 @@ std::size_t tape_capacity(const GPTConfig& cfg, const BlockGraph& block, const A
 struct WorkspaceLayout {
     std::size_t buffer[kNumTensorKinds] = {};  // materialised tensors and transients (0 = none)
     bool has_buffer[kNumTensorKinds] = {};
+    std::size_t residual[2] = {}, lnf = 0, lnf_mean = 0, lnf_rstd = 0;  // inference only
     std::size_t dres = 0, dc_a = 0, dc_b = 0, dqkv = 0, dfc = 0, datt = 0, discard = 0, codec_scratch = 0;
     std::size_t logits = 0, losses = 0;
     std::size_t materialize = 0, transients = 0, logits_bytes = 0, total = 0;
@@ -77,14 +78,15 @@ struct Cursor {
 };
 
 WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
-                                 const cpu::CodecParams& codec_params, int B, int T) {
+                                 const cpu::CodecParams& codec_params, int B, int T, ModelUse use) {
     WorkspaceLayout w;
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, F = sizeof(float);
+    const bool inference = use == ModelUse::inference;
     Cursor c;
     std::size_t scratch = 0;
     for (const TensorInfo& t : block.tensors()) {
         const int k = static_cast<int>(t.kind);
-        if (!t.saved || !plan.materialized_anywhere(t.kind)) continue;
+        if (!t.saved || t.kind == TensorKind::x || !(inference || plan.materialized_anywhere(t.kind))) continue;
         w.buffer[k] = c.take(t.bytes());
         w.has_buffer[k] = true;
         const std::size_t rows = is_attention_matrix(t.kind) ? N * cfg.n_head : N;
@@ -94,18 +96,27 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
                                                                      t.numel / rows, codec_params));
     }
     w.codec_scratch = c.take(scratch);
+    if (inference) {
+        w.residual[0] = c.take(N * C * F);
+        w.residual[1] = c.take(N * C * F);
+        w.lnf = c.take(N * C * F);
+        w.lnf_mean = c.take(N * F);
+        w.lnf_rstd = c.take(N * F);
+    }
     w.materialize = c.bytes;
     for (TensorKind t : {TensorKind::attproj, TensorKind::fcproj}) {
         w.buffer[static_cast<int>(t)] = c.take(N * C * F);
         w.has_buffer[static_cast<int>(t)] = true;
     }
-    w.dres = c.take(N * C * F);
-    w.dc_a = c.take(N * C * F);
-    w.dc_b = c.take(N * C * F);
-    w.dqkv = c.take(N * 3 * C * F);
-    w.dfc = c.take(N * 4 * C * F);
-    w.datt = c.take(block.tensor(TensorKind::att).bytes());
-    w.discard = c.take(2 * N * F);
+    if (!inference) {  // backward's buffers
+        w.dres = c.take(N * C * F);
+        w.dc_a = c.take(N * C * F);
+        w.dc_b = c.take(N * C * F);
+        w.dqkv = c.take(N * 3 * C * F);
+        w.dfc = c.take(N * 4 * C * F);
+        w.datt = c.take(block.tensor(TensorKind::att).bytes());
+        w.discard = c.take(2 * N * F);
+    }
     w.transients = c.bytes - w.materialize;
     w.logits = c.take(N * cfg.padded_vocab_size() * F);
     w.losses = c.take(N * F);
@@ -132,14 +143,16 @@ FloatArena::FloatArena(std::size_t floats) : size_(floats) {
 void FloatArena::Free::operator()(float* p) const { std::free(p); }
 
 ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T, const ActivationPlan& plan,
-                                  const cpu::CodecParams& codec_params) {
+                                  const cpu::CodecParams& codec_params, ModelUse use) {
     const BlockGraph block(cfg, B, T);
-    const WorkspaceLayout w = workspace_layout(cfg, block, plan, codec_params, B, T);
+    const WorkspaceLayout w = workspace_layout(cfg, block, plan, codec_params, B, T, use);
     const std::size_t param_bytes = ParameterLayout(cfg).total() * sizeof(float);
+    const bool training = use == ModelUse::training;
     ModelMemory m;
-    m.parameters = m.gradients = param_bytes;
-    m.optimizer_state = 2 * param_bytes;
-    m.tape = tape_capacity(cfg, block, plan, codec_params, B, T);
+    m.parameters = param_bytes;
+    m.gradients = training ? param_bytes : 0;
+    m.optimizer_state = training ? 2 * param_bytes : 0;
+    m.tape = training ? tape_capacity(cfg, block, plan, codec_params, B, T) : 0;
     m.materialize = w.materialize;
     m.transients = w.transients;
     m.logits = w.logits_bytes;
@@ -150,18 +163,30 @@ GPTModel::GPTModel(const GPTConfig& config, int B, int T)
     : GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer)) {}
 
 GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                   const cpu::CodecParams& codec_params)
+                   const cpu::CodecParams& codec_params, ModelUse use)
     : config_(config), layout_(config), B_(B), T_(T), block_(config, B, T), plan_(plan), codec_params_(codec_params),
-      memory_(plan_memory(config, B, T, plan, codec_params)), params_(layout_.total()), grads_(layout_.total()),
-      m_(layout_.total()), v_(layout_.total()), workspace_(memory_.workspace() / sizeof(float)), tape_(memory_.tape),
-      layer_mark_(config.n_layer + 1) {
+      memory_(plan_memory(config, B, T, plan, codec_params, use)), params_(layout_.total()),
+      grads_(memory_.gradients / sizeof(float)), m_(memory_.optimizer_state / 2 / sizeof(float)),
+      v_(memory_.optimizer_state / 2 / sizeof(float)), workspace_(memory_.workspace() / sizeof(float)),
+      tape_(memory_.tape), layer_mark_(config.n_layer + 1), use_(use) {
     if (plan.n_layer() != config.n_layer) throw std::invalid_argument("activation plan has the wrong layer count");
     carve_workspace();
 }
 
+GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T) {
+    return GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer), {}, ModelUse::inference);
+}
+
 void GPTModel::carve_workspace() {
-    const WorkspaceLayout w = workspace_layout(config_, block_, plan_, codec_params_, B_, T_);
+    const WorkspaceLayout w = workspace_layout(config_, block_, plan_, codec_params_, B_, T_, use_);
     float* base = workspace_.data();
+    if (use_ == ModelUse::inference) {
+        residual_[0] = at_byte<float>(base, w.residual[0]);
+        residual_[1] = at_byte<float>(base, w.residual[1]);
+        lnf_ = at_byte<float>(base, w.lnf);
+        lnf_mean_ = at_byte<float>(base, w.lnf_mean);
+        lnf_rstd_ = at_byte<float>(base, w.lnf_rstd);
+    }
     for (int k = 0; k < kNumTensorKinds; ++k)
         if (w.has_buffer[k]) buffer_[k] = at_byte<float>(base, w.buffer[k]);
     codec_scratch_ = at_byte<void>(base, w.codec_scratch);
@@ -280,6 +305,10 @@ void GPTModel::run_op(const OpInfo& op, int layer, int B, int T) {
 void GPTModel::place_output(int layer, TensorKind kind, int B, int T) {
     const int k = static_cast<int>(kind);
     const std::size_t bytes = bytes_of(kind, B, T);
+    if (use_ == ModelUse::inference) {  // nothing is saved: one block's buffers serve every layer
+        view_[k] = is_block_output(kind) ? residual_[(layer + 1) % 2] : buffer_[k];
+        return;
+    }
     if (is_block_output(kind)) {
         layer_mark_[layer + 1] = tape_.mark();
         view_[k] = static_cast<float*>(tape_.push(layer + 1, TensorKind::x, Policy::keep, bytes, bytes));
@@ -316,6 +345,7 @@ void GPTModel::forward_block(int layer, int B, int T) {
         if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
         for (TensorKind t : op.outputs) place_output(layer, t, B, T);
         run_op(op, layer, B, T);
+        if (use_ == ModelUse::inference) continue;
         for (TensorKind t : op.outputs)
             if (block_.tensor(t).saved && plan_.at(layer, t).policy == Policy::compress) compress_output(layer, t, B, T);
     }
@@ -327,8 +357,9 @@ float GPTModel::forward(const int* tokens, const int* targets, int B, int T, con
               Vp = config_.padded_vocab_size();
     const std::size_t act_bytes = static_cast<std::size_t>(N) * C * sizeof(float);
     const float* params = params_.data();
+    const bool inference = use_ == ModelUse::inference;
     // Without dropout in this pass, the driver skips the mask ops and gates with null masks.
-    dropout_active_ = dropout.training && block_.has_dropout();
+    dropout_active_ = dropout.training && block_.has_dropout() && !inference;
     dropout_ = dropout;
     tape_.release_to({});
     tape_.reset_peak();
@@ -338,7 +369,8 @@ float GPTModel::forward(const int* tokens, const int* targets, int B, int T, con
             tape_.push(kEmbeddingLayer, TensorKind::res1_mask, Policy::keep, static_cast<std::size_t>(N) * C,
                        static_cast<std::size_t>(N) * C));
     layer_mark_[0] = tape_.mark();
-    float* x = static_cast<float*>(tape_.push(0, TensorKind::x, Policy::keep, act_bytes, act_bytes));
+    float* x = inference ? residual_[0]
+                         : static_cast<float*>(tape_.push(0, TensorKind::x, Policy::keep, act_bytes, act_bytes));
     cpu::encoder_forward(x, tokens, layout_.at(params, ParamId::wte), layout_.at(params, ParamId::wpe), B, T, C);
     if (dropout_active_) {
         cpu::dropout_mask(emb_mask_, static_cast<long>(N) * C, config_.dropout, dropout_key(L, TensorKind::x));
@@ -351,9 +383,11 @@ float GPTModel::forward(const int* tokens, const int* targets, int B, int T, con
     }
     // The final layernorm is recorded as layer L's ln1 on the tape; its input is layer L's x.
     final_x_ = view(TensorKind::out);
-    lnf_ = static_cast<float*>(tape_.push(L, TensorKind::ln1, Policy::keep, act_bytes, act_bytes));
-    lnf_mean_ = static_cast<float*>(tape_.push(L, TensorKind::ln1_mean, Policy::keep, N * sizeof(float), N * sizeof(float)));
-    lnf_rstd_ = static_cast<float*>(tape_.push(L, TensorKind::ln1_rstd, Policy::keep, N * sizeof(float), N * sizeof(float)));
+    if (!inference) {
+        lnf_ = static_cast<float*>(tape_.push(L, TensorKind::ln1, Policy::keep, act_bytes, act_bytes));
+        lnf_mean_ = static_cast<float*>(tape_.push(L, TensorKind::ln1_mean, Policy::keep, N * sizeof(float), N * sizeof(float)));
+        lnf_rstd_ = static_cast<float*>(tape_.push(L, TensorKind::ln1_rstd, Policy::keep, N * sizeof(float), N * sizeof(float)));
+    }
     cpu::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, final_x_, layout_.at(params, ParamId::lnfw),
                            layout_.at(params, ParamId::lnfb), N, C);
     cpu::matmul_forward(logits_, lnf_, layout_.at(params, ParamId::wte), nullptr, N, C, Vp);
@@ -468,6 +502,7 @@ void GPTModel::backward_op(const OpInfo& op, int layer, int B, int T) {
 }
 
 void GPTModel::backward(const int* tokens, int B, int T) {
+    if (use_ == ModelUse::inference) throw std::logic_error("GPTModel::backward on an inference model");
     if (!has_dlogits_) throw std::logic_error("GPTModel::backward needs a forward with targets and dloss != 0");
     const int N = B * T, C = config_.n_embd, Vp = config_.padded_vocab_size(), L = config_.n_layer;
     const float* params = params_.data();

@@ -57,15 +57,20 @@ struct ModelMemory {
     std::size_t total() const { return static_bytes() + tape + workspace(); }
 };
 
+// Training allocates gradients, optimizer state and the tape; inference (eval, sampling)
+// allocates none of them: activations live in one block's workspace buffers, reused per layer.
+enum class ModelUse : std::uint8_t { training, inference };
+
 class GPTModel {
 public:
     // Allocates for micro-batches up to B x T (T <= config.max_seq_len) under `plan`
     // (default: keep everything).
     GPTModel(const GPTConfig& config, int B, int T);
     GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-             const cpu::CodecParams& codec_params = {});
+             const cpu::CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
+    static GPTModel for_inference(const GPTConfig& config, int B, int T);
     static ModelMemory plan_memory(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                                   const cpu::CodecParams& codec_params = {});
+                                   const cpu::CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
 
     const GPTConfig& config() const { return config_; }
     const ParameterLayout& layout() const { return layout_; }
@@ -74,7 +79,7 @@ public:
     int max_batch() const { return B_; }
     int max_seq_len() const { return T_; }
     float* params() const { return params_.data(); }
-    float* grads() const { return grads_.data(); }
+    float* grads() const { return grads_.data(); }  // null arenas (size 0) for inference
     float* adam_m() const { return m_.data(); }
     float* adam_v() const { return v_.data(); }
     std::size_t num_params() const { return layout_.total(); }
@@ -87,7 +92,8 @@ public:
     void init_weights(std::uint64_t seed);
     void zero_grads();
 
-    // Forward pass over tokens (B x T, row-major), saving activations on the tape per the plan.
+    // Forward pass over tokens (B x T, row-major), saving activations on the tape per the plan
+    // (nothing is saved by an inference model).
     // With targets, returns the mean loss over B*T tokens; with dloss != 0 the logits are turned
     // into dlogits scaled by dloss (ready for backward()), otherwise logits() holds the logits.
     // Without targets returns 0.
@@ -142,6 +148,8 @@ private:
     float* discard_ = nullptr;  // outputs a recompute must produce but that are already materialised
     // backward gradient buffers
     float *dres_ = nullptr, *dc_a_ = nullptr, *dc_b_ = nullptr, *dqkv_ = nullptr, *dfc_ = nullptr, *datt_ = nullptr;
+    ModelUse use_;
+    float* residual_[2] = {};  // inference: the residual stream, alternating between layers
     bool has_dlogits_ = false;
     bool dropout_active_ = false;  // the last forward applied dropout
     DropoutContext dropout_;       // the last forward's, to regenerate its masks

@@ -126,6 +126,25 @@ TEST(TapeAllocator, OverflowNamesTheSlot) {
     }
 }
 
+// An inference model allocates no gradients, optimizer state or tape, and computes the same
+// logits bit for bit.
+TEST(InferenceModel, SameLogitsWithoutTapeOrGradients) {
+    const GPTConfig cfg = config_with("gpt-micro", 3, 0.1f);
+    const int B = 2, T = 16;
+    GPTModel train(cfg, B, T);
+    GPTModel infer = GPTModel::for_inference(cfg, B, T);
+    train.init_weights(4);
+    std::memcpy(infer.params(), train.params(), train.num_params() * sizeof(float));
+    const auto tokens = random_tokens(B * T, cfg.vocab_size, 8);
+    train.forward(tokens.data(), nullptr, B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+    infer.forward(tokens.data(), nullptr, B, T, DropoutContext{0, 0, 0, true}, 0.0f);  // dropout never applies
+    const std::size_t n = std::size_t(B) * T * cfg.padded_vocab_size();
+    EXPECT_EQ(std::memcmp(train.logits(), infer.logits(), n * sizeof(float)), 0);
+    EXPECT_EQ(infer.memory().gradients + infer.memory().optimizer_state + infer.memory().tape, 0u);
+    EXPECT_LT(infer.memory().total(), train.memory().total() / 2);
+    EXPECT_EQ(infer.tape().peak().used, 0u);
+}
+
 // ---- bit-identical recompute ------------------------------------------------------------------
 
 struct StepResult {

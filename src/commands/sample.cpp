@@ -26,7 +26,7 @@ void run_sample(const SampleArgs& args) {
         throw UserError("the checkpoint's model.vocab_size is " + std::to_string(config.model.vocab_size) +
                         " but the tokenizer in " + args.vocab + " has " + std::to_string(tokenizer.vocab_size()) +
                         " tokens: sample needs a model trained on GPT-2 token ids");
-    GPTModel model(config.model, 1, config.model.max_seq_len);
+    GPTModel model = GPTModel::for_inference(config.model, 1, config.model.max_seq_len);
     load_model_weights(file, model);
     const auto ids = tokenizer.encode(args.prompt);
     std::vector<int> prompt(ids.begin(), ids.end());
