@@ -1,5 +1,6 @@
 #include "src/gpt_model.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -341,10 +342,14 @@ void GPTModel::compress_output(int layer, TensorKind kind, int B, int T) {
 }
 
 void GPTModel::forward_block(int layer, int B, int T) {
-    for (const OpInfo& op : block_.ops()) {
+    const auto& ops = block_.ops();
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const OpInfo& op = ops[i];
         if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
         for (TensorKind t : op.outputs) place_output(layer, t, B, T);
+        const auto start = std::chrono::steady_clock::now();
         run_op(op, layer, B, T);
+        if (op_ms_) (*op_ms_)[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         if (use_ == ModelUse::inference) continue;
         for (TensorKind t : op.outputs)
             if (block_.tensor(t).saved && plan_.at(layer, t).policy == Policy::compress) compress_output(layer, t, B, T);

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/cpu/codecs.h"
 #include "models/gpt_block.h"
@@ -105,6 +106,10 @@ public:
     // Accumulates into grads().
     void backward(const int* tokens, int B, int T);
 
+    // Profiling: while set, every forward adds each block op's wall time (ms, summed over
+    // layers) to (*op_ms)[op index in block().ops()].
+    void set_op_timing(std::vector<double>* op_ms) { op_ms_ = op_ms; }
+
     const float* logits() const { return logits_; }   // B*T x Vp, after a forward
     const float* losses() const { return losses_; }   // B*T per-token losses, after a forward with targets
     // Floating point operations of one training step (forward + backward) at B x T, not
@@ -153,6 +158,7 @@ private:
     bool has_dlogits_ = false;
     bool dropout_active_ = false;  // the last forward applied dropout
     DropoutContext dropout_;       // the last forward's, to regenerate its masks
+    std::vector<double>* op_ms_ = nullptr;
 };
 
 }  // namespace adacc
