@@ -1,0 +1,59 @@
+// PolicyMonitor (DESIGN §8): watches the compressed tensors' statistics (outlier fraction,
+// relative error, compressed size) with exponential backoff — every step at first, then every
+// 2, 4, 8, ... steps (up to a cap) while they stay stable, back to every step when they move —
+// and says when the plan no longer fits: a statistic left its tolerance around the value the
+// plan was solved with, or the predicted memory exceeds the budget. A minimum number of steps
+// between plan switches keeps it from thrashing.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/gpt_block.h"
+
+namespace adacc {
+
+struct MonitorOptions {
+    int max_interval = 64;              // cap of the backoff (steps between samples)
+    double stable_outlier_delta = 0.005;  // a move smaller than this (absolute) counts as stable
+    double stable_relative_delta = 0.05;  // for error and size (relative)
+    double outlier_tolerance = 0.02;    // re-plan when a fraction moves this far from the plan's
+    double error_tolerance = 0.5;       // ... error grows by this factor (relative, 0.5 = +50%)
+    double size_tolerance = 0.05;       // ... compressed size grows by this factor
+    int min_steps_between_replans = 20;
+};
+
+// One compressed tensor's statistics at one sample (a block kind, worst case over layers).
+struct CodecSample {
+    TensorKind kind = TensorKind::x;
+    double outlier_fraction = 0;
+    double relative_error = 0;
+    std::size_t bytes = 0;
+};
+
+class PolicyMonitor {
+public:
+    explicit PolicyMonitor(MonitorOptions options = {});
+
+    // The statistics the current plan was solved with; resets the schedule to every step.
+    void set_baseline(int step, const std::vector<CodecSample>& baseline);
+    bool should_sample(int step) const { return step >= next_sample_; }
+    int interval() const { return interval_; }
+
+    // Records a sample taken at `step`, updates the backoff, and returns the reason to re-plan
+    // (empty when the plan still fits or the last switch is too recent).
+    std::optional<std::string> observe(int step, const std::vector<CodecSample>& sample,
+                                       std::size_t predicted_bytes, std::size_t budget_bytes);
+
+private:
+    bool moved(const std::vector<CodecSample>& sample) const;
+    std::optional<std::string> out_of_tolerance(const std::vector<CodecSample>& sample) const;
+    const CodecSample* baseline_for(TensorKind kind) const;
+
+    MonitorOptions options_;
+    std::vector<CodecSample> baseline_, last_;
+    int interval_ = 1, next_sample_ = 0, last_replan_ = -1000000;
+};
+
+}  // namespace adacc

@@ -1,0 +1,66 @@
+// PolicyMonitor: the exponential backoff schedule, its reset when statistics move, the
+// tolerance checks and the minimum spacing between re-plans.
+#include <gtest/gtest.h>
+
+#include "src/policy_monitor.h"
+
+namespace adacc {
+namespace {
+
+const std::vector<CodecSample> kBaseline = {{TensorKind::ln1, 0.01, 0.10, 1000}, {TensorKind::fch, 0.00, 0.12, 4000}};
+
+std::vector<int> sampled_steps(PolicyMonitor& monitor, int last_step, const std::vector<CodecSample>& sample) {
+    std::vector<int> steps;
+    for (int step = 1; step <= last_step; ++step)
+        if (monitor.should_sample(step)) {
+            steps.push_back(step);
+            monitor.observe(step, sample, 0, 0);
+        }
+    return steps;
+}
+
+TEST(PolicyMonitor, BacksOffExponentiallyWhileStableUpToTheCap) {
+    MonitorOptions options;
+    options.max_interval = 16;
+    PolicyMonitor monitor(options);
+    monitor.set_baseline(0, kBaseline);
+    // Intervals 1, 2, 4, 8, 16, 16, ...: samples at 1, 2, 4, 8, 16, 32, 48, 64.
+    EXPECT_EQ(sampled_steps(monitor, 70, kBaseline), (std::vector<int>{1, 2, 4, 8, 16, 32, 48, 64}));
+}
+
+TEST(PolicyMonitor, ReturnsToEveryStepWhenStatisticsMove) {
+    PolicyMonitor monitor;
+    monitor.set_baseline(0, kBaseline);
+    EXPECT_EQ(sampled_steps(monitor, 8, kBaseline), (std::vector<int>{1, 2, 4, 8}));
+    EXPECT_EQ(monitor.interval(), 16);
+    auto moved = kBaseline;
+    moved[1].relative_error *= 1.2;  // within tolerance (+50%) but a move (> 5%)
+    EXPECT_FALSE(monitor.observe(24, moved, 0, 0));
+    EXPECT_EQ(monitor.interval(), 1);
+    EXPECT_TRUE(monitor.should_sample(25));
+}
+
+TEST(PolicyMonitor, ReplansWhenAStatisticLeavesItsTolerance) {
+    MonitorOptions options;
+    options.min_steps_between_replans = 10;
+    PolicyMonitor monitor(options);
+    monitor.set_baseline(100, kBaseline);
+    auto drifted = kBaseline;
+    drifted[0].outlier_fraction = 0.05;  // +0.04 > 0.02
+    EXPECT_FALSE(monitor.observe(105, drifted, 0, 0)) << "too soon after the last plan switch";
+    const auto reason = monitor.observe(110, drifted, 0, 0);
+    ASSERT_TRUE(reason);
+    EXPECT_NE(reason->find("ln1 outlier fraction"), std::string::npos) << *reason;
+
+    auto bigger = kBaseline;
+    bigger[1].bytes = 4400;  // +10% > 5%
+    EXPECT_NE(monitor.observe(120, bigger, 0, 0)->find("fch compressed size"), std::string::npos);
+    auto worse = kBaseline;
+    worse[1].relative_error = 0.2;  // +67% > 50%
+    EXPECT_NE(monitor.observe(130, worse, 0, 0)->find("fch relative error"), std::string::npos);
+    EXPECT_NE(monitor.observe(140, kBaseline, 2000, 1000)->find("exceeds the budget"), std::string::npos);
+    EXPECT_FALSE(monitor.observe(150, kBaseline, 900, 1000));
+}
+
+}  // namespace
+}  // namespace adacc
