@@ -178,6 +178,19 @@ GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T) {
     return GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer), {}, ModelUse::inference);
 }
 
+void GPTModel::set_plan(const ActivationPlan& plan, const cpu::CodecParams& codec_params) {
+    if (plan.n_layer() != config_.n_layer) throw std::invalid_argument("activation plan has the wrong layer count");
+    plan_ = plan;
+    codec_params_ = codec_params;
+    memory_ = plan_memory(config_, B_, T_, plan_, codec_params_, use_);
+    workspace_ = FloatArena();  // free the old arenas before allocating the new ones
+    tape_ = TapeAllocator(0);
+    tape_ = TapeAllocator(memory_.tape);
+    workspace_ = FloatArena(memory_.workspace() / sizeof(float));
+    std::fill(std::begin(buffer_), std::end(buffer_), nullptr);
+    carve_workspace();
+}
+
 void GPTModel::carve_workspace() {
     const WorkspaceLayout w = workspace_layout(config_, block_, plan_, codec_params_, B_, T_, use_);
     float* base = workspace_.data();
@@ -339,6 +352,27 @@ void GPTModel::compress_output(int layer, TensorKind kind, int B, int T) {
                                    : cpu::compress(p.codec, view(kind), rows, numel / rows, codec_params_, blob,
                                                    codec_scratch_);
     tape_.push(layer, kind, Policy::compress, bytes, numel * dtype_size(block_.tensor(kind).dtype));
+    if (samples_) sample_codec(kind, p.codec, blob, bytes, B, T);
+}
+
+void GPTModel::sample_codec(TensorKind kind, cpu::Codec codec, const void* blob, std::size_t bytes, int B, int T) {
+    CodecSample* entry = nullptr;
+    for (auto& s : *samples_)
+        if (s.kind == kind) entry = &s;
+    if (!entry) {
+        if (samples_->size() == samples_->capacity()) return;  // never reallocate inside a step
+        samples_->push_back({kind, 0, 0, 0});
+        entry = &samples_->back();
+    }
+    entry->bytes = std::max(entry->bytes, bytes);
+    if (block_.tensor(kind).dtype == DType::u8) return;  // bit-packing is lossless
+    const std::size_t numel = numel_at(block_, config_, kind, B, T), rows = rows_of(kind, B, T);
+    float* decoded = is_attention_matrix(kind) ? datt_ : dfc_;
+    cpu::decompress(codec, blob, rows, numel / rows, decoded);
+    const cpu::CodecStats stats = cpu::measure_error(view(kind), decoded, numel);
+    entry->relative_error = std::max(entry->relative_error, stats.relative_l2);
+    entry->outlier_fraction =
+        std::max(entry->outlier_fraction, double(cpu::codec_outlier_channels(blob)) / double(numel / rows));
 }
 
 void GPTModel::forward_block(int layer, int B, int T) {
@@ -366,6 +400,7 @@ float GPTModel::forward(const int* tokens, const int* targets, int B, int T, con
     // Without dropout in this pass, the driver skips the mask ops and gates with null masks.
     dropout_active_ = dropout.training && block_.has_dropout() && !inference;
     dropout_ = dropout;
+    if (samples_) samples_->clear();
     tape_.release_to({});
     tape_.reset_peak();
 

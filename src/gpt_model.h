@@ -16,6 +16,7 @@
 #include "models/gpt_config.h"
 #include "models/gpt_params.h"
 #include "src/activation_plan.h"
+#include "src/policy_monitor.h"
 #include "src/tape.h"
 
 namespace adacc {
@@ -88,6 +89,10 @@ public:
     TapeAllocator& tape() { return tape_; }
     const TapeAllocator& tape() const { return tape_; }
 
+    // Switches to another plan between steps (the Adacc regulator's re-plan): the tape and the
+    // workspace are re-sized for it; parameters and optimizer state are untouched.
+    void set_plan(const ActivationPlan& plan, const cpu::CodecParams& codec_params);
+
     // GPT-2 init: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L), zero biases,
     // unit layernorm weights, zero padded embedding rows. Deterministic in `seed`.
     void init_weights(std::uint64_t seed);
@@ -110,6 +115,11 @@ public:
     // layers) to (*op_ms)[op index in block().ops()].
     void set_op_timing(std::vector<double>* op_ms) { op_ms_ = op_ms; }
 
+    // Monitoring: while set, every compression in forward also decodes its blob (into backward's
+    // idle gradient buffers, so nothing is allocated) and records, per tensor kind, the worst
+    // size, outlier fraction and relative error over layers. The vector is cleared per forward.
+    void set_codec_sampling(std::vector<CodecSample>* samples) { samples_ = samples; }
+
     const float* logits() const { return logits_; }   // B*T x Vp, after a forward
     const float* losses() const { return losses_; }   // B*T per-token losses, after a forward with targets
     // Floating point operations of one training step (forward + backward) at B x T, not
@@ -128,6 +138,7 @@ private:
     void forward_block(int layer, int B, int T);
     void place_output(int layer, TensorKind kind, int B, int T);
     void compress_output(int layer, TensorKind kind, int B, int T);
+    void sample_codec(TensorKind kind, cpu::Codec codec, const void* blob, std::size_t bytes, int B, int T);
     void materialize_block(int layer, int B, int T);
     void run_op(const OpInfo& op, int layer, int B, int T);
     void backward_op(const OpInfo& op, int layer, int B, int T);
@@ -159,6 +170,7 @@ private:
     bool dropout_active_ = false;  // the last forward applied dropout
     DropoutContext dropout_;       // the last forward's, to regenerate its masks
     std::vector<double>* op_ms_ = nullptr;
+    std::vector<CodecSample>* samples_ = nullptr;
 };
 
 }  // namespace adacc
