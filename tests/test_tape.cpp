@@ -211,6 +211,37 @@ TEST_F(RecomputeIsBitIdentical, RandomPlansWithLayersThatDiffer) {
     }
 }
 
+// Re-planning between steps: the same model switched to other plans still gives the keep-all
+// gradients bit for bit (recompute-only plans), and codec sampling reports every compressed kind.
+TEST_F(RecomputeIsBitIdentical, SwitchingPlansBetweenSteps) {
+    GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, MemoryMode::quant));
+    model.init_weights(9);
+    const auto tokens = random_tokens(B * T, cfg.vocab_size, 4), targets = random_tokens(B * T, cfg.vocab_size, 5);
+    std::vector<CodecSample> samples;
+    samples.reserve(kNumTensorKinds);
+    model.set_codec_sampling(&samples);
+    auto step = [&] {
+        model.zero_grads();
+        const float loss = model.forward(tokens.data(), targets.data(), B, T, DropoutContext{7, 3, 1, true}, 1.0f / (B * T));
+        model.backward(tokens.data(), B, T);
+        return StepResult{loss, std::vector<float>(model.grads(), model.grads() + model.num_params())};
+    };
+    step();
+    EXPECT_EQ(samples.size(), plannable().size());
+    for (const auto& s : samples) {
+        EXPECT_GT(s.bytes, 0u) << tensor_kind_name(s.kind);
+        const bool mask = block.tensor(s.kind).dtype == DType::u8;
+        if (mask) continue;
+        EXPECT_GT(s.relative_error, 0.0) << tensor_kind_name(s.kind);
+        EXPECT_LT(s.relative_error, 0.2) << tensor_kind_name(s.kind);
+    }
+    model.set_plan(plan_for_mode(cfg, B, T, MemoryMode::full), {});
+    expect_bit_identical(reference, step(), "after switching to full");
+    model.set_plan(ActivationPlan(block, cfg.n_layer), {});
+    expect_bit_identical(reference, step(), "after switching to none");
+    EXPECT_TRUE(samples.empty()) << "nothing is compressed any more";
+}
+
 // Compression is lossy but must stay close: quant's gradients within a few percent of none's.
 TEST(QuantMode, GradientsCloseToKeepAll) {
     const GPTConfig cfg = config_with("gpt-tiny", 2, 0.1f);
