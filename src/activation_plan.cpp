@@ -1,5 +1,7 @@
 #include "src/activation_plan.h"
 
+#include <stdexcept>
+
 #include "src/errors.h"
 
 namespace adacc {
@@ -18,16 +20,15 @@ struct NamedMode {
     const char* name;
     MemoryMode mode;
 };
-const NamedMode kModes[] = {{"none", MemoryMode::none},
-                            {"full", MemoryMode::full},
-                            {"selective", MemoryMode::selective},
-                            {"quant", MemoryMode::quant}};
+const NamedMode kModes[] = {{"none", MemoryMode::none},   {"full", MemoryMode::full},
+                            {"selective", MemoryMode::selective}, {"quant", MemoryMode::quant},
+                            {"adacc", MemoryMode::adacc}, {"recompute-opt", MemoryMode::recompute_opt}};
 }  // namespace
 
 MemoryMode parse_memory_mode(const std::string& name) {
     for (const auto& m : kModes)
         if (name == m.name) return m.mode;
-    throw UserError("memory.mode '" + name + "' is not available here; use one of none, full, selective, quant");
+    throw UserError("memory.mode '" + name + "' is unknown; use one of none, full, selective, quant, adacc, recompute-opt");
 }
 
 const char* memory_mode_name(MemoryMode mode) {
@@ -36,10 +37,10 @@ const char* memory_mode_name(MemoryMode mode) {
     return "?";
 }
 
-std::vector<MemoryMode> all_memory_modes() {
-    std::vector<MemoryMode> modes;
-    for (const auto& m : kModes) modes.push_back(m.mode);
-    return modes;
+bool is_planned(MemoryMode mode) { return mode == MemoryMode::adacc || mode == MemoryMode::recompute_opt; }
+
+std::vector<MemoryMode> fixed_memory_modes() {
+    return {MemoryMode::none, MemoryMode::full, MemoryMode::selective, MemoryMode::quant};
 }
 
 cpu::Codec adacc_codec(TensorKind kind) {
@@ -87,6 +88,9 @@ ActivationPlan ActivationPlan::for_mode(MemoryMode mode, const BlockGraph& block
                 case MemoryMode::quant:
                     plan.set(l, t.kind, {Policy::compress, mask ? cpu::Codec::bitpack : cpu::Codec::group_int4});
                     break;
+                case MemoryMode::adacc:
+                case MemoryMode::recompute_opt:
+                    throw std::logic_error("planned memory modes need the planner (plan_adacc)");
             }
         }
     return plan;

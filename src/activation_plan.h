@@ -20,11 +20,14 @@ struct TensorPolicy {
     bool operator==(const TensorPolicy&) const = default;
 };
 
-enum class MemoryMode { none, full, selective, quant };
-// "none" | "full" | "selective" | "quant"; UserError naming memory.mode otherwise.
+// Fixed modes have one plan per shape; planned modes (adacc, recompute-opt) solve a MILP for a
+// memory budget (src/adacc_planner.h).
+enum class MemoryMode { none, full, selective, quant, adacc, recompute_opt };
+// "none" | "full" | "selective" | "quant" | "adacc" | "recompute-opt"; UserError naming memory.mode otherwise.
 MemoryMode parse_memory_mode(const std::string& name);
 const char* memory_mode_name(MemoryMode mode);
-std::vector<MemoryMode> all_memory_modes();
+bool is_planned(MemoryMode mode);
+std::vector<MemoryMode> fixed_memory_modes();  // none, full, selective, quant
 
 // DESIGN §3's table: the codec Adacc uses when it compresses tensor `kind`.
 cpu::Codec adacc_codec(TensorKind kind);
@@ -33,6 +36,7 @@ class ActivationPlan {
 public:
     // Everything kept.
     ActivationPlan(const BlockGraph& block, int n_layer);
+    // The plan of a fixed mode (std::logic_error for a planned one).
     static ActivationPlan for_mode(MemoryMode mode, const BlockGraph& block, int n_layer);
 
     const TensorPolicy& at(int layer, TensorKind kind) const { return policies_[index(layer, kind)]; }

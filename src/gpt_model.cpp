@@ -356,6 +356,7 @@ void GPTModel::compress_output(int layer, TensorKind kind, int B, int T) {
 }
 
 void GPTModel::sample_codec(TensorKind kind, cpu::Codec codec, const void* blob, std::size_t bytes, int B, int T) {
+    const auto start = std::chrono::steady_clock::now();
     CodecSample* entry = nullptr;
     for (auto& s : *samples_)
         if (s.kind == kind) entry = &s;
@@ -371,8 +372,11 @@ void GPTModel::sample_codec(TensorKind kind, cpu::Codec codec, const void* blob,
     cpu::decompress(codec, blob, rows, numel / rows, decoded);
     const cpu::CodecStats stats = cpu::measure_error(view(kind), decoded, numel);
     entry->relative_error = std::max(entry->relative_error, stats.relative_l2);
-    entry->outlier_fraction =
-        std::max(entry->outlier_fraction, double(cpu::codec_outlier_channels(blob)) / double(numel / rows));
+    const std::size_t outliers = cpu::codec_outlier_channels(blob), cols = numel / rows;
+    entry->outlier_fraction = std::max(entry->outlier_fraction, double(outliers) / double(cols));
+    if (codec == cpu::Codec::outlier_int4 && outliers >= cpu::outlier_channel_cap(cols, codec_params_))
+        entry->outlier_cap_reached = true;
+    sampling_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 void GPTModel::forward_block(int layer, int B, int T) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/codecs.h"
@@ -119,6 +120,8 @@ public:
     // idle gradient buffers, so nothing is allocated) and records, per tensor kind, the worst
     // size, outlier fraction and relative error over layers. The vector is cleared per forward.
     void set_codec_sampling(std::vector<CodecSample>* samples) { samples_ = samples; }
+    // Time spent sampling since the last call (ms): the monitor's cost inside forward.
+    double take_sampling_ms() { return std::exchange(sampling_ms_, 0.0); }
 
     const float* logits() const { return logits_; }   // B*T x Vp, after a forward
     const float* losses() const { return losses_; }   // B*T per-token losses, after a forward with targets
@@ -171,6 +174,7 @@ private:
     DropoutContext dropout_;       // the last forward's, to regenerate its masks
     std::vector<double>* op_ms_ = nullptr;
     std::vector<CodecSample>* samples_ = nullptr;
+    double sampling_ms_ = 0;
 };
 
 }  // namespace adacc

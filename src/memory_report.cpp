@@ -41,7 +41,7 @@ void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::u
     const ModelMemory m = memory_for_mode(config, B, T, mode);
     if (m.total() <= budget) return;
     std::string fits;
-    for (MemoryMode other : all_memory_modes()) {
+    for (MemoryMode other : fixed_memory_modes()) {
         const int b = largest_batch(config, T, other, budget);
         fits += std::string("\n  ") + memory_mode_name(other) + ": " +
                 (b > 0 ? "largest batch " + std::to_string(b) : std::string("does not fit even at batch 1"));

@@ -44,6 +44,11 @@ std::optional<std::string> PolicyMonitor::out_of_tolerance(const std::vector<Cod
         const CodecSample* b = baseline_for(s.kind);
         if (!b) continue;
         const char* name = tensor_kind_name(s.kind);
+        if (s.outlier_cap_reached) {
+            std::snprintf(reason, sizeof reason, "%s outlier channels reached the codec's cap (fraction %.4f)", name,
+                          s.outlier_fraction);
+            return reason;
+        }
         if (std::abs(s.outlier_fraction - b->outlier_fraction) > options_.outlier_tolerance) {
             std::snprintf(reason, sizeof reason, "%s outlier fraction %.4f left %.4f +- %.4f", name, s.outlier_fraction,
                           b->outlier_fraction, options_.outlier_tolerance);

@@ -30,6 +30,7 @@ struct CodecSample {
     double outlier_fraction = 0;
     double relative_error = 0;
     std::size_t bytes = 0;
+    bool outlier_cap_reached = false;  // the outlier codec kept as many channels as its cap allows
 };
 
 class PolicyMonitor {

@@ -59,6 +59,9 @@ TEST(PolicyMonitor, ReplansWhenAStatisticLeavesItsTolerance) {
     worse[1].relative_error = 0.2;  // +67% > 50%
     EXPECT_NE(monitor.observe(130, worse, 0, 0)->find("fch relative error"), std::string::npos);
     EXPECT_NE(monitor.observe(140, kBaseline, 2000, 1000)->find("exceeds the budget"), std::string::npos);
+    auto capped = kBaseline;
+    capped[0].outlier_cap_reached = true;
+    EXPECT_NE(monitor.observe(145, capped, 0, 0)->find("ln1 outlier channels reached"), std::string::npos);
     EXPECT_FALSE(monitor.observe(150, kBaseline, 900, 1000));
 }
 

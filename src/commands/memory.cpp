@@ -5,6 +5,7 @@
 
 #include "src/commands/commands.h"
 #include "src/config.h"
+#include "src/errors.h"
 #include "src/memory_report.h"
 
 namespace adacc {
@@ -20,8 +21,13 @@ void run_memory(const MemoryArgs& args) {
     if (!args.budget.empty()) config.memory.budget = args.budget;
     const std::uint64_t budget = config.memory.budget.empty() ? 0 : parse_size(config.memory.budget);
     std::vector<MemoryMode> modes;
-    for (const auto& m : args.modes) modes.push_back(parse_memory_mode(m));
-    if (modes.empty()) modes = all_memory_modes();
+    for (const auto& m : args.modes) {
+        modes.push_back(parse_memory_mode(m));
+        if (is_planned(modes.back()))
+            throw UserError("mode " + m + " fills whatever budget it is given: see its plan with "
+                            "`adacc plan --config ... --memory-budget SIZE`");
+    }
+    if (modes.empty()) modes = fixed_memory_modes();
     const GPTConfig& m = config.model;
     const int B = config.training.batch_size, T = config.training.seq_len;
     std::printf("model L=%d C=%d H=%d V=%d, %lld parameters; batch %d x seq %d%s%s\n\n", m.n_layer, m.n_embd,

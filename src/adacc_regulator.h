@@ -1,0 +1,73 @@
+// AdaccRegulator: modes `adacc` and `recompute-opt` during training (the Adacc paper's profiler,
+// policy generator and policy regulator together). At start it profiles the model (at a smaller
+// batch, scaled linearly, when keeping everything would not fit the budget), solves the MILP
+// under the budget and hands the plan to the model; during training it samples the compressed
+// tensors' statistics on the PolicyMonitor's backoff schedule and, when the plan stops fitting,
+// re-profiles with the current weights, re-solves, and switches the model's plan before the
+// next step.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/adacc_planner.h"
+#include "src/policy_monitor.h"
+#include "src/run_config.h"
+
+namespace adacc {
+
+struct RegulatorOptions {
+    bool allow_compress = true;      // false: recompute-opt
+    PlannerOptions planner;
+    MonitorOptions monitor;
+    std::optional<std::filesystem::path> profile_file;  // reuse instead of profiling
+    std::filesystem::path save_profile;                 // where to write the profile ("" = nowhere)
+};
+
+struct ReplanEvent {
+    int step = 0;
+    std::string reason;
+    PlanResult::Status status = PlanResult::optimal;
+    double solve_ms = 0, profile_ms = 0;
+    std::size_t predicted_total_bytes = 0;
+};
+
+class AdaccRegulator {
+public:
+    // `tokens`: one batch (B*T) of real training tokens to profile with; `weights` the model's
+    // parameters (null: profile an initialisation from the config's seed).
+    AdaccRegulator(const RunConfig& config, std::uint64_t budget_bytes, RegulatorOptions options,
+                   const std::vector<int>& tokens, const float* weights);
+
+    const AdaccPlan& plan() const { return plan_; }
+    const Profile& profile() const { return profile_; }
+    std::string describe() const;  // one line: plan status, solve time, predicted memory and time
+
+    // Call before a step's forwards: turns codec sampling on when the monitor wants a sample.
+    void before_step(int step, GPTModel& model);
+    // Call after the step: reads the sample, and when the plan no longer fits, re-plans and
+    // switches the model to the new plan (in effect from the next step).
+    std::optional<ReplanEvent> after_step(int step, GPTModel& model);
+    // Time the monitor cost (sampling decode + checks), summed over the run, in ms.
+    double monitor_ms() const { return monitor_ms_; }
+
+private:
+    void solve(const std::vector<int>& tokens, const float* weights);
+    std::vector<CodecSample> baseline() const;
+
+    RunConfig config_;
+    std::uint64_t budget_;
+    RegulatorOptions options_;
+    int measured_batch_ = 0;
+    std::vector<int> tokens_;
+    Profile profile_;
+    AdaccPlan plan_;
+    PolicyMonitor monitor_;
+    std::vector<CodecSample> samples_;
+    bool sampling_ = false;
+    double monitor_ms_ = 0, last_profile_ms_ = 0;
+};
+
+}  // namespace adacc
