@@ -368,13 +368,14 @@ std::size_t compress_outlier_int4(const float* src, std::size_t rows, std::size_
             quantize_row(x, cols, G, scales + i * groups, codes + i * row_bytes);
             continue;
         }
-        for (std::size_t t = 0; t < k; ++t) outliers[i * k + t] = x[idx[t]];
         alignas(64) float buf[kMaxGroupSize];  // a group that straddles an outlier, compacted
         std::size_t p = 0, t = 0;
         for (std::size_t g = 0, j = 0; j < c; ++g, j += G) {
             const std::size_t n = std::min(G, c - j);
             quantize_group(gather_group(x, n, idx, k, p, t, buf), n, scales + i * groups + g, codes + i * row_bytes, j);
         }
+        // After the sequential pass, so these scattered reads hit the cache.
+        for (std::size_t t2 = 0; t2 < k; ++t2) outliers[i * k + t2] = x[idx[t2]];
     }
     if (k > 0) zero_padding(outliers, 4 * rows * k);
     if (c > 0) {
