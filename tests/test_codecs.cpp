@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -16,6 +17,52 @@
 #include <vector>
 
 #include "kernels/cpu/codecs.h"
+
+// compress/decompress must not allocate: this binary counts every malloc (as tests/test_no_alloc
+// does) except under AddressSanitizer, which owns malloc itself.
+#if defined(__SANITIZE_ADDRESS__)
+#define ADACC_COUNT_ALLOCATIONS 0
+#else
+#define ADACC_COUNT_ALLOCATIONS 1
+#endif
+
+namespace {
+std::atomic<long> g_allocations{0};
+}
+
+#if ADACC_COUNT_ALLOCATIONS
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+void* malloc(std::size_t n) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return __libc_malloc(n);
+}
+void* calloc(std::size_t count, std::size_t n) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return __libc_calloc(count, n);
+}
+void* realloc(void* p, std::size_t n) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return __libc_realloc(p, n);
+}
+void* aligned_alloc(std::size_t alignment, std::size_t n) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return __libc_memalign(alignment, n);
+}
+void* memalign(std::size_t alignment, std::size_t n) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return __libc_memalign(alignment, n);
+}
+int posix_memalign(void** out, std::size_t alignment, std::size_t n) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    *out = __libc_memalign(alignment, n);
+    return *out ? 0 : 12;  // ENOMEM
+}
+}
+#endif
 
 namespace adacc::cpu {
 namespace {
@@ -665,6 +712,43 @@ TEST(Codecs, MeasureErrorMatchesDoubleReference) {
     EXPECT_EQ(measure_error(zeros.data(), zeros.data(), 10).relative_l2, 0.0);
     EXPECT_TRUE(std::isinf(measure_error(zeros.data(), ones.data(), 10).relative_l2));
     EXPECT_EQ(measure_error(ones.data(), ones.data(), 10).relative_l2, 0.0);
+}
+
+// ---- No heap allocation (the tape calls these inside the training step). ----
+
+TEST(Codecs, CompressAndDecompressDoNotAllocate) {
+    if (!ADACC_COUNT_ALLOCATIONS) GTEST_SKIP() << "AddressSanitizer owns malloc";
+    std::mt19937 gen(41);
+    const std::size_t rows = 96, cols = 200;
+    std::vector<int> planted;
+    const Vec x = activations_with_outliers(rows, cols, 3, gen, &planted);
+    Vec y(rows * cols);
+    std::vector<unsigned char> mask(rows * cols), back(rows * cols);
+    for (auto& m : mask) m = gen() & 1;
+    const CodecParams p;
+    const Codec codecs[] = {Codec::group_int4, Codec::outlier_int4, Codec::channel_int4, Codec::asym_int4};
+    std::vector<Blob> blobs;
+    for (Codec codec : codecs) blobs.emplace_back(codec_max_bytes(codec, rows, cols, p));
+    Blob mask_blob(codec_max_bytes(Codec::bitpack, rows, cols, p));
+    std::vector<double> scratch(codec_scratch_bytes(Codec::outlier_int4, rows, cols, p) / 8 + 1);
+    auto run_all = [&] {
+        for (std::size_t c = 0; c < std::size(codecs); ++c) {
+            compress(codecs[c], x.data(), rows, cols, p, blobs[c].data, scratch.data());
+            decompress(codecs[c], blobs[c].data, rows, cols, y.data());
+        }
+        compress_mask(mask.data(), mask.size(), mask_blob.data);
+        decompress_mask(mask_blob.data, mask.size(), back.data());
+        measure_error(x.data(), y.data(), x.size());
+    };
+    // Two threads: libgomp mallocs a fresh team for every parallel region of a 1-thread run
+    // (every kernel of the engine alike), but reuses its team of 2 once built.
+    ThreadCount tc(2);
+    run_all();  // warm-up: OpenMP builds its thread team on first use
+    const long before = g_allocations.load();
+    run_all();
+    EXPECT_EQ(g_allocations.load() - before, 0);
+    EXPECT_EQ(back, mask);
+    EXPECT_EQ(codec_outlier_channels(blobs[1].data), planted.size());
 }
 
 // ---- Misuse. ----
