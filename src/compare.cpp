@@ -11,7 +11,9 @@
 #include "src/errors.h"
 #include "src/gpt_model.h"
 #include "src/memory_report.h"
+#include "src/adacc_regulator.h"
 #include "src/optimizer.h"
+#include "src/profiler.h"
 
 namespace adacc {
 
@@ -37,10 +39,21 @@ struct RunResult {
     float last_loss = 0;
 };
 
-// `steps` optimizer steps of one (mode, batch) from the config's seed and the data's start.
-RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, int B, int steps, int warmup) {
+// One batch of the training data (what planned modes profile with).
+std::vector<int> first_batch(const RunConfig& config, int B) {
     const int T = config.training.seq_len;
-    GPTModel model(config.model, B, T, plan);
+    DataLoader data = open_training_data(config, B, T);
+    std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
+    data.next_batch(inputs, targets);
+    return inputs;
+}
+
+// `steps` optimizer steps of one (plan, batch) from the config's seed and the data's start. With
+// a regulator (planned modes), its monitor runs as in training.
+RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const cpu::CodecParams& codec_params, int B,
+                      int steps, int warmup, AdaccRegulator* regulator = nullptr) {
+    const int T = config.training.seq_len;
+    GPTModel model(config.model, B, T, plan, codec_params);
     model.init_weights(config.training.seed);
     DataLoader data = open_training_data(config, B, T);
     std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
@@ -49,18 +62,26 @@ RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, int B
     for (int step = 1; step <= steps; ++step) {
         data.next_batch(inputs, targets);
         const auto start = Clock::now();
+        if (regulator) regulator->before_step(step, model);
         model.zero_grads();
         result.last_loss = model.forward(inputs.data(), targets.data(), B, T,
                                          DropoutContext{config.training.seed, std::uint64_t(step), 0, true},
                                          1.0f / (B * T));
         model.backward(inputs.data(), B, T);
         adamw_step(model, config.optimizer, learning_rate(config.lr, step, config.training.steps), step);
+        if (regulator) regulator->after_step(step, model);
         if (step > warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
         result.tape_peak = std::max(result.tape_peak, model.tape().peak().used);
     }
     std::sort(times.begin(), times.end());
     result.median_step_ms = times.empty() ? 0.0 : times[times.size() / 2];
     return result;
+}
+
+RegulatorOptions regulator_options(MemoryMode mode) {
+    RegulatorOptions options;
+    options.allow_compress = mode == MemoryMode::adacc;
+    return options;
 }
 
 }  // namespace
@@ -70,18 +91,41 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
     const int warmup = std::min(options.warmup, options.steps - 1);
     std::vector<CompareRow> rows;
     for (int B : options.batches) {
+        RunConfig at_batch = config;
+        at_batch.training.batch_size = B;
         std::optional<double> none_loss;
         for (MemoryMode mode : options.modes) {
             CompareRow row;
             row.mode = memory_mode_name(mode);
             row.batch = B;
             row.seq = T;
-            const ActivationPlan plan = plan_for_mode(config.model, B, T, mode);
-            row.total_bytes = GPTModel::plan_memory(config.model, B, T, plan).total();
+            std::optional<AdaccRegulator> regulator;
+            ActivationPlan plan(BlockGraph(config.model, B, T), config.model.n_layer);
+            cpu::CodecParams codec_params;
+            if (is_planned(mode)) {
+                if (!options.budget)
+                    throw UserError(std::string("mode ") + row.mode + " plans for a memory budget: pass --memory-budget SIZE");
+                try {
+                    regulator.emplace(at_batch, options.budget, regulator_options(mode), first_batch(at_batch, B), nullptr);
+                } catch (const UserError& e) {
+                    std::fprintf(stderr, "compare: %s batch %d: %s\n", row.mode.c_str(), B, e.what());
+                    row.fits = false;
+                    rows.push_back(row);
+                    continue;
+                }
+                plan = regulator->plan().plan;
+                codec_params = regulator->plan().codec_params;
+            } else {
+                plan = plan_for_mode(config.model, B, T, mode);
+            }
+            row.total_bytes = GPTModel::plan_memory(config.model, B, T, plan, codec_params).total();
             row.fits = options.budget == 0 || row.total_bytes <= options.budget;
-            if (row.fits) {
+            // none is the reference every other mode is measured against: run it even over budget.
+            if (row.fits || mode == MemoryMode::none) {
                 std::fprintf(stderr, "compare: %s batch %d ...\n", row.mode.c_str(), B);
-                const RunResult r = train_steps(config, plan, B, options.steps, warmup);
+                const RunResult r = train_steps(at_batch, plan, codec_params, B, options.steps, warmup,
+                                                regulator ? &*regulator : nullptr);
+                row.ran = true;
                 row.tape_peak_bytes = r.tape_peak;
                 row.step_ms = r.median_step_ms;
                 row.tokens_per_s = r.median_step_ms > 0 ? B * T / (r.median_step_ms / 1e3) : 0;
@@ -91,9 +135,57 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
             rows.push_back(row);
         }
         for (auto& row : rows)
-            if (row.batch == B && row.fits && none_loss) row.loss_delta_pct = 100.0 * (row.loss - *none_loss) / *none_loss;
+            if (row.batch == B && row.ran && none_loss) row.loss_delta_pct = 100.0 * (row.loss - *none_loss) / *none_loss;
     }
     return rows;
+}
+
+std::string format_recovery(const std::vector<CompareRow>& rows) {
+    std::string out;
+    auto find = [&](int B, const char* mode) -> const CompareRow* {
+        for (const auto& r : rows)
+            if (r.batch == B && r.mode == mode && r.ran) return &r;
+        return nullptr;
+    };
+    for (const auto& r : rows) {
+        if (r.mode != "adacc" && r.mode != "recompute-opt") continue;
+        const CompareRow *none = find(r.batch, "none"), *full = find(r.batch, "full");
+        if (!r.ran || !none || !full || full->step_ms <= none->step_ms) continue;
+        char line[256];
+        std::snprintf(line, sizeof line,
+                      "batch %d: %s wins back R = %.2f of full recomputation's overhead "
+                      "(t_none %.1f ms, t_full %.1f ms, t_%s %.1f ms); %.2fx full's tokens/s\n",
+                      r.batch, r.mode.c_str(), (full->step_ms - r.step_ms) / (full->step_ms - none->step_ms),
+                      none->step_ms, full->step_ms, r.mode.c_str(), r.step_ms, full->step_ms / r.step_ms);
+        out += line;
+    }
+    return out;
+}
+
+// Largest batch a planned mode fits under the budget: a profile at batch 1, rescaled, and the
+// planner's feasibility at each candidate batch (doubling, then bisection).
+int largest_planned_batch(const RunConfig& config, MemoryMode mode, std::uint64_t budget) {
+    const int T = config.training.seq_len;
+    const std::vector<int> tokens = first_batch(config, 1);
+    const Profile base = profile_block(config.model, 1, 1, T, tokens, nullptr, config.training.seed, {});
+    const RegulatorOptions options = regulator_options(mode);
+    auto fits = [&](int B) {
+        try {
+            plan_adacc(config.model, B, T, rescale_profile(base, config.model, B), budget, options.allow_compress,
+                       options.planner);
+            return true;
+        } catch (const UserError&) {
+            return false;
+        }
+    };
+    if (!fits(1)) return 0;
+    int lo = 1, hi = 2;
+    while (hi <= (1 << 16) && fits(hi)) lo = hi, hi *= 2;
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
 }
 
 std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::vector<MemoryMode>& modes,
@@ -104,13 +196,23 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
     for (MemoryMode mode : modes) {
         MaxBatchRow row;
         row.mode = memory_mode_name(mode);
-        row.max_batch = largest_batch(config.model, T, mode, budget);
+        row.max_batch = is_planned(mode) ? largest_planned_batch(config, mode, budget)
+                                         : largest_batch(config.model, T, mode, budget);
         if (row.max_batch > 0) {
-            const ActivationPlan plan = plan_for_mode(config.model, row.max_batch, T, mode);
-            row.total_bytes = GPTModel::plan_memory(config.model, row.max_batch, T, plan).total();
+            RunConfig at_batch = config;
+            at_batch.training.batch_size = row.max_batch;
             std::fprintf(stderr, "max-batch: verifying %s at batch %d ...\n", row.mode.c_str(), row.max_batch);
-            train_steps(config, plan, row.max_batch, 1, 0);  // allocates every arena and runs a step
-            row.verified = true;
+            if (is_planned(mode)) {
+                AdaccRegulator regulator(at_batch, budget, regulator_options(mode), first_batch(at_batch, row.max_batch),
+                                         nullptr);
+                row.total_bytes = regulator.plan().memory.total();
+                train_steps(at_batch, regulator.plan().plan, regulator.plan().codec_params, row.max_batch, 1, 0);
+            } else {
+                const ActivationPlan plan = plan_for_mode(config.model, row.max_batch, T, mode);
+                row.total_bytes = GPTModel::plan_memory(config.model, row.max_batch, T, plan).total();
+                train_steps(at_batch, plan, {}, row.max_batch, 1, 0);  // allocates every arena and runs a step
+            }
+            row.verified = row.total_bytes <= budget;
         }
         if (mode == MemoryMode::none) none_batch = row.max_batch;
         rows.push_back(row);
@@ -131,7 +233,7 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
     if (format == "json") {
         nlohmann::json out = nlohmann::json::array();
         for (const auto& r : rows)
-            out.push_back({{"mode", r.mode}, {"batch", r.batch}, {"seq", r.seq}, {"fits", r.fits},
+            out.push_back({{"mode", r.mode}, {"batch", r.batch}, {"seq", r.seq}, {"fits", r.fits}, {"ran", r.ran},
                            {"tape_peak_bytes", r.tape_peak_bytes}, {"total_bytes", r.total_bytes},
                            {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"loss", r.loss},
                            {"loss_delta_pct", r.loss_delta_pct ? nlohmann::json(*r.loss_delta_pct) : nlohmann::json()}});
@@ -141,9 +243,9 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
     std::string out;
     char line[512];
     if (csv)
-        out += "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,loss_delta_pct\n";
+        out += "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,loss_delta_pct,fits_budget\n";
     else {
-        std::snprintf(line, sizeof line, "%-10s %5s %5s %14s %14s %10s %12s %9s %14s\n", "mode", "batch", "seq",
+        std::snprintf(line, sizeof line, "%-13s %5s %5s %14s %14s %10s %12s %9s %14s\n", "mode", "batch", "seq",
                       "tape_peak", "total", "step_ms", "tokens/s", "loss", "loss_delta_pct");
         out += line;
     }
@@ -151,18 +253,18 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
         const std::string delta = r.loss_delta_pct ? fixed(*r.loss_delta_pct, 3) : "";
         if (csv) {
             out += r.mode + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) + "," +
-                   (r.fits ? std::to_string(r.tape_peak_bytes) : "") + "," + std::to_string(r.total_bytes) + "," +
-                   (r.fits ? fixed(r.step_ms, 2) + "," + fixed(r.tokens_per_s, 1) + "," + fixed(r.loss, 5) : ",,") +
-                   "," + delta + "\n";
+                   (r.ran ? std::to_string(r.tape_peak_bytes) : "") + "," + std::to_string(r.total_bytes) + "," +
+                   (r.ran ? fixed(r.step_ms, 2) + "," + fixed(r.tokens_per_s, 1) + "," + fixed(r.loss, 5) : ",,") +
+                   "," + delta + "," + (r.fits ? "yes" : "no") + "\n";
             continue;
         }
-        if (!r.fits)
-            std::snprintf(line, sizeof line, "%-10s %5d %5d %14s %14s   does not fit the budget\n", r.mode.c_str(),
-                          r.batch, r.seq, "-", format_bytes(r.total_bytes).c_str());
+        if (!r.ran)
+            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   does not fit the budget\n", r.mode.c_str(),
+                          r.batch, r.seq, "-", r.total_bytes ? format_bytes(r.total_bytes).c_str() : "-");
         else
-            std::snprintf(line, sizeof line, "%-10s %5d %5d %14s %14s %10.1f %12.1f %9.4f %14s\n", r.mode.c_str(),
+            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s %10.1f %12.1f %9.4f %14s%s\n", r.mode.c_str(),
                           r.batch, r.seq, format_bytes(r.tape_peak_bytes).c_str(), format_bytes(r.total_bytes).c_str(),
-                          r.step_ms, r.tokens_per_s, r.loss, delta.c_str());
+                          r.step_ms, r.tokens_per_s, r.loss, delta.c_str(), r.fits ? "" : "  (over budget: reference)");
         out += line;
     }
     return out;

@@ -16,7 +16,8 @@ namespace adacc {
 struct CompareRow {
     std::string mode;
     int batch = 0, seq = 0;
-    bool fits = true;                 // false: over the budget, not run
+    bool fits = true;                 // false: over the budget (none is still run, as the reference)
+    bool ran = false;
     std::size_t tape_peak_bytes = 0;  // measured by the tape
     std::size_t total_bytes = 0;      // every arena as allocated (tape at its planned capacity)
     double step_ms = 0;               // median over the steps after warm-up
@@ -34,6 +35,11 @@ struct CompareOptions {
 };
 
 std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOptions& options);
+
+// Per batch with none, full and a planned mode measured: the share of full recomputation's
+// overhead the planned mode wins back, R = (t_full - t_mode) / (t_full - t_none), and its
+// tokens/s over full's. One line each.
+std::string format_recovery(const std::vector<CompareRow>& rows);
 
 struct MaxBatchRow {
     std::string mode;

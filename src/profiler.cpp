@@ -111,6 +111,26 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
     return profile;
 }
 
+Profile rescale_profile(const Profile& profile, const GPTConfig& config, int batch) {
+    Profile out = profile;
+    const double scale = double(batch) / profile.batch;
+    out.batch = batch;
+    for (double& ms : out.op_ms) ms *= scale;
+    const BlockGraph planned(config, batch, profile.seq);
+    for (auto& t : out.tensors) {
+        const TensorInfo& info = planned.tensor(t.kind);
+        const std::size_t rows = static_cast<std::size_t>(batch) * profile.seq * (is_attention_matrix(t.kind) ? config.n_head : 1);
+        t.bytes = info.bytes();
+        t.compressed_bytes = static_cast<std::size_t>(double(t.compressed_bytes) * scale);
+        t.compressed_bound = info.dtype == DType::u8
+                                 ? cpu::codec_bytes(cpu::Codec::bitpack, 1, info.numel, profile.codec_params)
+                                 : cpu::codec_max_bytes(t.codec, rows, info.numel / rows, profile.codec_params);
+        t.compress_ms *= scale;
+        t.decompress_ms *= scale;
+    }
+    return out;
+}
+
 nlohmann::json Profile::to_json() const {
     nlohmann::json j;
     j["batch"] = batch;

@@ -44,6 +44,10 @@ struct Profile {
     static Profile load(const std::filesystem::path& file);  // UserError when unreadable or malformed
 };
 
+// The same profile described at another batch: times and compressed sizes scale linearly, full
+// sizes and codec bounds are recomputed exactly.
+Profile rescale_profile(const Profile& profile, const GPTConfig& config, int batch);
+
 // Runs `repeats` timed forwards of `model`'s weights at measured_batch x T on `tokens`
 // (measured_batch * T of them), compresses every layer's saved tensors with their Adacc codec,
 // and scales times and sizes linearly from measured_batch to `batch`. `weights` (the model's

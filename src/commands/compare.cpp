@@ -36,7 +36,9 @@ void run_compare(const CompareArgs& args) {
         if (!budget) throw UserError("--max-batch needs a budget: pass --memory-budget SIZE (e.g. 8GiB)");
         text = format_max_batches(find_max_batches(config, options.modes, budget), args.format);
     } else {
-        text = format_comparison(run_comparison(config, options), args.format);
+        const auto rows = run_comparison(config, options);
+        text = format_comparison(rows, args.format);
+        if (args.format == "table") text += format_recovery(rows);
     }
     std::printf("%s", text.c_str());
     if (!args.output.empty()) std::ofstream(args.output) << text;
