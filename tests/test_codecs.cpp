@@ -763,6 +763,9 @@ TEST(Codecs, RejectsBadParametersAndMismatchedBlobs) {
     bad.group_size = kMaxGroupSize + 1;
     EXPECT_THROW(codec_bytes(Codec::group_int4, rows, cols, bad), std::invalid_argument);
     EXPECT_THROW(compress(Codec::bitpack, x.data(), rows, cols, CodecParams{}, blob.data, nullptr), std::invalid_argument);
+    Vec wide(rows * 32, 1.0f);  // 32 columns: the outlier cap is 2, so scratch is needed
+    EXPECT_THROW(compress(Codec::outlier_int4, wide.data(), rows, 32, CodecParams{}, blob.data, nullptr),
+                 std::invalid_argument);
     compress(Codec::group_int4, x.data(), rows, cols, CodecParams{}, blob.data, nullptr);
     EXPECT_THROW(decompress(Codec::group_int4, blob.data, rows + 1, cols, y.data()), std::invalid_argument);
     EXPECT_THROW(decompress(Codec::asym_int4, blob.data, rows, cols, y.data()), std::invalid_argument);

@@ -344,6 +344,8 @@ void decompress_group_int4(const void* blob_ptr, std::size_t rows, std::size_t c
 std::size_t compress_outlier_int4(const float* src, std::size_t rows, std::size_t cols, const CodecParams& params,
                                   void* dst, void* scratch) {
     check_params(params);
+    if (!scratch && rows > 0 && outlier_channel_cap(cols, params) > 0)
+        throw std::invalid_argument("outlier_int4 compress needs codec_scratch_bytes() of scratch");
     double* sums = static_cast<double*>(scratch);
     auto* idx = reinterpret_cast<std::int32_t*>(static_cast<std::uint8_t*>(scratch) + align64(8 * cols));
     const std::size_t k = rows == 0 ? 0 : select_outliers(src, rows, cols, params.outlier_z,

@@ -46,9 +46,10 @@
 // formulas; codec_layout() gives every section's offset.
 //
 // Threads: every kernel runs on the current OpenMP team size (omp_set_num_threads), in
-// parallel over rows (column statistics over column ranges); results do not depend on the
-// thread count. compress/decompress never allocate on the heap: the outlier codec's per-channel
-// statistics live in a caller-provided scratch buffer of codec_scratch_bytes().
+// parallel over rows (column statistics over column ranges); blobs and decoded values do not
+// depend on the thread count. compress/decompress never allocate on the heap: the outlier
+// codec's per-channel statistics live in a caller-provided scratch buffer (codec_scratch_bytes).
+// Speed: even G takes the AVX-512 path; odd G works but runs the scalar loop.
 #pragma once
 
 #include <cmath>
@@ -92,7 +93,8 @@ struct CodecStats {
     float outlier_fraction = 0;    // k / cols            (outlier codec; 0 otherwise)
 };
 
-// Byte offsets of a blob's sections from its start (0 = the section is absent) and its size.
+// Byte offsets of a blob's sections from its start and its size. An absent section has offset
+// 0 (which is the header's place; bitpack, headerless, has its bits at 0).
 struct CodecLayout {
     std::size_t indices = 0, outliers = 0, scales = 0, offsets = 0, codes = 0, total = 0;
 };
@@ -107,13 +109,14 @@ std::size_t codec_bytes(Codec codec, std::size_t rows, std::size_t cols, const C
 // Exact upper bound of compress's output for any data (the outlier codec: the largest size over
 // k = 0..outlier_channel_cap): what the caller reserves up front.
 std::size_t codec_max_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params);
-// Scratch compress needs (0 for all but the outlier codec: 8 * cols doubles + 4 * cols ints).
+// Scratch compress needs: 0 for all but the outlier codec, A(8 * cols) + A(4 * cols) bytes
+// (per-channel Sh and Z in double, candidate channel indices).
 std::size_t codec_scratch_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params);
 
 // Writes the blob of src (rows x cols) into dst (64-byte aligned, capacity >= codec_max_bytes);
 // returns its size (== codec_bytes with the k chosen). scratch: codec_scratch_bytes() bytes, 8-byte
-// aligned (may be null when that is 0). Throws std::invalid_argument on bad parameters or on
-// Codec::bitpack (masks use compress_mask).
+// aligned (may be null when that is 0). Throws std::invalid_argument on bad parameters, a missing
+// scratch, or Codec::bitpack (masks use compress_mask).
 std::size_t compress(Codec codec, const float* src, std::size_t rows, std::size_t cols, const CodecParams& params,
                      void* dst, void* scratch);
 // Decodes a blob written by compress with the same codec, rows and cols (checked against the
