@@ -37,11 +37,24 @@ AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_byt
     solve(tokens_, weights);
 }
 
+// Timings are measured once (they do not drift, and measuring them again is noisy); a re-plan
+// refreshes what does drift — compressed sizes, outlier fractions and errors — from the current
+// weights.
 void AdaccRegulator::solve(const std::vector<int>& tokens, const float* weights) {
     const int B = config_.training.batch_size, T = config_.training.seq_len;
     const auto start = Clock::now();
-    if (!options_.profile_file || profile_.tensors.empty() || weights) {
-        profile_ = profile_block(config_.model, B, measured_batch_, T, tokens, weights, config_.training.seed, {});
+    const bool have_profile = !profile_.tensors.empty();
+    if (!have_profile || weights) {
+        Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens, weights, config_.training.seed, {});
+        if (have_profile) {
+            fresh.op_ms = profile_.op_ms;
+            for (auto& t : fresh.tensors)
+                if (const TensorProfile* old = profile_.find(t.kind)) {
+                    t.compress_ms = old->compress_ms;
+                    t.decompress_ms = old->decompress_ms;
+                }
+        }
+        profile_ = std::move(fresh);
         if (!options_.save_profile.empty()) profile_.save(options_.save_profile);
     }
     last_profile_ms_ = ms_since(start);

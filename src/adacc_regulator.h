@@ -3,8 +3,8 @@
 // batch, scaled linearly, when keeping everything would not fit the budget), solves the MILP
 // under the budget and hands the plan to the model; during training it samples the compressed
 // tensors' statistics on the PolicyMonitor's backoff schedule and, when the plan stops fitting,
-// re-profiles with the current weights, re-solves, and switches the model's plan before the
-// next step.
+// re-measures the statistics with the current weights (keeping the measured timings), re-solves,
+// and switches the model's plan before the next step.
 #pragma once
 
 #include <filesystem>

@@ -20,7 +20,7 @@ struct MonitorOptions {
     double stable_relative_delta = 0.05;  // for error and size (relative)
     double outlier_tolerance = 0.02;    // re-plan when a fraction moves this far from the plan's
     double error_tolerance = 0.5;       // ... error grows by this factor (relative, 0.5 = +50%)
-    double size_tolerance = 0.05;       // ... compressed size grows by this factor
+    double size_tolerance = 0.25;       // ... compressed size grows by this factor
     int min_steps_between_replans = 20;
 };
 
