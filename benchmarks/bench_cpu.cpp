@@ -63,11 +63,10 @@ int main(int argc, char** argv) {
     std::vector<double> times, forward_times, backward_times, optimizer_times;
     for (int step = 1; step <= warmup + steps; ++step) {
         const auto t0 = Clock::now();
-        model.zero_grads();
         model.forward(tokens.data(), targets.data(), B, T, adacc::DropoutContext{1, std::uint64_t(step), 0, true},
                       1.0f / (B * T));
         const auto t1 = Clock::now();
-        model.backward(tokens.data(), B, T);
+        model.backward(tokens.data(), B, T, /*accumulate=*/false);
         const auto t2 = Clock::now();
         adacc::adamw_step(model, opt, 1e-4f, step);
         if (step > warmup) {

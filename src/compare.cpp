@@ -63,11 +63,10 @@ RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const
         data.next_batch(inputs, targets);
         const auto start = Clock::now();
         if (regulator) regulator->before_step(step, model);
-        model.zero_grads();
         result.last_loss = model.forward(inputs.data(), targets.data(), B, T,
                                          DropoutContext{config.training.seed, std::uint64_t(step), 0, true},
                                          1.0f / (B * T));
-        model.backward(inputs.data(), B, T);
+        model.backward(inputs.data(), B, T, /*accumulate=*/false);
         adamw_step(model, config.optimizer, learning_rate(config.lr, step, config.training.steps), step);
         if (regulator) regulator->after_step(step, model);
         if (step > warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());

@@ -508,7 +508,7 @@ void GPTModel::materialize_block(int layer, int B, int T) {
     }
 }
 
-void GPTModel::backward_op(const OpInfo& op, int layer, int B, int T) {
+void GPTModel::backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate) {
     const int N = B * T, C = config_.n_embd, NH = config_.n_head;
     const float p = dropout_p();
     auto weight = [&](std::optional<ParamId> id) { return id ? layout_.at(params_.data(), *id, layer) : nullptr; };
@@ -524,7 +524,7 @@ void GPTModel::backward_op(const OpInfo& op, int layer, int B, int T) {
         case OpKind::matmul:
             cpu::matmul_backward(grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
                                  grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight), N,
-                                 op.in_features, op.out_features);
+                                 op.in_features, op.out_features, accumulate);
             break;
         case OpKind::attention_softmax: cpu::attention_softmax_backward(dqkv_, datt_, att, qkv, B, T, C, NH); break;
         case OpKind::dropout_mask: break;  // masks are inputs only
@@ -545,16 +545,27 @@ void GPTModel::backward_op(const OpInfo& op, int layer, int B, int T) {
     }
 }
 
-void GPTModel::backward(const int* tokens, int B, int T) {
+// Gradients no matmul writes whole: layernorm parameters (accumulated over rows) and wpe (the
+// encoder adds into the rows of the positions used). wte is written whole by the classifier.
+void GPTModel::zero_non_matmul_grads() {
+    for (ParamId id : {ParamId::wpe, ParamId::ln1w, ParamId::ln1b, ParamId::ln2w, ParamId::ln2b, ParamId::lnfw,
+                       ParamId::lnfb}) {
+        const ParamTensorInfo& info = layout_.info(id);
+        std::memset(grads_.data() + info.offset, 0, info.numel * sizeof(float));
+    }
+}
+
+void GPTModel::backward(const int* tokens, int B, int T, bool accumulate) {
     if (use_ == ModelUse::inference) throw std::logic_error("GPTModel::backward on an inference model");
     if (!has_dlogits_) throw std::logic_error("GPTModel::backward needs a forward with targets and dloss != 0");
     const int N = B * T, C = config_.n_embd, Vp = config_.padded_vocab_size(), L = config_.n_layer;
     const float* params = params_.data();
     float* grads = grads_.data();
 
+    if (!accumulate) zero_non_matmul_grads();
     // Classifier (tied head): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf; then the final layernorm.
     cpu::matmul_backward(dc_a_, layout_.at(grads, ParamId::wte), nullptr, logits_, lnf_,
-                         layout_.at(params, ParamId::wte), N, C, Vp);
+                         layout_.at(params, ParamId::wte), N, C, Vp, accumulate);
     std::memset(dres_, 0, sizeof(float) * N * C);
     cpu::layernorm_backward(dres_, layout_.at(grads, ParamId::lnfw), layout_.at(grads, ParamId::lnfb), dc_a_, final_x_,
                             layout_.at(params, ParamId::lnfw), lnf_mean_, lnf_rstd_, N, C);
@@ -564,7 +575,7 @@ void GPTModel::backward(const int* tokens, int B, int T) {
     for (int l = L - 1; l >= 0; --l) {
         materialize_block(l, B, T);
         for (auto op = ops.rbegin(); op != ops.rend(); ++op)
-            if (op->kind != OpKind::dropout_mask) backward_op(*op, l, B, T);
+            if (op->kind != OpKind::dropout_mask) backward_op(*op, l, B, T, accumulate);
         tape_.release_to(layer_mark_[l]);
     }
 

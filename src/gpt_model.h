@@ -109,8 +109,9 @@ public:
     // Backward pass of the last forward (which must have had targets and dloss != 0), with the
     // same tokens: before each block's backward, its dropped tensors are recomputed and its
     // compressed ones decompressed into the workspace; after it, its tape slots are released.
-    // Accumulates into grads().
-    void backward(const int* tokens, int B, int T);
+    // Accumulates into grads(); with accumulate false (a step's first micro-batch) overwrites
+    // them instead, so no zeroing pass over the gradient arena is needed.
+    void backward(const int* tokens, int B, int T, bool accumulate = true);
 
     // Profiling: while set, every forward adds each block op's wall time (ms, summed over
     // layers) to (*op_ms)[op index in block().ops()].
@@ -144,7 +145,8 @@ private:
     void sample_codec(TensorKind kind, cpu::Codec codec, const void* blob, std::size_t bytes, int B, int T);
     void materialize_block(int layer, int B, int T);
     void run_op(const OpInfo& op, int layer, int B, int T);
-    void backward_op(const OpInfo& op, int layer, int B, int T);
+    void backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate);
+    void zero_non_matmul_grads();
     void carve_workspace();
 
     GPTConfig config_;

@@ -115,10 +115,15 @@ TEST_P(KernelGradTest, Matmul) {
         return out;
     };
     Vec dx(N * C), dweight(OC * C, 0.0f), dbias(OC, 0.0f);
-    matmul_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), N, C, OC);
+    matmul_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), N, C, OC, true);
     EXPECT_LT(relative_error(dx, finite_difference(x, fwd, w)), kTolerance);
     EXPECT_LT(relative_error(dweight, finite_difference(weight, fwd, w)), kTolerance);
     EXPECT_LT(relative_error(dbias, finite_difference(bias, fwd, w)), kTolerance);
+    // Overwriting (a step's first micro-batch) gives exactly what accumulating into zeros gives.
+    Vec dweight2(OC * C, 123.0f), dbias2(OC, -7.0f);
+    matmul_backward(dx.data(), dweight2.data(), dbias2.data(), w.data(), x.data(), weight.data(), N, C, OC, false);
+    EXPECT_EQ(dweight2, dweight);
+    EXPECT_EQ(dbias2, dbias);
 }
 
 // Attention = softmax then dropout(att) @ v, checked as one function of qkv, with and without a

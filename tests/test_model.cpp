@@ -244,10 +244,12 @@ TEST(GradAccumulation, MicroBatchesEqualOneBigBatch) {
     big.zero_grads();
     big.forward(tokens.data(), targets.data(), k * B, T, ctx, 1.0f / (k * N));
     big.backward(tokens.data(), k * B, T);
-    small.zero_grads();
+    // The trainer's way: the first micro-batch overwrites the gradients (stale values here
+    // must not leak through), the others accumulate.
+    for (std::size_t i = 0; i < small.num_params(); ++i) small.grads()[i] = 1e3f;
     for (int m = 0; m < k; ++m) {
         small.forward(tokens.data() + m * N, targets.data() + m * N, B, T, ctx, 1.0f / (k * N));
-        small.backward(tokens.data() + m * N, B, T);
+        small.backward(tokens.data() + m * N, B, T, /*accumulate=*/m > 0);
     }
     double diff2 = 0, ref2 = 0;
     for (std::size_t i = 0; i < big.num_params(); ++i) {

@@ -50,7 +50,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int C, int OC) {
+                     const float* weight, int N, int C, int OC, bool accumulate) {
 #pragma omp parallel
     {
         // dinp (N x C) = dout (N x OC) @ W (OC x C), split over input channels.
@@ -70,10 +70,16 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
             ConstStridedView dy(dout + r.begin, N, rows, Stride(OC));
             ConstMatrixView x(inp, N, C);
             MatrixView dw(dweight + static_cast<long>(r.begin) * C, rows, C);
-            dw.noalias() += dy.transpose() * x;
-            if (dbias)
+            if (accumulate)
+                dw.noalias() += dy.transpose() * x;
+            else
+                dw.noalias() = dy.transpose() * x;
+            if (dbias) {
+                if (!accumulate)
+                    for (int j = 0; j < rows; ++j) dbias[r.begin + j] = 0.0f;
                 for (int i = 0; i < N; ++i)
                     for (int j = 0; j < rows; ++j) dbias[r.begin + j] += dy(i, j);
+            }
         }
     }
 }
