@@ -391,6 +391,10 @@ const std::vector<KeySpec>& registry() {
         field<&R::eval, &EvalSection::tasks>("eval", "tasks", each_one_of({"lambada", "arc_easy"}),
                                              "eval tasks"),
         field<&R::eval, &EvalSection::limit>("eval", "limit", at_least(0), "examples per task (0 = all)"),
+        field<&R::eval, &EvalSection::data>("eval", "data", any_value(),
+                                            "folder holding lambada_openai/ and arc_easy/ (test splits)"),
+        field<&R::eval, &EvalSection::vocab>("eval", "vocab", any_value(),
+                                             "folder with GPT-2's encoder.json and vocab.bpe"),
 
         field<&R::logging, &LoggingSection::run_dir>("logging", "run_dir", non_empty(),
                                                      "run folder: metrics, checkpoints"),

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     adacc::add_sample_command(app);
     adacc::add_memory_command(app);
     adacc::add_compare_command(app);
+    adacc::add_eval_command(app);
     adacc::add_config_command(app);
     try {
         app.parse(argc, argv);

@@ -57,6 +57,8 @@ struct EvalSection {
     int every = 0;               // steps between in-training evals (0 = never)
     std::vector<std::string> tasks;
     int limit = 100;
+    std::string data;            // folder with lambada_openai/ and arc_easy/ (needed when tasks run)
+    std::string vocab;           // folder with GPT-2's encoder.json and vocab.bpe (likewise)
 };
 
 struct LoggingSection {

@@ -60,6 +60,7 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     print_model_summary(config_, *model_);
     train_data_ = open_loader(config_.data.train, config_, config_.data.shuffle, "data.train");
     if (!config_.data.val.empty()) val_data_ = open_loader(config_.data.val, config_, false, "data.val");
+    if (TrainingEvaluator::enabled(config_)) evaluator_ = std::make_unique<TrainingEvaluator>(config_);
     inputs_.resize(static_cast<std::size_t>(B) * T);
     targets_.resize(inputs_.size());
 
@@ -138,6 +139,11 @@ void Trainer::run() {
             const float val = validation_loss();
             std::printf("step %6d/%d | val_loss %.4f\n", step, t.steps, val);
             metrics_->write({{"step", step}, {"val_loss", val}});
+        }
+        if (evaluator_ && evaluator_->due(step, t.steps)) {
+            const nlohmann::json record = evaluator_->evaluate(*model_, step);
+            std::printf("step %6d/%d | eval %s\n", step, t.steps, TrainingEvaluator::describe(record).c_str());
+            metrics_->write(record);
         }
         const int every = config_.checkpoint.every;
         if ((every > 0 && step % every == 0) || step == t.steps) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/dataloader.h"
+#include "src/eval_tasks.h"
 #include "src/gpt_model.h"
 #include "src/metrics_log.h"
 #include "src/run_config.h"
@@ -34,6 +35,7 @@ private:
     std::unique_ptr<GPTModel> model_;
     std::unique_ptr<DataLoader> train_data_, val_data_;
     std::unique_ptr<MetricsLog> metrics_;
+    std::unique_ptr<TrainingEvaluator> evaluator_;  // [eval] tasks; null when none are configured
     TrainingProgress progress_;
     std::vector<std::int32_t> inputs_, targets_;
 };

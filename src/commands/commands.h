@@ -14,6 +14,7 @@ void add_tokenize_command(CLI::App& app);  // src/commands/tokenize.cpp
 void add_sample_command(CLI::App& app);    // src/commands/sample.cpp
 void add_memory_command(CLI::App& app);    // src/commands/memory.cpp
 void add_compare_command(CLI::App& app);   // src/commands/compare.cpp
+void add_eval_command(CLI::App& app);      // src/commands/eval.cpp
 void add_config_command(CLI::App& app);    // src/commands/config.cpp
 
 }  // namespace adacc

@@ -1,0 +1,171 @@
+// adacc eval --checkpoint DIR|FILE | --llmc-model FILE --task lambada|arc_easy --data PATH --vocab DIR
+//            [--split test|dev] [--limit N] [--batch B] [--output FILE] [--threads N]
+// Scores a model on LAMBADA (lambada_openai) or ARC-Easy exactly as lm-evaluation-harness does
+// (src/eval_tasks.h): a progress bar with the running accuracy on stderr (when it is a terminal),
+// a table and a one-line JSON summary on stdout, and with --output one JSON line per document.
+#include <omp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "src/checkpoint.h"
+#include "src/commands/commands.h"
+#include "src/errors.h"
+#include "src/eval_tasks.h"
+#include "src/evaluation.h"
+#include "src/llmc_model_io.h"
+#include "src/training_state.h"
+
+namespace adacc {
+namespace {
+
+struct EvalArgs {
+    std::string checkpoint, llmc_model, task, data, vocab, split = "test", output;
+    std::size_t limit = 0;
+    int batch = 8;
+    int threads = 0;
+};
+
+// One line on stderr, redrawn at most ten times a second; silent when stderr is not a terminal.
+class EvalProgressBar {
+public:
+    explicit EvalProgressBar(std::string label) : enabled_(::isatty(STDERR_FILENO) == 1), label_(std::move(label)) {}
+
+    void update(const EvalProgress& p) {
+        const auto now = Clock::now();
+        const bool done = p.requests_done >= p.requests_total;
+        if (!enabled_ || (now - last_draw_ < std::chrono::milliseconds(100) && !done)) return;
+        last_draw_ = now;
+        constexpr int kWidth = 30;
+        const double fraction = p.requests_total ? double(p.requests_done) / double(p.requests_total) : 1.0;
+        const int filled = static_cast<int>(fraction * kWidth);
+        std::fprintf(stderr, "\r%s [%s%s] %zu/%zu docs  acc %.4f  %.1f docs/s ", label_.c_str(),
+                     std::string(filled, '#').c_str(), std::string(kWidth - filled, ' ').c_str(), p.docs_done,
+                     p.docs_total, p.docs_done ? double(p.correct) / double(p.docs_done) : 0.0,
+                     p.seconds > 0 ? double(p.docs_done) / p.seconds : 0.0);
+        drawn_ = true;
+    }
+    void finish() {
+        if (drawn_) std::fputc('\n', stderr);
+    }
+
+private:
+    using Clock = std::chrono::steady_clock;
+    bool enabled_;
+    bool drawn_ = false;
+    std::string label_;
+    Clock::time_point last_draw_{};
+};
+
+void print_table(const EvalSummary& s, const std::string& split, const std::string& model_name) {
+    std::printf("%s (%s split) on %s\n", harness_task_name(s.task), split.c_str(), model_name.c_str());
+    std::printf("  %-10s %10s %10s\n", "metric", "value", "stderr");
+    std::printf("  %-10s %10zu\n", "n", s.n);
+    std::printf("  %-10s %10.4f %10.4f\n", "acc", s.acc, s.acc_stderr);
+    if (s.acc_norm) std::printf("  %-10s %10.4f %10.4f\n", "acc_norm", *s.acc_norm, s.acc_norm_stderr.value_or(0.0));
+    if (s.acc_bytes) std::printf("  %-10s %10.4f\n", "acc_bytes", *s.acc_bytes);
+    if (s.ppl) std::printf("  %-10s %10.4g\n", "perplexity", *s.ppl);
+    std::printf("  %-10s %10.2f   (%.1f examples/s, %zu requests, %.0f tokens/s)\n", "seconds", s.seconds,
+                s.examples_per_s(), s.requests, s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0);
+}
+
+void run_eval_command(const EvalArgs& args) {
+    const auto start = std::chrono::steady_clock::now();
+    if (args.threads > 0) omp_set_num_threads(args.threads);
+    const auto task = parse_eval_task(args.task);
+    if (!task) throw UserError("unknown task '" + args.task + "': use lambada or arc_easy");
+
+    // The model's shape, from the checkpoint's config or the llm.c header.
+    GPTConfig config;
+    std::filesystem::path model_file;
+    if (!args.checkpoint.empty()) {
+        model_file = resolve_checkpoint(args.checkpoint);
+        config = checkpoint_config(CheckpointReader(model_file)).model;
+    } else if (!args.llmc_model.empty()) {
+        model_file = args.llmc_model;
+        config = read_llmc_header(model_file);
+    } else {
+        throw UserError("no model given: pass --checkpoint RUN_DIR|FILE or --llmc-model FILE");
+    }
+    const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(args.vocab);
+    if (static_cast<std::uint32_t>(config.vocab_size) != tokenizer.vocab_size())
+        throw UserError("the model's vocab_size is " + std::to_string(config.vocab_size) + " but the tokenizer in " +
+                        args.vocab + " has " + std::to_string(tokenizer.vocab_size()) +
+                        " tokens: eval needs a model of GPT-2 token ids");
+    const TextEncoder encoder = gpt2_text_encoder(tokenizer);
+
+    const auto data_file = resolve_eval_data(*task, args.data, args.split);
+    PreparedEval prepared = prepare_eval(*task, read_eval_docs(*task, data_file, args.limit), encoder);
+    if (prepared.docs.empty()) throw UserError(data_file.string() + " holds no documents");
+
+    const int seq_len = required_seq_len(prepared.requests, config.max_seq_len);
+    const int batch = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(args.batch), prepared.requests.size()));
+    GPTModel model = GPTModel::for_inference(config, batch, seq_len);
+    if (!args.checkpoint.empty()) load_model_weights(model_file, model);
+    else load_llmc_model(model_file, config, model.params());
+
+    std::unique_ptr<std::ofstream> output;
+    if (!args.output.empty()) {  // opened before the long run, so a bad path fails at once
+        output = std::make_unique<std::ofstream>(args.output, std::ios::trunc);
+        if (!*output) throw UserError("cannot write " + args.output + ": check that its folder exists and is writable");
+    }
+
+    EvalProgressBar bar(harness_task_name(*task));
+    const EvalRun run = run_eval(model, prepared, batch, [&](const EvalProgress& p) { bar.update(p); });
+    bar.finish();
+
+    if (output) {
+        for (std::size_t d = 0; d < prepared.docs.size(); ++d)
+            *output << doc_json(*task, d, prepared.docs[d], run.docs[d], encoder)
+                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                    << '\n';
+        output->close();
+        if (!*output) throw UserError("writing " + args.output + " failed (disk full?)");
+    }
+
+    print_table(run.summary, args.split, model_file.string());
+    nlohmann::json summary = summary_json(run.summary);
+    summary["split"] = args.split;
+    summary["data"] = data_file.string();
+    summary["model"] = model_file.string();
+    summary["batch"] = batch;
+    summary["threads"] = omp_get_max_threads();
+    summary["total_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("%s\n", summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+    auto args = std::make_shared<EvalArgs>();
+    CLI::App* cmd = app.add_subcommand(
+        "eval",
+        "Score a model on LAMBADA (lambada_openai) or ARC-Easy the way lm-evaluation-harness does (zero-shot): "
+        "a table and a JSON summary on stdout, per-document JSONL with --output");
+    auto* checkpoint = cmd->add_option("--checkpoint", args->checkpoint, "checkpoint file or run folder (newest checkpoint)")
+                           ->type_name("DIR|FILE");
+    auto* llmc = cmd->add_option("--llmc-model", args->llmc_model, "llm.c GPT-2 model file (gpt2_124M.bin, ...)")
+                     ->type_name("FILE");
+    checkpoint->excludes(llmc);
+    llmc->excludes(checkpoint);
+    cmd->add_option("--task", args->task, "lambada or arc_easy")->required()->type_name("TASK");
+    cmd->add_option("--data", args->data,
+                    "the task's jsonl, or a folder holding it (directly or in lambada_openai/, arc_easy/)")
+        ->required()
+        ->type_name("PATH");
+    cmd->add_option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe")->required()->type_name("DIR");
+    cmd->add_option("--split", args->split, "test, or for arc_easy also dev / train")->capture_default_str();
+    cmd->add_option("--limit", args->limit, "score only the first N documents (0 = all)")->capture_default_str();
+    cmd->add_option("--batch", args->batch, "requests per forward pass")->check(CLI::Range(1, 4096))->capture_default_str();
+    cmd->add_option("--output", args->output, "write one JSON line per document here")->type_name("FILE");
+    cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024));
+    cmd->callback([args] { run_eval_command(*args); });
+}
+
+}  // namespace adacc
