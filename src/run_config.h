@@ -46,6 +46,11 @@ struct DataSection {
 struct MemorySection {
     std::string mode = "none";   // none | full | selective | quant | adacc | recompute-opt
     std::string budget;          // "" = unlimited, else bytes or "24GiB"-style sizes
+    // Planned modes (adacc, recompute-opt):
+    std::string granularity = "block";  // block: one plan for all layers | global: layers may differ
+    std::string profile;                // reuse this profile.json instead of profiling at start
+    int monitor_max_interval = 64;      // cap of the monitor's exponential backoff (steps)
+    int min_replan_steps = 20;          // fewest steps between two plan switches
 };
 
 struct CheckpointSection {

@@ -54,11 +54,9 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     std::printf("%s", format_config_table(config_).c_str());
 
     const int B = config_.training.batch_size, T = config_.training.seq_len;
-    const MemoryMode mode = parse_memory_mode(config_.memory.mode);
-    if (!config_.memory.budget.empty()) check_budget(config_.model, B, T, mode, parse_size(config_.memory.budget));
-    model_ = std::make_unique<GPTModel>(config_.model, B, T, plan_for_mode(config_.model, B, T, mode));
-    print_model_summary(config_, *model_);
     train_data_ = open_loader(config_.data.train, config_, config_.data.shuffle, "data.train");
+    make_model(B, T);
+    print_model_summary(config_, *model_);
     if (!config_.data.val.empty()) val_data_ = open_loader(config_.data.val, config_, false, "data.val");
     if (TrainingEvaluator::enabled(config_)) evaluator_ = std::make_unique<TrainingEvaluator>(config_);
     inputs_.resize(static_cast<std::size_t>(B) * T);
@@ -74,17 +72,55 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", resume_checkpoint ? progress_.step : 0);
 }
 
+// Fixed modes take their plan from the mode; planned modes profile, solve for the budget and
+// keep a regulator that monitors and re-plans during the run.
+void Trainer::make_model(int B, int T) {
+    const MemoryMode mode = parse_memory_mode(config_.memory.mode);
+    const std::uint64_t budget = config_.memory.budget.empty() ? 0 : parse_size(config_.memory.budget);
+    if (!is_planned(mode)) {
+        if (budget) check_budget(config_.model, B, T, mode, budget);
+        model_ = std::make_unique<GPTModel>(config_.model, B, T, plan_for_mode(config_.model, B, T, mode));
+        return;
+    }
+    if (!budget)
+        throw UserError("memory.mode " + config_.memory.mode + " plans for a memory budget: set memory.budget " +
+                        "(or --memory-budget SIZE)");
+    RegulatorOptions options;
+    options.allow_compress = mode == MemoryMode::adacc;
+    options.planner.granularity = parse_plan_granularity(config_.memory.granularity);
+    options.monitor.max_interval = config_.memory.monitor_max_interval;
+    options.monitor.min_steps_between_replans = config_.memory.min_replan_steps;
+    if (!config_.memory.profile.empty()) options.profile_file = config_.memory.profile;
+    options.save_profile = run_dir_ / "profile.json";
+    // Profile on the first training batch, from a loader of its own so training's position is untouched.
+    auto profiling_data = open_loader(config_.data.train, config_, false, "data.train");
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
+    profiling_data->next_batch(tokens, targets);
+    regulator_ = std::make_unique<AdaccRegulator>(config_, budget, options, std::vector<int>(tokens.begin(), tokens.end()),
+                                                  nullptr);
+    std::printf("%s\n", regulator_->describe().c_str());
+    model_ = std::make_unique<GPTModel>(config_.model, B, T, regulator_->plan().plan, regulator_->plan().codec_params);
+}
+
+void Trainer::log_replan(const ReplanEvent& e) {
+    std::printf("step %6d | replan: %s -> %s plan in %.1f ms (profile %.1f ms), predicted total %s\n", e.step,
+                e.reason.c_str(), plan_status_name(e.status), e.solve_ms, e.profile_ms,
+                format_bytes(e.predicted_total_bytes).c_str());
+    metrics_->write({{"step", e.step}, {"event", "replan"}, {"reason", e.reason}, {"status", plan_status_name(e.status)},
+                     {"solve_ms", e.solve_ms}, {"profile_ms", e.profile_ms},
+                     {"predicted_total_bytes", e.predicted_total_bytes}});
+}
+
 float Trainer::train_step(int step) {
     const int B = config_.training.batch_size, T = config_.training.seq_len, accum = config_.training.grad_accum;
     const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
-    model_->zero_grads();
     double loss = 0.0;
     for (int micro = 0; micro < accum; ++micro) {
         train_data_->next_batch(inputs_, targets_);
         const DropoutContext dropout{config_.training.seed, static_cast<std::uint64_t>(step),
                                      static_cast<std::uint64_t>(micro), true};
         loss += model_->forward(inputs_.data(), targets_.data(), B, T, dropout, dloss);
-        model_->backward(inputs_.data(), B, T);
+        model_->backward(inputs_.data(), B, T, /*accumulate=*/micro > 0);
     }
     return static_cast<float>(loss / accum);
 }
@@ -118,22 +154,29 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
                     format_bytes(tape.used).c_str(), format_bytes(kept).c_str(), format_bytes(compressed).c_str(),
                     format_bytes(recomputed).c_str());
     std::fflush(stdout);
-    metrics_->write({{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}, {"step_ms", seconds * 1e3},
-                     {"tokens_per_s", tokens / seconds}, {"gflops", gflops}, {"tape_peak_bytes", tape.used},
-                     {"tape_kept_bytes", kept}, {"tape_compressed_bytes", compressed},
-                     {"tape_recompute_bytes", recomputed}});
+    nlohmann::json record = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                              {"step_ms", seconds * 1e3}, {"tokens_per_s", tokens / seconds}, {"gflops", gflops},
+                              {"tape_peak_bytes", tape.used}, {"tape_kept_bytes", kept},
+                              {"tape_compressed_bytes", compressed}, {"tape_recompute_bytes", recomputed}};
+    if (regulator_) record["monitor_ms_total"] = regulator_->monitor_ms();
+    metrics_->write(record);
 }
 
 void Trainer::run() {
     const auto& t = config_.training;
     for (int step = progress_.step + 1; step <= t.steps; ++step) {
+        if (step_hook_) step_hook_(step, *model_);
         const auto start = std::chrono::steady_clock::now();
+        if (regulator_) regulator_->before_step(step, *model_);
         const float loss = train_step(step);
         const float lr = learning_rate(config_.lr, step, t.steps);
         const OptimizerStepStats stats = adamw_step(*model_, config_.optimizer, lr, step);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         progress_ = {step, train_data_->state()};
         log_step(step, loss, lr, stats.grad_norm, seconds);
+        // After the step's line (which reports the tape this step used): a new plan takes effect next step.
+        if (regulator_)
+            if (const auto event = regulator_->after_step(step, *model_)) log_replan(*event);
 
         if (val_data_ && t.val_every > 0 && (step % t.val_every == 0 || step == t.steps)) {
             const float val = validation_loss();

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "data/dataloader.h"
+#include "src/adacc_regulator.h"
 #include "src/eval_tasks.h"
 #include "src/gpt_model.h"
 #include "src/metrics_log.h"
@@ -24,9 +26,13 @@ public:
     void run();
 
     const GPTModel& model() const { return *model_; }
+    // Test instrumentation: called before every step with the model (e.g. to inject outliers).
+    void set_step_hook(std::function<void(int step, GPTModel& model)> hook) { step_hook_ = std::move(hook); }
 
 private:
     float train_step(int step);
+    void make_model(int B, int T);
+    void log_replan(const ReplanEvent& event);
     float validation_loss();
     void log_step(int step, float loss, float lr, float grad_norm, double seconds);
 
@@ -35,6 +41,8 @@ private:
     std::unique_ptr<GPTModel> model_;
     std::unique_ptr<DataLoader> train_data_, val_data_;
     std::unique_ptr<MetricsLog> metrics_;
+    std::unique_ptr<AdaccRegulator> regulator_;     // planned memory modes only
+    std::function<void(int, GPTModel&)> step_hook_;
     std::unique_ptr<TrainingEvaluator> evaluator_;  // [eval] tasks; null when none are configured
     TrainingProgress progress_;
     std::vector<std::int32_t> inputs_, targets_;

@@ -16,5 +16,6 @@ void add_memory_command(CLI::App& app);    // src/commands/memory.cpp
 void add_compare_command(CLI::App& app);   // src/commands/compare.cpp
 void add_eval_command(CLI::App& app);      // src/commands/eval.cpp
 void add_config_command(CLI::App& app);    // src/commands/config.cpp
+void add_plan_command(CLI::App& app);      // src/commands/plan.cpp
 
 }  // namespace adacc
