@@ -834,7 +834,8 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
             }
             set_plans(plans);
             r.status = out == Model::Outcome::optimal ? PlanResult::optimal : PlanResult::suboptimal;
-            if (out == Model::Outcome::suboptimal) note = "time limit reached; best plan found so far";
+            if (out == Model::Outcome::suboptimal)
+                note = deadline.fired ? "time limit reached; best plan found so far" : "lp_solve did not prove optimality";
             solved = true;
         }
     } else {
@@ -1063,7 +1064,9 @@ PlanResult MilpPlanner::solve_global(const std::vector<LayerClass>& classes, std
     }
     r.status = solved && ip_optimal && exact ? PlanResult::optimal : PlanResult::suboptimal;
     if (!exact) note = (note.empty() ? "" : note + "; ") + "time limit reached while building the Pareto frontiers";
-    if (solved && !ip_optimal) note = (note.empty() ? "" : note + "; ") + "time limit reached in the layer assignment";
+    if (solved && !ip_optimal)
+        note = (note.empty() ? "" : note + "; ") +
+               (deadline.fired ? "time limit reached in the layer assignment" : "layer assignment not proven optimal");
     if (r.status == PlanResult::suboptimal && exact) r.objective_bound_ms = bounds.z;
     finish(r, o, static_bytes, transient_bytes, t0, note);
     return r;

@@ -9,6 +9,9 @@
 //           bytes) is computed by a sweep of block MILPs, then a small integer program chooses how
 //           many layers of each class use each frontier plan. Exact (see milp_planner.cpp); avoids
 //           the one-binary-per-tensor-per-layer model that lp_solve cannot solve for 48 layers.
+//           By default the frontier is taken per independent part of the block (tensors coupled
+//           through transients; every tensor of the collapsed GPT-2 block), which is just as exact
+//           and keeps the integer program small (split_independent_parts).
 //
 // Memory: static + transient + sum over layers of the block's tape bytes <= budget.
 // Objective (what objective_ms reports): sum over layers of
