@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "src/cpu_threads.h"
 #include "src/gpt_model.h"
 #include "src/optimizer.h"
 
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "error: unknown preset %s\n", preset.c_str());
         return 2;
     }
+    adacc::configure_cpu_threads();  // the baseline and the model run on the same pinned threads
     const double peak = measure_sgemm_peak();
 
     adacc::GPTModel model(*cfg, B, T);

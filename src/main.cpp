@@ -5,9 +5,11 @@
 #include <exception>
 
 #include "src/commands/commands.h"
+#include "src/cpu_threads.h"
 #include "src/errors.h"
 
 int main(int argc, char** argv) {
+    adacc::configure_cpu_threads();
     CLI::App app{"adacc: GPT training with per-tensor activation memory management"};
     app.require_subcommand(1);
     adacc::add_train_command(app);

@@ -1,13 +1,12 @@
 #include "src/trainer.h"
 
-#include <omp.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 
 #include "data/token_shard.h"
 #include "src/config.h"
+#include "src/cpu_threads.h"
 #include "src/errors.h"
 #include "src/memory_report.h"
 #include "src/optimizer.h"
@@ -48,7 +47,7 @@ void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
 
 Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint)
     : config_(config), run_dir_(config.logging.run_dir) {
-    if (config_.training.threads > 0) omp_set_num_threads(config_.training.threads);
+    if (config_.training.threads > 0) configure_cpu_threads(config_.training.threads);
     std::filesystem::create_directories(run_dir_);
     std::ofstream(run_dir_ / "config.toml") << to_toml(config_);
     std::printf("%s", format_config_table(config_).c_str());
