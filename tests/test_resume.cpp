@@ -135,8 +135,14 @@ TEST_F(Resume, KillsDuringCheckpointWritesLeaveALoadableCheckpoint) {
     for (int attempt = 0; attempt < 4 && last_logged_step(run_dir) < kSteps; ++attempt) {
         auto args = started ? std::vector<std::string>{test::adacc_binary(), "train", "--resume", run_dir.string()}
                             : train_args(config, run_dir);
+        const int before = last_logged_step(run_dir);
         const pid_t pid = spawn(args);
-        std::this_thread::sleep_for(std::chrono::milliseconds(400 + gen() % 600));
+        // Let the run make progress first (a sanitizer build starts slowly), then kill it at a
+        // random moment of the following steps, which checkpoint every step.
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+        while (last_logged_step(run_dir) <= before && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        std::this_thread::sleep_for(std::chrono::milliseconds(gen() % 400));
         kill(pid, SIGKILL);
         wait_exit(pid);
         const auto newest = newest_complete_checkpoint(run_dir);
