@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cpu/codecs.h"
+#include "src/cpu_threads.h"
 #include "kernels/cpu/ops.h"
 
 namespace {
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
     app.add_option("--threads", thread_counts, "thread counts")->delimiter(',');
     app.add_flag("!--no-matmul", matmul, "skip the matmul comparison");
     CLI11_PARSE(app, argc, argv);
+    adacc::configure_cpu_threads();  // pinned threads, as the engine runs them
 
     std::mt19937 gen(1);
     struct FloatCase {
