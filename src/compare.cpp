@@ -280,7 +280,7 @@ std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::
     std::string out = format == "csv" ? "mode,max_batch,total_bytes,verified,ratio_vs_none\n" : "";
     char line[256];
     if (format != "csv") {
-        std::snprintf(line, sizeof line, "%-10s %10s %14s %9s %14s\n", "mode", "max_batch", "total", "verified",
+        std::snprintf(line, sizeof line, "%-13s %10s %14s %9s %14s\n", "mode", "max_batch", "total", "verified",
                       "x_none_batch");
         out += line;
     }
@@ -289,7 +289,7 @@ std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::
             std::snprintf(line, sizeof line, "%s,%d,%zu,%s,%.3f\n", r.mode.c_str(), r.max_batch, r.total_bytes,
                           r.verified ? "yes" : "no", r.ratio_vs_none);
         else
-            std::snprintf(line, sizeof line, "%-10s %10d %14s %9s %14.2f\n", r.mode.c_str(), r.max_batch,
+            std::snprintf(line, sizeof line, "%-13s %10d %14s %9s %14.2f\n", r.mode.c_str(), r.max_batch,
                           format_bytes(r.total_bytes).c_str(), r.verified ? "yes" : "no", r.ratio_vs_none);
         out += line;
     }
