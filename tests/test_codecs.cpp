@@ -18,51 +18,10 @@
 
 #include "kernels/cpu/codecs.h"
 
-// compress/decompress must not allocate: this binary counts every malloc (as tests/test_no_alloc
-// does) except under AddressSanitizer, which owns malloc itself.
-#if defined(__SANITIZE_ADDRESS__)
-#define ADACC_COUNT_ALLOCATIONS 0
-#else
-#define ADACC_COUNT_ALLOCATIONS 1
-#endif
+// compress/decompress must not allocate: this binary counts every malloc.
+#include "tests/counting_malloc.h"
 
-namespace {
-std::atomic<long> g_allocations{0};
-}
-
-#if ADACC_COUNT_ALLOCATIONS
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* __libc_memalign(std::size_t, std::size_t);
-void* malloc(std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_malloc(n);
-}
-void* calloc(std::size_t count, std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_calloc(count, n);
-}
-void* realloc(void* p, std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_realloc(p, n);
-}
-void* aligned_alloc(std::size_t alignment, std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_memalign(alignment, n);
-}
-void* memalign(std::size_t alignment, std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_memalign(alignment, n);
-}
-int posix_memalign(void** out, std::size_t alignment, std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    *out = __libc_memalign(alignment, n);
-    return *out ? 0 : 12;  // ENOMEM
-}
-}
-#endif
+using adacc::test::g_allocations;
 
 namespace adacc::cpu {
 namespace {

@@ -1,7 +1,6 @@
-// A training step (zero grads, forward, backward, AdamW) makes no heap allocation: this test
-// binary replaces malloc & co. with counting wrappers around glibc's own allocator, so every
-// allocation is seen, including those inside Eigen, libgomp and libstdc++ (operator new calls
-// malloc). Under AddressSanitizer, which owns malloc itself, the test is skipped.
+// A training step (forward, backward, AdamW) makes no heap allocation, counted by
+// tests/counting_malloc.h: every allocation is seen, including those inside Eigen, libgomp and
+// libstdc++. Under AddressSanitizer, which owns malloc itself, the test is skipped.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,51 +10,9 @@
 
 #include "src/gpt_model.h"
 #include "src/optimizer.h"
+#include "tests/counting_malloc.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ADACC_COUNT_ALLOCATIONS 0
-#else
-#define ADACC_COUNT_ALLOCATIONS 1
-#endif
-
-namespace {
-std::atomic<long> g_allocations{0};
-}
-
-#if ADACC_COUNT_ALLOCATIONS
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* __libc_memalign(std::size_t, std::size_t);
-
-void* malloc(std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_malloc(n);
-}
-void* calloc(std::size_t count, std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_calloc(count, n);
-}
-void* realloc(void* p, std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_realloc(p, n);
-}
-void* aligned_alloc(std::size_t alignment, std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_memalign(alignment, n);
-}
-void* memalign(std::size_t alignment, std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_memalign(alignment, n);
-}
-int posix_memalign(void** out, std::size_t alignment, std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    *out = __libc_memalign(alignment, n);
-    return *out ? 0 : 12;  // ENOMEM
-}
-}
-#endif
+using adacc::test::g_allocations;
 
 namespace adacc {
 namespace {
