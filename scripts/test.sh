@@ -9,7 +9,10 @@ bash scripts/install_deps.sh
 if [ "${1:-}" = "--sanitize" ]; then
   bash scripts/build.sh build-asan -DADACC_SANITIZE=ON -DADACC_NATIVE=ON
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  ctest --test-dir build-asan -j2 --output-on-failure --timeout 1200
+  # The SIGKILL resume tests kill a training process at moments chosen by wall time; they run in
+  # the Release suite (a sanitized adacc is ~10x slower, so they would mostly test the timing).
+  ctest --test-dir build-asan -j2 --output-on-failure --timeout 1200 -E '^Resume\.'
+
 else
   bash scripts/build.sh build
   ctest --test-dir build -j2 --output-on-failure --timeout 900
