@@ -4,7 +4,6 @@
 // (src/eval_tasks.h): a progress bar with the running accuracy on stderr (when it is a terminal),
 // a table and a one-line JSON summary on stdout, and with --output one JSON line per document.
 #include <omp.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -20,6 +19,7 @@
 #include "src/eval_tasks.h"
 #include "src/evaluation.h"
 #include "src/llmc_model_io.h"
+#include "src/progress_bar.h"
 #include "src/training_state.h"
 
 namespace adacc {
@@ -30,37 +30,6 @@ struct EvalArgs {
     std::size_t limit = 0;
     int batch = 8;
     int threads = 0;
-};
-
-// One line on stderr, redrawn at most ten times a second; silent when stderr is not a terminal.
-class EvalProgressBar {
-public:
-    explicit EvalProgressBar(std::string label) : enabled_(::isatty(STDERR_FILENO) == 1), label_(std::move(label)) {}
-
-    void update(const EvalProgress& p) {
-        const auto now = Clock::now();
-        const bool done = p.requests_done >= p.requests_total;
-        if (!enabled_ || (now - last_draw_ < std::chrono::milliseconds(100) && !done)) return;
-        last_draw_ = now;
-        constexpr int kWidth = 30;
-        const double fraction = p.requests_total ? double(p.requests_done) / double(p.requests_total) : 1.0;
-        const int filled = static_cast<int>(fraction * kWidth);
-        std::fprintf(stderr, "\r%s [%s%s] %zu/%zu docs  acc %.4f  %.1f docs/s ", label_.c_str(),
-                     std::string(filled, '#').c_str(), std::string(kWidth - filled, ' ').c_str(), p.docs_done,
-                     p.docs_total, p.docs_done ? double(p.correct) / double(p.docs_done) : 0.0,
-                     p.seconds > 0 ? double(p.docs_done) / p.seconds : 0.0);
-        drawn_ = true;
-    }
-    void finish() {
-        if (drawn_) std::fputc('\n', stderr);
-    }
-
-private:
-    using Clock = std::chrono::steady_clock;
-    bool enabled_;
-    bool drawn_ = false;
-    std::string label_;
-    Clock::time_point last_draw_{};
 };
 
 void print_table(const EvalSummary& s, const std::string& split, const std::string& model_name) {
@@ -116,8 +85,17 @@ void run_eval_command(const EvalArgs& args) {
         if (!*output) throw UserError("cannot write " + args.output + ": check that its folder exists and is writable");
     }
 
-    EvalProgressBar bar(harness_task_name(*task));
-    const EvalRun run = run_eval(model, prepared, batch, [&](const EvalProgress& p) { bar.update(p); });
+    ProgressBar bar(harness_task_name(*task), 30);
+    const EvalRun run = run_eval(model, prepared, batch, [&](const EvalProgress& p) {
+        const double fraction = p.requests_total ? double(p.requests_done) / double(p.requests_total) : 1.0;
+        bar.update(fraction, [&](double seconds) {
+            char text[128];
+            std::snprintf(text, sizeof text, "%zu/%zu docs  acc %.4f  %.1f docs/s ", p.docs_done, p.docs_total,
+                          p.docs_done ? double(p.correct) / double(p.docs_done) : 0.0,
+                          seconds > 0 ? double(p.docs_done) / seconds : 0.0);
+            return std::string(text);
+        });
+    });
     bar.finish();
 
     if (output) {

@@ -1,7 +1,5 @@
 // `adacc prepare`: text files -> GPT-2 token shards in llm.c's format. The rules (documents,
 // <|endoftext|> separators, the validation split) are in data/corpus_preparer.h.
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +9,7 @@
 #include "data/corpus_preparer.h"
 #include "data/tokenizer.h"
 #include "src/commands/commands.h"
+#include "src/progress_bar.h"
 
 namespace adacc {
 namespace {
@@ -30,39 +29,6 @@ std::string with_commas(std::uint64_t value) {
     }
     return grouped;
 }
-
-// A one-line bar on stderr, redrawn at most ten times a second; silent when stderr is not a
-// terminal, so logs do not fill with carriage returns.
-class ProgressBar {
-public:
-    ProgressBar() : enabled_(::isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
-
-    void update(const CorpusProgress& progress) {
-        const auto now = Clock::now();
-        const bool done = progress.bytes_done >= progress.bytes_total;
-        if (!enabled_ || (now - last_draw_ < std::chrono::milliseconds(100) && !done)) return;
-        last_draw_ = now;
-        constexpr int kWidth = 40;
-        const double fraction = progress.bytes_total ? double(progress.bytes_done) / double(progress.bytes_total) : 1.0;
-        const int filled = static_cast<int>(fraction * kWidth);
-        const double seconds = std::chrono::duration<double>(now - start_).count();
-        std::fprintf(stderr, "\rtokenizing [%s%s] %3.0f%%  %.1f MB/s", std::string(filled, '#').c_str(),
-                     std::string(kWidth - filled, ' ').c_str(), 100 * fraction,
-                     seconds > 0 ? double(progress.bytes_done) / 1e6 / seconds : 0.0);
-        drawn_ = true;
-    }
-
-    void finish() {
-        if (drawn_) std::fputc('\n', stderr);
-    }
-
-private:
-    using Clock = std::chrono::steady_clock;
-    bool enabled_;
-    bool drawn_ = false;
-    Clock::time_point start_;
-    Clock::time_point last_draw_{};
-};
 
 // "1 file", "2 files"
 std::string count_of(std::uint64_t count, const std::string& noun) {
@@ -89,9 +55,18 @@ void print_summary(const CorpusSummary& summary, const std::filesystem::path& ou
 void run_prepare(const PrepareArgs& args) {
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(args.vocab);
     const auto start = std::chrono::steady_clock::now();
-    ProgressBar bar;
+    ProgressBar bar("tokenizing", 40);
     const CorpusSummary summary =
-        prepare_corpus(tokenizer, args.corpus, [&](const CorpusProgress& progress) { bar.update(progress); });
+        prepare_corpus(tokenizer, args.corpus, [&](const CorpusProgress& progress) {
+            const double fraction =
+                progress.bytes_total ? double(progress.bytes_done) / double(progress.bytes_total) : 1.0;
+            bar.update(fraction, [&](double seconds) {
+                char text[64];
+                std::snprintf(text, sizeof text, "%3.0f%%  %.1f MB/s", 100 * fraction,
+                              seconds > 0 ? double(progress.bytes_done) / 1e6 / seconds : 0.0);
+                return std::string(text);
+            });
+        });
     bar.finish();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     print_summary(summary, args.corpus.out_dir, seconds);
