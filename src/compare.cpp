@@ -177,14 +177,7 @@ int largest_planned_batch(const RunConfig& config, MemoryMode mode, std::uint64_
             return false;
         }
     };
-    if (!fits(1)) return 0;
-    int lo = 1, hi = 2;
-    while (hi <= (1 << 16) && fits(hi)) lo = hi, hi *= 2;
-    while (hi - lo > 1) {
-        const int mid = lo + (hi - lo) / 2;
-        (fits(mid) ? lo : hi) = mid;
-    }
-    return lo;
+    return largest_fitting_batch(fits);
 }
 
 std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::vector<MemoryMode>& modes,

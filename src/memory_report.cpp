@@ -15,8 +15,7 @@ ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mo
     return GPTModel::plan_memory(config, B, T, plan_for_mode(config, B, T, mode));
 }
 
-int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch) {
-    auto fits = [&](int B) { return memory_for_mode(config, B, T, mode).total() <= budget; };
+int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch) {
     if (!fits(1)) return 0;
     int lo = 1, hi = 2;  // fits(lo); find the first hi that does not fit, then bisect
     while (hi <= max_batch && fits(hi)) lo = hi, hi *= 2;
@@ -26,6 +25,11 @@ int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t
         (fits(mid) ? lo : hi) = mid;
     }
     return lo;
+}
+
+int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch) {
+    return largest_fitting_batch([&](int B) { return memory_for_mode(config, B, T, mode).total() <= budget; },
+                                 max_batch);
 }
 
 namespace {

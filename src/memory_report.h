@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,10 @@ namespace adacc {
 
 ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode);
 ActivationPlan plan_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode);
+
+// Largest B in [1, max_batch] with fits(B) (fits must be monotone: doubling, then bisection);
+// 0 when not even B = 1 fits.
+int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch = 1 << 16);
 
 // Largest B (up to max_batch) whose total fits in `budget` bytes; 0 when not even B = 1 fits.
 int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch = 1 << 16);
