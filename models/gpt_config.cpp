@@ -1,5 +1,7 @@
 #include "models/gpt_config.h"
 
+#include <cstdio>
+
 namespace adacc {
 
 std::int64_t GPTConfig::parameter_count() const {
@@ -27,6 +29,18 @@ std::optional<std::string> GPTConfig::validate() const {
         return "model.max_seq_len must be >= 1 (got " + std::to_string(max_seq_len) + ")";
     if (!(dropout >= 0.0f && dropout < 1.0f))
         return "model.dropout must be in [0, 1) (got " + std::to_string(dropout) + ")";
+    // Every size is computed in 64-bit integers: keep the parameter count (and 16 bytes per
+    // parameter: weights, gradients, AdamW m and v) far from overflowing them.
+    const long double params = (static_cast<long double>(padded_vocab_size()) + max_seq_len) * n_embd +
+                               static_cast<long double>(n_layer) * (12.0L * n_embd * n_embd + 13.0L * n_embd) +
+                               2.0L * n_embd;
+    if (params > kMaxParameters) {
+        char count[32];
+        std::snprintf(count, sizeof count, "%.3g", static_cast<double>(params));
+        return "the model (n_layer " + std::to_string(n_layer) + ", n_embd " + std::to_string(n_embd) +
+               ", max_seq_len " + std::to_string(max_seq_len) + ") would have about " + count +
+               " parameters, more than the 2^50 any machine can hold: use smaller dimensions";
+    }
     return std::nullopt;
 }
 

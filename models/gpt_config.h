@@ -10,6 +10,10 @@
 
 namespace adacc {
 
+// More parameters than this (2^50, 16 PiB of fp32 training state) are refused by validate():
+// sizes then stay exact in 64-bit integers.
+inline constexpr std::int64_t kMaxParameters = std::int64_t{1} << 50;
+
 struct GPTConfig {
     int n_layer = 12;
     int n_embd = 768;           // C, the hidden size

@@ -427,6 +427,32 @@ std::optional<fs::path> newest_complete_checkpoint(const fs::path& run_dir, std:
     return newest_complete_in(checkpoint_dir(run_dir), rejected);
 }
 
+std::vector<fs::path> newer_format_checkpoints(const fs::path& run_dir) {
+    std::vector<fs::path> newer;
+    for (const auto& [step, path] : checkpoints_newest_first(checkpoint_dir(run_dir))) {
+        Header header{};
+        try {
+            if (!ReadOnlyFile(path).read_at(0, &header, sizeof header)) continue;
+        } catch (const UserError&) {
+            continue;  // unreadable: not a newer format, just a bad file (skipped when resuming)
+        }
+        if (std::memcmp(header.magic, kMagic, sizeof kMagic) == 0 && header.format_version > kCheckpointFormatVersion)
+            newer.push_back(path);
+    }
+    return newer;
+}
+
+std::vector<fs::path> checkpoint_files(const fs::path& run_dir) {
+    std::vector<fs::path> files;
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(checkpoint_dir(run_dir), error)) {
+        const auto& path = entry.path();
+        if (checkpoint_step(path) || (path.extension() == ".tmp" && checkpoint_step(path.parent_path() / path.stem())))
+            files.push_back(path);
+    }
+    return files;
+}
+
 void prune_checkpoints(const fs::path& run_dir, int keep, const fs::path& just_written) {
     if (keep < 1) throw UserError("checkpoint.keep must be >= 1 (got " + std::to_string(keep) + ")");
     const auto protected_step = checkpoint_step(just_written);

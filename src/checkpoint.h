@@ -122,6 +122,14 @@ std::optional<std::int64_t> checkpoint_step(const std::filesystem::path& file);
 std::optional<std::filesystem::path> newest_complete_checkpoint(const std::filesystem::path& run_dir,
                                                                 std::vector<std::string>* rejected = nullptr);
 
+// Checkpoint files in RUN_DIR/checkpoints written by a newer adacc (format version above
+// kCheckpointFormatVersion): this build cannot read them, and must not prune or overwrite them
+// unless the user says so.
+std::vector<std::filesystem::path> newer_format_checkpoints(const std::filesystem::path& run_dir);
+
+// Every checkpoint file (ckpt_*.bin and stale ckpt_*.bin.tmp) in RUN_DIR/checkpoints.
+std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& run_dir);
+
 // Keeps the `keep` checkpoints with the highest steps and `just_written` (even if it is not
 // among them, e.g. after resuming from an older step); deletes the other checkpoints and any
 // stale ckpt_*.bin.tmp left by an interrupted write.

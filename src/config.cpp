@@ -157,7 +157,9 @@ std::optional<std::string> store(const ConfigValue& value, std::uint64_t& field)
 }
 std::optional<std::string> store(const ConfigValue& value, float& field) {
     const double v = std::get<double>(value);
-    if (std::isfinite(v) && std::abs(v) > std::numeric_limits<float>::max()) return "is too large for a 32-bit float";
+    // No key means anything by inf or nan: an infinite lr or weight decay trains on NaN.
+    if (!std::isfinite(v)) return "is not a finite number; every numeric key needs a finite value";
+    if (std::abs(v) > std::numeric_limits<float>::max()) return "is too large for a 32-bit float";
     field = static_cast<float>(v);
     return std::nullopt;
 }
@@ -350,8 +352,12 @@ const std::vector<KeySpec>& registry() {
                                                          "steps between validation losses (0 = never)"),
         field<&R::training, &TrainingSection::val_batches>("training", "val_batches", at_least(1),
                                                            "micro-batches per validation loss"),
-        field<&R::training, &TrainingSection::threads>("training", "threads", at_least(0),
+        // libgomp crashes creating 100,000 threads; no machine needs more than 1024 here.
+        field<&R::training, &TrainingSection::threads>("training", "threads", within(0, kMaxCpuThreads),
                                                        "CPU threads (0 = all cores)"),
+        field<&R::training, &TrainingSection::skip_nonfinite>(
+            "training", "skip_nonfinite", at_least(0),
+            "steps with a non-finite loss or gradient norm to skip (no update) before stopping; 0 = stop at the first"),
 
         field<&R::optimizer, &OptimizerSection::beta1>("optimizer", "beta1", below_one(),
                                                        "AdamW first-moment decay"),
@@ -746,6 +752,24 @@ void apply_override(RunConfig& config, std::string_view assignment) {
     set_key(config, *key, *value, where);
 }
 
+namespace {
+
+// Activation sizes are products of B, T, C, H*T and the vocab in 64-bit integers: refuse shapes
+// whose activations (over-estimated: every layer's tensors at 32 C + 8 H T floats per token,
+// plus logits and their gradient) would pass 2^60 bytes, long before those products overflow.
+std::optional<std::string> activation_size_problem(const RunConfig& config) {
+    const GPTConfig& m = config.model;
+    const long double tokens = static_cast<long double>(config.training.batch_size) * config.training.seq_len;
+    const long double per_token_floats = (m.n_layer + 1.0L) * (32.0L * m.n_embd + 8.0L * m.n_head * config.training.seq_len) +
+                                         2.0L * m.padded_vocab_size();
+    if (tokens * per_token_floats * sizeof(float) <= static_cast<long double>(std::uint64_t{1} << 60)) return std::nullopt;
+    return "training.batch_size " + std::to_string(config.training.batch_size) + " x training.seq_len " +
+           std::to_string(config.training.seq_len) + " with this model needs more than 1 EiB of activations; " +
+           "use a smaller batch, sequence or model";
+}
+
+}  // namespace
+
 void validate_config(const RunConfig& config, std::string_view source_name) {
     const std::string where = source_name.empty() ? "config" : "config " + std::string(source_name);
     for (const auto& key : registry()) {
@@ -757,6 +781,8 @@ void validate_config(const RunConfig& config, std::string_view source_name) {
     }
     if (const auto problem = config.model.validate())
         throw UserError("invalid " + where + ": " + *problem + "; fix the [model] section or pick a preset");
+    if (const auto problem = activation_size_problem(config))
+        throw UserError("invalid " + where + ": " + *problem);
 }
 
 RunConfig config_from_toml_string(std::string_view text, std::string_view source_name) {
@@ -767,6 +793,9 @@ RunConfig config_from_toml_string(std::string_view text, std::string_view source
 }
 
 RunConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+    std::error_code error;
+    if (std::filesystem::is_directory(file, error))
+        throw UserError("config file '" + file.string() + "' is a folder; pass a TOML file, e.g. configs/gpt-117m.toml");
     std::ifstream in(file, std::ios::binary);
     if (!in)
         throw UserError("cannot read config file '" + file.string() +

@@ -43,9 +43,13 @@ AtomicFileWriter::~AtomicFileWriter() {
 }
 
 void AtomicFileWriter::fail(const char* what) const {
-    throw UserError("cannot " + std::string(what) + " '" + temp_path_.string() + "': " + system_reason() +
-                    "; check free disk space and permissions (the previous '" + final_path_.filename().string() +
-                    "' is untouched)");
+    const std::string reason = system_reason();
+    std::error_code error;
+    const std::string untouched = std::filesystem::exists(final_path_, error)
+                                      ? "; '" + final_path_.string() + "' keeps its previous contents"
+                                      : "; '" + final_path_.string() + "' was not written";
+    throw UserError("cannot " + std::string(what) + " '" + temp_path_.string() + "': " + reason + untouched +
+                    " (check free disk space and permissions)");
 }
 
 void AtomicFileWriter::write(const void* data, std::size_t bytes) {

@@ -24,7 +24,11 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        // --help and --version exit 0; every other parse error is bad user input: status 2,
+        // as documented (CLI11's own codes are 100+).
+        return app.exit(e) == 0 ? 0 : 2;
+    } catch (const adacc::EarlyExit& e) {
+        return e.exit_status;
     } catch (const adacc::UserError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;

@@ -1,6 +1,10 @@
 #include "src/memory_report.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
+#include <optional>
 
 #include "src/config.h"
 #include "src/errors.h"
@@ -54,6 +58,36 @@ void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::u
                     " x seq " + std::to_string(T) + " in mode " + memory_mode_name(mode) + ": " + breakdown(m) +
                     ".\nAt seq " + std::to_string(T) + " this budget fits:" + fits +
                     "\nLower training.batch_size, choose another memory.mode, or raise memory.budget.");
+}
+
+namespace {
+// A cgroup memory limit file's value; empty when absent or "max" (no limit).
+std::optional<std::uint64_t> cgroup_limit(const char* file) {
+    std::ifstream in(file);
+    std::uint64_t bytes = 0;
+    if (in >> bytes) return bytes;
+    return std::nullopt;
+}
+}  // namespace
+
+std::uint64_t physical_memory_bytes() {
+    std::uint64_t bytes = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+    for (const char* file : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"})
+        if (const auto limit = cgroup_limit(file); limit && *limit > 0) bytes = std::min(bytes, *limit);
+    return bytes;
+}
+
+void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total) {
+    const std::uint64_t machine = physical_memory_bytes();
+    if (total <= machine) return;
+    const int fits = largest_batch(config, T, mode, machine);
+    throw UserError("this run needs " + format_bytes(total) + " (batch " + std::to_string(B) + " x seq " +
+                    std::to_string(T) + ", mode " + memory_mode_name(mode) + ") but this machine has " +
+                    format_bytes(machine) + " of memory; " +
+                    (fits > 0 ? "the largest batch that fits in mode " + std::string(memory_mode_name(mode)) + " is " +
+                                    std::to_string(fits) + " (--set training.batch_size=" + std::to_string(fits) + ")"
+                              : std::string("not even batch 1 fits in mode ") + memory_mode_name(mode)) +
+                    "; or choose a memory.mode that keeps less (`adacc memory` compares them)");
 }
 
 std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,

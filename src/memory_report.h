@@ -27,6 +27,16 @@ int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t
 // and, for every mode, the largest batch that would fit.
 void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget);
 
+// This machine's memory in bytes: physical RAM, or the cgroup's memory limit when lower
+// (containers, Slurm jobs).
+std::uint64_t physical_memory_bytes();
+
+// Throws UserError, before anything is allocated, when `total` (the run's every arena) exceeds
+// physical_memory_bytes(): it names the total, the machine's memory and the largest batch that
+// fits it at seq T in `mode` (a fixed mode: planned modes pass the mode their budget is
+// compared with).
+void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total);
+
 // One row per mode: every arena, the total, and the largest batch under `budget` (when > 0).
 std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
                                 std::uint64_t budget);

@@ -16,9 +16,11 @@ public:
     ~MetricsLog();
     MetricsLog(const MetricsLog&) = delete;
     MetricsLog& operator=(const MetricsLog&) = delete;
+    // UserError when the line cannot be written (disk full): a log never silently stops.
     void write(const nlohmann::json& record);
 
 private:
+    std::filesystem::path path_;
     std::FILE* file_ = nullptr;
 };
 

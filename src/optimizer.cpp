@@ -15,10 +15,17 @@ float learning_rate(const LrSection& lr, int step, int total_steps) {
     return static_cast<float>(lr.min + cosine * (lr.max - lr.min));
 }
 
+float gradient_norm(const GPTModel& model) {
+    return static_cast<float>(std::sqrt(cpu::sum_of_squares(model.grads(), static_cast<long>(model.num_params()))));
+}
+
 OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {
-    const long n = static_cast<long>(model.num_params());
+    return adamw_step(model, opt, lr, t, gradient_norm(model));
+}
+
+OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t, float grad_norm) {
     OptimizerStepStats stats;
-    stats.grad_norm = static_cast<float>(std::sqrt(cpu::sum_of_squares(model.grads(), n)));
+    stats.grad_norm = grad_norm;
     if (opt.grad_clip > 0.0f && stats.grad_norm > opt.grad_clip) stats.grad_scale = opt.grad_clip / stats.grad_norm;
     for (const ParamTensorInfo& info : model.layout().tensors()) {
         const std::size_t o = info.offset;

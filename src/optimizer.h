@@ -17,7 +17,12 @@ struct OptimizerStepStats {
     float grad_scale = 1;  // factor applied to the gradients (clipping)
 };
 
+// Global L2 norm of the gradient arena (what clipping and the divergence check look at).
+float gradient_norm(const GPTModel& model);
+
 // One AdamW step on every parameter tensor of the model, at 1-based step t. Allocation-free.
 OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t);
+// The same with the gradient norm already computed by gradient_norm().
+OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t, float grad_norm);
 
 }  // namespace adacc

@@ -11,6 +11,8 @@
 
 namespace adacc {
 
+inline constexpr int kMaxCpuThreads = 1024;  // training.threads' upper bound
+
 struct TrainingSection {
     int batch_size = 4;          // B, sequences per micro-batch
     int seq_len = 64;            // T, <= model.max_seq_len
@@ -20,6 +22,7 @@ struct TrainingSection {
     int val_every = 0;           // steps between validation losses (0 = never)
     int val_batches = 4;         // micro-batches per validation loss
     int threads = 0;             // OpenMP threads (0 = all cores)
+    int skip_nonfinite = 0;      // steps with a non-finite loss or gradient norm skipped before stopping
 };
 
 struct OptimizerSection {

@@ -1,15 +1,19 @@
 #include "src/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "data/token_shard.h"
 #include "src/config.h"
 #include "src/cpu_threads.h"
+#include "src/checkpoint.h"
 #include "src/errors.h"
+#include "src/file_io.h"
 #include "src/memory_report.h"
 #include "src/optimizer.h"
+#include "src/run_folder.h"
+#include "src/stop_signals.h"
 
 namespace adacc {
 
@@ -48,8 +52,13 @@ void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
 Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint)
     : config_(config), run_dir_(config.logging.run_dir) {
     if (config_.training.threads > 0) configure_cpu_threads(config_.training.threads);
-    std::filesystem::create_directories(run_dir_);
-    std::ofstream(run_dir_ / "config.toml") << to_toml(config_);
+    create_run_folder(run_dir_);
+    {
+        const std::string text = to_toml(config_);
+        AtomicFileWriter out(run_dir_ / "config.toml");  // a full disk is an error, not an empty file
+        out.write(text.data(), text.size());
+        out.commit();
+    }
     std::printf("%s", format_config_table(config_).c_str());
 
     const int B = config_.training.batch_size, T = config_.training.seq_len;
@@ -78,7 +87,9 @@ void Trainer::make_model(int B, int T) {
     const std::uint64_t budget = config_.memory.budget.empty() ? 0 : parse_size(config_.memory.budget);
     if (!is_planned(mode)) {
         if (budget) check_budget(config_.model, B, T, mode, budget);
-        model_ = std::make_unique<GPTModel>(config_.model, B, T, plan_for_mode(config_.model, B, T, mode));
+        const ActivationPlan plan = plan_for_mode(config_.model, B, T, mode);
+        check_physical_memory(config_.model, B, T, mode, GPTModel::plan_memory(config_.model, B, T, plan).total());
+        model_ = std::make_unique<GPTModel>(config_.model, B, T, plan);
         return;
     }
     if (!budget)
@@ -98,7 +109,11 @@ void Trainer::make_model(int B, int T) {
     regulator_ = std::make_unique<AdaccRegulator>(config_, budget, options, std::vector<int>(tokens.begin(), tokens.end()),
                                                   nullptr);
     std::printf("%s\n", regulator_->describe().c_str());
-    model_ = std::make_unique<GPTModel>(config_.model, B, T, regulator_->plan().plan, regulator_->plan().codec_params);
+    const auto& planned = regulator_->plan();
+    // A planned mode's budget may exceed the machine; its batch is then compared with full's.
+    check_physical_memory(config_.model, B, T, MemoryMode::full,
+                          GPTModel::plan_memory(config_.model, B, T, planned.plan, planned.codec_params).total());
+    model_ = std::make_unique<GPTModel>(config_.model, B, T, planned.plan, planned.codec_params);
 }
 
 void Trainer::log_replan(const ReplanEvent& e) {
@@ -161,7 +176,41 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
     metrics_->write(record);
 }
 
-void Trainer::run() {
+// A step whose loss or gradient norm is not finite leaves the parameters as they were; up to
+// training.skip_nonfinite such steps are skipped (logged), the next one stops the run.
+void Trainer::skip_nonfinite_step(int step, float loss, float grad_norm) {
+    char what[96];
+    std::snprintf(what, sizeof what, "the loss is %g and the gradient norm %g", static_cast<double>(loss),
+                  static_cast<double>(grad_norm));
+    if (progress_.skipped_nonfinite >= config_.training.skip_nonfinite) stop_diverged(step, what);
+    ++progress_.skipped_nonfinite;
+    std::printf("step %6d/%d | skipped: %s (%d of training.skip_nonfinite = %d)\n", step, config_.training.steps,
+                what, progress_.skipped_nonfinite, config_.training.skip_nonfinite);
+    metrics_->write({{"step", step}, {"event", "nonfinite_skipped"}, {"what", what},
+                     {"skipped_so_far", progress_.skipped_nonfinite}});
+}
+
+void Trainer::stop_diverged(int step, const std::string& what) const {
+    const auto newest = newest_complete_checkpoint(run_dir_);
+    char lr[32];
+    std::snprintf(lr, sizeof lr, "%g", static_cast<double>(config_.lr.max));
+    throw UserError("training diverged at step " + std::to_string(step) + ": " + what +
+                    ". Usual causes: a learning rate too high (lr.max = " + lr +
+                    "), gradient clipping off (optimizer.grad_clip = 0), or corrupt data. " +
+                    (newest ? "The newest checkpoint, " + newest->string() + ", is intact: continue from it with a "
+                              "lower rate (adacc train --resume " + run_dir_.string() + " --set lr.max=...)"
+                            : std::string("No checkpoint was written from this run")) +
+                    "; training.skip_nonfinite = N skips up to N such steps instead of stopping.");
+}
+
+void Trainer::save_checkpoint() {
+    if (!training_state_is_finite(*model_))
+        stop_diverged(progress_.step, "its update made parameters or AdamW moments non-finite (not checkpointed)");
+    const auto file = save_training_checkpoint(run_dir_, config_, *model_, progress_);
+    std::printf("checkpoint: %s\n", file.c_str());
+}
+
+int Trainer::run() {
     const auto& t = config_.training;
     for (int step = progress_.step + 1; step <= t.steps; ++step) {
         if (step_hook_) step_hook_(step, *model_);
@@ -169,30 +218,35 @@ void Trainer::run() {
         if (regulator_) regulator_->before_step(step, *model_);
         const float loss = train_step(step);
         const float lr = learning_rate(config_.lr, step, t.steps);
-        const OptimizerStepStats stats = adamw_step(*model_, config_.optimizer, lr, step);
+        const float grad_norm = gradient_norm(*model_);
+        const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+        if (finite) adamw_step(*model_, config_.optimizer, lr, step, grad_norm);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        progress_ = {step, train_data_->state()};
-        log_step(step, loss, lr, stats.grad_norm, seconds);
+        progress_.step = step;
+        progress_.train_data = train_data_->state();
+        if (finite) log_step(step, loss, lr, grad_norm, seconds);
+        else skip_nonfinite_step(step, loss, grad_norm);
         // After the step's line (which reports the tape this step used): a new plan takes effect next step.
         if (regulator_)
             if (const auto event = regulator_->after_step(step, *model_)) log_replan(*event);
 
-        if (val_data_ && t.val_every > 0 && (step % t.val_every == 0 || step == t.steps)) {
+        // A stop signal skips this step's validation and eval: preemption leaves little time.
+        const int stop_signal = stop_signal_received();
+        if (!stop_signal && val_data_ && t.val_every > 0 && (step % t.val_every == 0 || step == t.steps)) {
             const float val = validation_loss();
             std::printf("step %6d/%d | val_loss %.4f\n", step, t.steps, val);
             metrics_->write({{"step", step}, {"val_loss", val}});
         }
-        if (evaluator_ && evaluator_->due(step, t.steps)) {
+        if (!stop_signal && evaluator_ && evaluator_->due(step, t.steps)) {
             const nlohmann::json record = evaluator_->evaluate(*model_, step);
             std::printf("step %6d/%d | eval %s\n", step, t.steps, TrainingEvaluator::describe(record).c_str());
             metrics_->write(record);
         }
         const int every = config_.checkpoint.every;
-        if ((every > 0 && step % every == 0) || step == t.steps) {
-            const auto file = save_training_checkpoint(run_dir_, config_, *model_, progress_);
-            std::printf("checkpoint: %s\n", file.c_str());
-        }
+        if ((every > 0 && step % every == 0) || step == t.steps || stop_signal) save_checkpoint();
+        if (stop_signal) return stop_signal;
     }
+    return 0;
 }
 
 }  // namespace adacc

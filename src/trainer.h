@@ -22,15 +22,25 @@ class Trainer {
 public:
     // Prepares the run folder (config.toml), the model, the data and the log. With a resume
     // checkpoint, continues from its step exactly: parameters, optimizer state, data position.
+    // Claiming the folder (lock, refusing to mix with another run) is the caller's job:
+    // src/run_folder.h.
     Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint);
-    void run();
+    // Trains to training.steps and returns 0, or returns the signal (src/stop_signals.h) after
+    // which it stopped early, having written a checkpoint of the last completed step. A
+    // non-finite loss or gradient norm beyond training.skip_nonfinite skipped steps, or
+    // non-finite parameters, stop training with a UserError (no checkpoint is written from them).
+    int run();
 
     const GPTModel& model() const { return *model_; }
+    int completed_steps() const { return progress_.step; }
     // Test instrumentation: called before every step with the model (e.g. to inject outliers).
     void set_step_hook(std::function<void(int step, GPTModel& model)> hook) { step_hook_ = std::move(hook); }
 
 private:
     float train_step(int step);
+    void skip_nonfinite_step(int step, float loss, float grad_norm);
+    [[noreturn]] void stop_diverged(int step, const std::string& what) const;
+    void save_checkpoint();
     void make_model(int B, int T);
     void log_replan(const ReplanEvent& event);
     float validation_loss();

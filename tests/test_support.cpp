@@ -1,7 +1,12 @@
 #include "tests/test_support.h"
 
-#include <atomic>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 
 namespace adacc::test {
 
@@ -21,6 +26,22 @@ std::filesystem::path scratch_dir(const std::string& tag) {
     return dir;
 }
 
-std::string adacc_binary() { return ADACC_BINARY; }
+std::string adacc_binary() {
+    // ADACC_TEST_BINARY runs the CLI tests against another build (e.g. an older one, to see a
+    // regression test fail there).
+    const char* other = std::getenv("ADACC_TEST_BINARY");
+    return other && *other ? other : ADACC_BINARY;
+}
+
+ProcessResult run_adacc(const std::string& args) {
+    const std::string command = adacc_binary() + " " + args + " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    ProcessResult result;
+    std::array<char, 4096> buffer;
+    while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) result.output.append(buffer.data(), n);
+    const int status = pclose(pipe);
+    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    return result;
+}
 
 }  // namespace adacc::test

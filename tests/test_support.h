@@ -12,7 +12,16 @@ std::filesystem::path shared_data_dir();
 std::filesystem::path fixtures_dir();
 // A fresh empty directory under the system temp dir, unique per call.
 std::filesystem::path scratch_dir(const std::string& tag);
-// Path of the built `adacc` executable (for tests that run the CLI as a process).
+// Path of the built `adacc` executable (for tests that run the CLI as a process); the
+// environment variable ADACC_TEST_BINARY, when set, names another one.
 std::string adacc_binary();
+
+// A finished process: its exit status (or -signal when a signal ended it) and its stdout+stderr.
+struct ProcessResult {
+    int status = 0;
+    std::string output;
+};
+// Runs `adacc ARGS` through the shell (ARGS is shell text), capturing stdout and stderr.
+ProcessResult run_adacc(const std::string& args);
 
 }  // namespace adacc::test

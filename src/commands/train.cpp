@@ -1,10 +1,13 @@
-// adacc train --config FILE [--set section.key=value ...] [--resume RUN_DIR]
+// adacc train --config FILE [--set section.key=value ...] [--overwrite]
+// adacc train --resume RUN_DIR [--set section.key=value ...]
 #include <CLI/CLI.hpp>
 
 #include "src/checkpoint.h"
 #include "src/commands/commands.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "src/run_folder.h"
+#include "src/stop_signals.h"
 #include "src/trainer.h"
 
 namespace adacc {
@@ -16,26 +19,99 @@ struct TrainArgs {
     std::vector<std::string> overrides;
     std::string resume;
     std::string budget;
+    bool overwrite = false;
 };
+
+// Keys a resumed run must keep: the model's shape (the checkpoint's tensors), and what the saved
+// data position and dropout masks mean (batch, sequence length, seed).
+struct FixedOnResume {
+    const char* key;
+    std::int64_t (*get)(const RunConfig&);
+};
+constexpr FixedOnResume kFixedOnResume[] = {
+    {"model.n_layer", [](const RunConfig& c) -> std::int64_t { return c.model.n_layer; }},
+    {"model.n_embd", [](const RunConfig& c) -> std::int64_t { return c.model.n_embd; }},
+    {"model.n_head", [](const RunConfig& c) -> std::int64_t { return c.model.n_head; }},
+    {"model.vocab_size", [](const RunConfig& c) -> std::int64_t { return c.model.vocab_size; }},
+    {"model.max_seq_len", [](const RunConfig& c) -> std::int64_t { return c.model.max_seq_len; }},
+    {"training.batch_size", [](const RunConfig& c) -> std::int64_t { return c.training.batch_size; }},
+    {"training.seq_len", [](const RunConfig& c) -> std::int64_t { return c.training.seq_len; }},
+    {"training.seed", [](const RunConfig& c) -> std::int64_t { return static_cast<std::int64_t>(c.training.seed); }},
+};
+
+void refuse_changes_resume_cannot_make(const RunConfig& stored, const RunConfig& resumed, const std::string& run_dir) {
+    std::string changed;
+    for (const auto& fixed : kFixedOnResume)
+        if (fixed.get(stored) != fixed.get(resumed))
+            changed += std::string("\n  ") + fixed.key + ": " + std::to_string(fixed.get(stored)) + " in the run, " +
+                       std::to_string(fixed.get(resumed)) + " asked";
+    if (changed.empty()) return;
+    throw UserError("--resume " + run_dir + " cannot change:" + changed +
+                    "\nthe checkpoint's tensors, data position and dropout masks depend on them; resume without "
+                    "these --set, or start a new run in another folder");
+}
+
+// Refuses to resume beside checkpoints this build cannot read, unless told to overwrite: pruning
+// or a save at the same step would replace them.
+void refuse_newer_checkpoints(const std::string& run_dir, bool overwrite) {
+    const auto newer = newer_format_checkpoints(run_dir);
+    if (newer.empty() || overwrite) return;
+    throw UserError("'" + newer.front().string() + "' was written by a newer adacc (format above version " +
+                    std::to_string(kCheckpointFormatVersion) +
+                    ", which this one writes); resuming here would write older checkpoints beside it and prune it. "
+                    "Resume with the newer adacc, or pass --overwrite to resume from the newest checkpoint this "
+                    "adacc reads and let it replace the others");
+}
 
 // A resumed run takes its config from the checkpoint (overrides still apply, e.g. more steps);
 // the run folder is the one resumed.
-RunConfig resolve_config(const TrainArgs& args, std::optional<std::filesystem::path>& checkpoint) {
-    if (args.resume.empty()) {
-        if (args.config.empty()) throw UserError("adacc train needs --config FILE (or --resume RUN_DIR)");
-        return load_config(args.config, args.overrides);
-    }
+RunConfig resume_config(const TrainArgs& args, std::optional<std::filesystem::path>& checkpoint) {
+    refuse_newer_checkpoints(args.resume, args.overwrite);
     std::vector<std::string> rejected;
     checkpoint = newest_complete_checkpoint(args.resume, &rejected);
     for (const auto& why : rejected) std::fprintf(stderr, "skipping checkpoint: %s\n", why.c_str());
     if (!checkpoint)
         throw UserError("no complete checkpoint in " + args.resume + "/checkpoints: nothing to resume; " +
                         "start a new run with --config FILE");
-    RunConfig config = checkpoint_config(CheckpointReader(*checkpoint));
+    const RunConfig stored = checkpoint_config(CheckpointReader(*checkpoint));
+    RunConfig config = stored;
     for (const auto& o : args.overrides) apply_override(config, o);
     config.logging.run_dir = args.resume;
     validate_config(config, "--set");
+    refuse_changes_resume_cannot_make(stored, config, args.resume);
     return config;
+}
+
+void run_train(TrainArgs& args) {
+    if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
+    if (!args.resume.empty() && !args.config.empty())
+        throw UserError("--resume takes the config stored in the run's checkpoint, so --config cannot be given with "
+                        "it; change what resume allows with --set (e.g. --set training.steps=2000)");
+    if (args.resume.empty() && args.config.empty())
+        throw UserError("adacc train needs --config FILE (or --resume RUN_DIR)");
+
+    std::optional<std::filesystem::path> checkpoint;
+    std::unique_ptr<RunFolderLock> lock;
+    RunConfig config;
+    if (!args.resume.empty()) {
+        if (!std::filesystem::is_directory(args.resume))
+            throw UserError("--resume " + args.resume + ": no such run folder; pass the logging.run_dir of a run");
+        lock = std::make_unique<RunFolderLock>(args.resume);
+        config = resume_config(args, checkpoint);
+    } else {
+        config = load_config(args.config, args.overrides);
+        create_run_folder(config.logging.run_dir);
+        lock = std::make_unique<RunFolderLock>(config.logging.run_dir);
+        claim_run_folder_for_fresh_run(config.logging.run_dir, args.overwrite);
+    }
+    install_stop_signal_handlers();
+    Trainer trainer(config, checkpoint);
+    if (const int signal = trainer.run()) {
+        std::printf("stopped by signal %d after step %d's checkpoint; continue with: adacc train --resume %s\n", signal,
+                    trainer.completed_steps(), config.logging.run_dir.c_str());
+        std::fflush(stdout);
+        throw EarlyExit{exit_status_for_signal(signal)};
+    }
 }
 
 }  // namespace
@@ -47,13 +123,10 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
     cmd->add_option("--resume", args->resume, "continue the run in RUN_DIR from its newest complete checkpoint");
     cmd->add_option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (same as --set memory.budget=...)");
-    cmd->callback([args] {
-        std::optional<std::filesystem::path> checkpoint;
-        if (!args->budget.empty()) args->overrides.push_back("memory.budget=" + args->budget);
-        const RunConfig config = resolve_config(*args, checkpoint);
-        Trainer trainer(config, checkpoint);
-        trainer.run();
-    });
+    cmd->add_flag("--overwrite", args->overwrite,
+                  "start over in a run folder that holds a run (deletes its config, metrics and checkpoints); with "
+                  "--resume: resume beside checkpoints of a newer format, which may then be replaced");
+    cmd->callback([args] { run_train(*args); });
 }
 
 }  // namespace adacc

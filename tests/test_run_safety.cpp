@@ -1,0 +1,531 @@
+// A run never lost or mixed up, through the real command line: divergence stops training
+// without checkpointing NaN, one run per folder (refusal, --overwrite, the lock), what --resume
+// may change, SIGTERM/SIGINT checkpoint and resume bit-exactly, a run bigger than the machine is
+// refused before allocating, checkpoint metadata is validated, newer-format checkpoints are left
+// alone, and I/O failures (full disk) are clean errors. Each test reproduces a defect found by
+// trying the engine as a hostile user would.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "data/token_shard.h"
+#include "src/checkpoint.h"
+#include "src/config.h"
+#include "src/errors.h"
+#include "src/memory_report.h"
+#include "src/trainer.h"
+#include "tests/test_support.h"
+
+extern char** environ;
+
+namespace adacc {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_adacc;
+
+bool contains(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
+
+class RunSafety : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir = test::scratch_dir("safety");
+        std::mt19937 gen(1);
+        std::vector<std::uint16_t> tokens(20000);
+        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
+        write_token_shard(dir / "train.bin", tokens);
+        run_dir = dir / "run";
+    }
+    // A tiny config (1 layer, 16 wide) with `extra` appended as more TOML sections.
+    std::string config(const std::string& extra = "") {
+        const auto file = dir / "run.toml";
+        std::ofstream(file) << "[model]\nn_layer = 1\nn_embd = 16\nn_head = 2\nvocab_size = 97\nmax_seq_len = 16\n"
+                            << "[training]\nbatch_size = 2\nseq_len = 8\nsteps = 4\nseed = 7\n[data]\ntrain = \""
+                            << (dir / "train.bin").string() << "\"\n[logging]\nrun_dir = \"" << run_dir.string()
+                            << "\"\n"
+                            << extra;
+        return file.string();
+    }
+    std::vector<nlohmann::json> metrics() const {
+        std::vector<nlohmann::json> records;
+        std::ifstream in(run_dir / "metrics.jsonl");
+        for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+        return records;
+    }
+    std::vector<fs::path> checkpoints() const {
+        std::vector<fs::path> files;
+        for (const auto& e : fs::directory_iterator(checkpoint_dir(run_dir))) files.push_back(e.path());
+        std::sort(files.begin(), files.end());
+        return files;
+    }
+    fs::path dir, run_dir;
+};
+
+bool all_tensors_finite(const fs::path& checkpoint) {
+    const CheckpointReader reader(checkpoint);
+    for (const auto& t : reader.tensors()) {
+        std::vector<float> values(t.bytes / sizeof(float));
+        reader.read_into(t.name, values.data(), t.bytes);
+        for (const float v : values)
+            if (!std::isfinite(v)) return false;
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Divergence: lr.max=1e6 trained on NaN with exit 0, NaN checkpoints pushed the good ones
+// out and metrics.jsonl logged "loss": null; lr.max=inf and weight_decay=inf were accepted.
+
+TEST_F(RunSafety, DivergedRunStopsNamingTheStepAndNeverCheckpointsNaN) {
+    const auto r = run_adacc("train --config " + config("[checkpoint]\nevery = 1\nkeep = 2\n") +
+                             " --set lr.max=1e6 --set training.steps=30");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "error: training diverged at step ")) << r.output;
+    EXPECT_TRUE(contains(r.output, "lr.max = 1e+06")) << r.output;
+    EXPECT_TRUE(contains(r.output, "skip_nonfinite")) << r.output;
+    for (const auto& record : metrics()) {
+        EXPECT_TRUE(!record.contains("loss") || record["loss"].is_number()) << record.dump();
+        EXPECT_TRUE(!record.contains("grad_norm") || record["grad_norm"].is_number()) << record.dump();
+    }
+    // Every checkpoint left is finite, and the newest finite one was not pruned: it is the
+    // newest checkpoint of the run, one of the last two steps logged before the divergence.
+    const auto files = checkpoints();
+    ASSERT_FALSE(files.empty()) << r.output;
+    for (const auto& file : files) EXPECT_TRUE(all_tensors_finite(file)) << file;
+    const auto newest = newest_complete_checkpoint(run_dir);
+    ASSERT_TRUE(newest);
+    EXPECT_TRUE(contains(r.output, "The newest checkpoint, " + newest->string() + ", is intact")) << r.output;
+    EXPECT_EQ(*checkpoint_step(*newest), static_cast<std::int64_t>(metrics().back()["step"].get<int>())) << r.output;
+}
+
+TEST_F(RunSafety, InfiniteNumbersInTheConfigAreRefused) {
+    for (const char* bad : {"lr.max=inf", "optimizer.weight_decay=inf", "optimizer.eps=nan", "lr.min=-inf"}) {
+        const auto r = run_adacc("train --config " + config() + " --set " + bad);
+        EXPECT_EQ(r.status, 2) << bad << "\n" << r.output;
+        EXPECT_TRUE(contains(r.output, "is not a finite number")) << r.output;
+        EXPECT_FALSE(fs::exists(run_dir)) << bad;
+    }
+    std::ofstream(dir / "inf.toml") << "[lr]\nmax = inf\n";
+    const auto r = run_adacc("config --config " + (dir / "inf.toml").string());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "lr.max")) << r.output;
+}
+
+// training.skip_nonfinite: a step whose loss is NaN (a NaN planted in the position embedding
+// for that one step) is skipped without touching the parameters, up to the allowance.
+TEST_F(RunSafety, SkipNonfiniteSkipsThatManyStepsWithoutUpdating) {
+    RunConfig cfg = load_config(config(), {"training.steps=6"});
+    auto train_with = [&](int allowance, std::vector<float>* params_at_3, std::vector<float>* params_at_4) {
+        cfg.training.skip_nonfinite = allowance;
+        fs::remove_all(run_dir);
+        Trainer trainer(cfg, std::nullopt);
+        const auto& wpe = trainer.model().layout().info(ParamId::wpe);
+        float saved = 0;
+        trainer.set_step_hook([&](int step, GPTModel& model) {
+            float* first = model.params() + wpe.offset;
+            const std::size_t n = model.num_params();
+            if (step == 3) {
+                if (params_at_3) params_at_3->assign(model.params(), model.params() + n);
+                saved = *first;
+                *first = std::nanf("");
+            }
+            if (step == 4) {
+                *first = saved;
+                if (params_at_4) params_at_4->assign(model.params(), model.params() + n);
+            }
+        });
+        return trainer.run();
+    };
+    std::vector<float> before, after;
+    EXPECT_EQ(train_with(1, &before, &after), 0);
+    EXPECT_EQ(before, after) << "a skipped step must not update the parameters";
+    int skipped = 0;
+    for (const auto& record : metrics())
+        if (record.value("event", "") == "nonfinite_skipped") {
+            ++skipped;
+            EXPECT_EQ(record["step"], 3);
+        }
+    EXPECT_EQ(skipped, 1);
+    EXPECT_TRUE(all_tensors_finite(checkpoint_path(run_dir, 6)));
+
+    try {
+        train_with(0, nullptr, nullptr);
+        FAIL() << "a NaN loss with skip_nonfinite = 0 must stop training";
+    } catch (const UserError& e) {
+        EXPECT_TRUE(contains(e.what(), "training diverged at step 3: the loss is nan")) << e.what();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. One run per folder: a fresh run silently mixed with the old one (metrics truncated, the old
+// checkpoints kept and then resumed, sampled, evaluated); two live trainers raced.
+
+TEST_F(RunSafety, FreshRunIntoAFolderHoldingARunIsRefused) {
+    ASSERT_EQ(run_adacc("train --config " + config("[checkpoint]\nevery = 1\nkeep = 10\n")).status, 0);
+    const auto before = checkpoints();
+    const auto r = run_adacc("train --config " + config() + " --set training.steps=2");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "already holds a run")) << r.output;
+    EXPECT_TRUE(contains(r.output, "--resume")) << r.output;
+    EXPECT_TRUE(contains(r.output, "--overwrite")) << r.output;
+    EXPECT_EQ(checkpoints(), before);
+    EXPECT_EQ(metrics().size(), 4u);
+}
+
+TEST_F(RunSafety, OverwriteStartsOverWithNothingOfTheOldRun) {
+    ASSERT_EQ(run_adacc("train --config " + config("[checkpoint]\nevery = 1\nkeep = 10\n")).status, 0);
+    const auto r = run_adacc("train --config " + config() + " --overwrite --set training.steps=2");
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(checkpoints(), std::vector<fs::path>{checkpoint_path(run_dir, 2)});
+    EXPECT_EQ(metrics().size(), 2u);
+    EXPECT_EQ(checkpoint_config(CheckpointReader(*newest_complete_checkpoint(run_dir))).training.steps, 2);
+}
+
+TEST_F(RunSafety, SecondLiveTrainerInTheSameFolderIsRefused) {
+    const std::string first_command = test::adacc_binary() + " train --config " + config() +
+                                      " --set training.steps=100000000 >/dev/null 2>&1";
+    const std::vector<std::string> args = {"/bin/sh", "-c", "exec " + first_command};
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+    while (!fs::exists(run_dir / "metrics.jsonl") && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (const std::string& second : {"--resume " + run_dir.string(), "--config " + config() + " --overwrite"}) {
+        const auto r = run_adacc("train " + second);
+        EXPECT_EQ(r.status, 2) << second << "\n" << r.output;
+        EXPECT_TRUE(contains(r.output, "is in use by another adacc train (process " + std::to_string(pid) + ")"))
+            << r.output;
+    }
+    EXPECT_TRUE(fs::exists(run_dir / "metrics.jsonl")) << "--overwrite must not delete a live run's files";
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status)) << "the first trainer must still have been running";
+}
+
+TEST_F(RunSafety, ResumeRefusesConfigAndTheChangesItCannotMake) {
+    ASSERT_EQ(run_adacc("train --config " + config()).status, 0);
+    auto r = run_adacc("train --resume " + run_dir.string() + " --config " + config());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "--config cannot be given with it")) << r.output;
+    for (const std::string change : {"model.n_layer=2", "model.n_embd=32", "training.batch_size=3",
+                                     "training.seq_len=4", "training.seed=8", "model.preset=gpt-micro"}) {
+        r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=6 --set " + change);
+        EXPECT_EQ(r.status, 2) << change << "\n" << r.output;
+        const std::string key = change.substr(0, change.find('='));
+        if (key != "model.preset") {
+            EXPECT_TRUE(contains(r.output, key + ": ")) << r.output;
+        }
+        EXPECT_TRUE(contains(r.output, "cannot change")) << r.output;
+    }
+    r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=6 --set lr.max=1e-4");
+    EXPECT_EQ(r.status, 0) << "what resume allows (more steps, a new rate) still works:\n" << r.output;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. SIGTERM / SIGINT killed the run, losing up to checkpoint.every - 1 steps.
+
+pid_t spawn_quiet(const std::vector<std::string>& args, int stderr_fd) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    if (stderr_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stderr_fd, STDERR_FILENO);
+    pid_t pid = 0;
+    EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    return pid;
+}
+
+int wait_status(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+int last_step_logged(const fs::path& run_dir) {
+    std::ifstream in(run_dir / "metrics.jsonl");
+    int step = 0;
+    for (std::string line; std::getline(in, line);) {
+        const auto r = nlohmann::json::parse(line, nullptr, false);
+        if (!r.is_discarded() && r.contains("loss")) step = r["step"].get<int>();
+    }
+    return step;
+}
+
+TEST_F(RunSafety, StopSignalsCheckpointTheLastStepAndResumeBitExactly) {
+    // Dropout on, so the resumed masks must continue the stopped run's RNG stream exactly.
+    const std::string cfg = config("[checkpoint]\nevery = 100000\n");
+    const fs::path straight = dir / "straight";
+    const int steps = 400;
+    const std::string set_steps = "training.steps=" + std::to_string(steps);
+    ASSERT_EQ(run_adacc("train --config " + cfg + " --set model.dropout=0.1 --set " + set_steps +
+                        " --set logging.run_dir=" + straight.string())
+                  .status,
+              0);
+    for (const int signal : {SIGTERM, SIGINT}) {
+        fs::remove_all(run_dir);
+        const pid_t pid = spawn_quiet(
+            {test::adacc_binary(), "train", "--config", cfg, "--set", "model.dropout=0.1", "--set", set_steps}, -1);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+        while (last_step_logged(run_dir) < 20 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        kill(pid, signal);
+        ASSERT_EQ(wait_status(pid), 128 + signal);
+        const int stopped_at = last_step_logged(run_dir);
+        ASSERT_LT(stopped_at, steps) << "the run finished before the signal";
+        const auto newest = newest_complete_checkpoint(run_dir);
+        ASSERT_TRUE(newest);
+        EXPECT_EQ(*checkpoint_step(*newest), stopped_at) << "the checkpoint is of the last completed step";
+        ASSERT_EQ(run_adacc("train --resume " + run_dir.string()).status, 0);
+        const CheckpointReader a(checkpoint_path(straight, steps)), b(checkpoint_path(run_dir, steps));
+        for (const auto& t : a.tensors()) {
+            std::vector<char> x(t.bytes), y(t.bytes);
+            a.read_into(t.name, x.data(), x.size());
+            b.read_into(t.name, y.data(), y.size());
+            EXPECT_TRUE(x == y) << t.name << " differs after a stop by signal " << signal;
+        }
+    }
+}
+
+TEST_F(RunSafety, SecondStopSignalEndsTheRunAtOnce) {
+    // Steps long enough (~0.1-1 s) that the second signal lands while the first one's step runs.
+    const std::string cfg = config("[checkpoint]\nevery = 100000\n");
+    int pipe_fds[2];
+    ASSERT_EQ(pipe(pipe_fds), 0);
+    const pid_t pid = spawn_quiet({test::adacc_binary(), "train", "--config", cfg, "--set", "training.steps=100000",
+                                   "--set", "model.n_embd=256", "--set", "model.n_layer=4", "--set",
+                                   "training.batch_size=16", "--set", "model.max_seq_len=256", "--set",
+                                   "training.seq_len=256", "--set", "training.threads=1"},
+                                  pipe_fds[1]);
+    close(pipe_fds[1]);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+    while (last_step_logged(run_dir) < 1 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    kill(pid, SIGTERM);
+    std::string said;
+    char c;
+    while (!contains(said, "SIGTERM received") && read(pipe_fds[0], &c, 1) == 1) said += c;
+    kill(pid, SIGTERM);
+    EXPECT_EQ(wait_status(pid), -SIGTERM) << said;
+    close(pipe_fds[0]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. No check against physical memory: gpt-345m, mode full, B=48..64 at T=1024 with a 100 GiB
+// budget grew into the OOM killer or ended in std::bad_alloc.
+
+TEST_F(RunSafety, RunLargerThanTheMachineIsRefusedBeforeAllocating) {
+    std::vector<std::uint16_t> tokens(1 << 20);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(i % 50257);
+    write_token_shard(dir / "gpt2.bin", tokens);
+    const GPTConfig model = *gpt_preset("gpt-345m");
+    const std::uint64_t machine = physical_memory_bytes();
+    const int fits = largest_batch(model, 1024, MemoryMode::full, machine);
+    const int batch = fits + 1;
+    ASSERT_LE(batch, 1024) << "this machine holds more than the test data covers";
+    const auto r = run_adacc("train --config " + config() + " --set model.preset=gpt-345m --set memory.mode=full" +
+                             " --set training.seq_len=1024 --set training.batch_size=" + std::to_string(batch) +
+                             " --set data.train=" + (dir / "gpt2.bin").string() + " --memory-budget 100TiB");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "but this machine has " + format_bytes(machine))) << r.output;
+    EXPECT_TRUE(contains(r.output, "the largest batch that fits in mode full is " + std::to_string(fits))) << r.output;
+    EXPECT_TRUE(contains(r.output, format_bytes(memory_for_mode(model, batch, 1024, MemoryMode::full).total())))
+        << r.output;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Checkpoint metadata was trusted: a step of 10^12 wrapped negative and trained on NaN, a
+// string step was an internal error; a newer-format checkpoint was skipped, then overwritten.
+
+// Rewrites `file` with its metadata changed by `edit` and valid checksums (a crafted file).
+void rewrite_metadata(const fs::path& file, const std::function<void(nlohmann::json&)>& edit) {
+    const CheckpointReader reader(file);
+    nlohmann::json meta = reader.meta();
+    edit(meta);
+    std::vector<std::vector<char>> data;
+    std::vector<CheckpointTensor> tensors;
+    for (const auto& t : reader.tensors()) {
+        data.emplace_back(t.bytes);
+        reader.read_into(t.name, data.back().data(), t.bytes);
+    }
+    for (std::size_t i = 0; i < reader.tensors().size(); ++i) {
+        const auto& t = reader.tensors()[i];
+        tensors.push_back({t.name, t.dtype, t.shape, data[i].data()});
+    }
+    write_checkpoint(file, meta, tensors);
+}
+
+TEST_F(RunSafety, CraftedCheckpointMetadataIsRefusedByName) {
+    const std::string cfg = config();
+    struct Case {
+        const char* what;
+        std::function<void(nlohmann::json&)> edit;
+        const char* fragment;
+    };
+    const std::vector<Case> cases = {
+        {"huge step", [](nlohmann::json& m) { m["step"] = 1000000000000ll; }, "step = 1000000000000 is outside"},
+        {"string step", [](nlohmann::json& m) { m["step"] = "4"; }, "step is \"4\", not an integer"},
+        {"negative step", [](nlohmann::json& m) { m["step"] = -3; }, "step = -3 is outside"},
+        {"step unlike the name", [](nlohmann::json& m) { m["step"] = 3; }, "differs from the file name's step 4"},
+        {"no data position", [](nlohmann::json& m) { m.erase("train_data"); }, "train_data.epoch is missing"},
+        {"float epoch", [](nlohmann::json& m) { m["train_data"]["epoch"] = 0.5; }, "train_data.epoch is 0.5"},
+        {"batch past the epoch", [](nlohmann::json& m) { m["train_data"]["batch"] = 123456789; }, "past the end"},
+        {"other seed", [](nlohmann::json& m) { m["rng"]["seed"] = 8; }, "rng.seed 8 differs"},
+        {"other rng", [](nlohmann::json& m) { m["rng"]["scheme"] = "mt19937"; }, "rng.scheme"},
+        {"config not text", [](nlohmann::json& m) { m["config"] = 5; }, "holds no config"},
+    };
+    for (const auto& c : cases) {
+        fs::remove_all(run_dir);
+        ASSERT_EQ(run_adacc("train --config " + cfg).status, 0);
+        rewrite_metadata(checkpoint_path(run_dir, 4), c.edit);
+        const auto r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=6");
+        EXPECT_EQ(r.status, 2) << c.what << "\n" << r.output;
+        EXPECT_TRUE(contains(r.output, c.fragment)) << c.what << "\n" << r.output;
+        EXPECT_FALSE(fs::exists(checkpoint_path(run_dir, 5))) << c.what << ": it trained on";
+    }
+}
+
+TEST_F(RunSafety, NonFiniteParametersInACheckpointAreRefused) {
+    ASSERT_EQ(run_adacc("train --config " + config()).status, 0);
+    const fs::path file = checkpoint_path(run_dir, 4);
+    const CheckpointReader reader(file);
+    std::vector<std::vector<float>> data;
+    std::vector<CheckpointTensor> tensors;
+    for (const auto& t : reader.tensors()) {
+        data.emplace_back(t.bytes / sizeof(float));
+        reader.read_into(t.name, data.back().data(), t.bytes);
+        if (t.name == "params/lnfw") data.back()[3] = INFINITY;
+    }
+    for (std::size_t i = 0; i < data.size(); ++i)
+        tensors.push_back({reader.tensors()[i].name, reader.tensors()[i].dtype, reader.tensors()[i].shape,
+                           data[i].data()});
+    write_checkpoint(file, reader.meta(), tensors);
+    const auto r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=6");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "holds non-finite values in params/lnfw")) << r.output;
+}
+
+TEST_F(RunSafety, NewerFormatCheckpointIsLeftUntouched) {
+    ASSERT_EQ(run_adacc("train --config " + config("[checkpoint]\nevery = 2\nkeep = 1\n")).status, 0);
+    // A step-6 checkpoint from a future adacc: version 2 in the header.
+    const fs::path newer = checkpoint_path(run_dir, 6);
+    fs::copy_file(checkpoint_path(run_dir, 4), newer);
+    {
+        std::fstream f(newer, std::ios::in | std::ios::out | std::ios::binary);
+        const std::uint32_t version = kCheckpointFormatVersion + 1;
+        f.seekp(8);
+        f.write(reinterpret_cast<const char*>(&version), sizeof version);
+    }
+    std::ifstream original_in(newer, std::ios::binary);
+    const std::string original((std::istreambuf_iterator<char>(original_in)), {});
+
+    auto r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=8");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "was written by a newer adacc")) << r.output;
+    EXPECT_FALSE(fs::exists(checkpoint_path(run_dir, 8)));
+    std::ifstream after_in(newer, std::ios::binary);
+    EXPECT_EQ(std::string((std::istreambuf_iterator<char>(after_in)), {}), original);
+
+    r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=8 --overwrite");
+    EXPECT_EQ(r.status, 0) << "--overwrite resumes from the newest readable checkpoint:\n" << r.output;
+    EXPECT_TRUE(fs::exists(checkpoint_path(run_dir, 8)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6 and 9: threads, folders, parser codes, sizes, disks.
+
+TEST_F(RunSafety, HugeThreadCountIsAConfigError) {
+    const auto r = run_adacc("train --config " + config() + " --set training.threads=100000");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "training.threads = 100000, but it must be in [0, 1024]")) << r.output;
+}
+
+TEST_F(RunSafety, ConfigThatIsAFolderIsAnError) {
+    const auto r = run_adacc("train --config " + dir.string());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "is a folder; pass a TOML file")) << r.output;
+}
+
+TEST_F(RunSafety, UnwritableRunFolderIsAUserError) {
+    std::ofstream(dir / "a_file") << "x";
+    const auto r = run_adacc("train --config " + config() + " --set logging.run_dir=" + (dir / "a_file" / "run").string());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "cannot create the run folder")) << r.output;
+    EXPECT_TRUE(contains(r.output, "logging.run_dir")) << r.output;
+}
+
+TEST_F(RunSafety, CommandLineParseErrorsExitWithStatusTwo) {
+    for (const std::string args : {"train --no-such-flag", "train --config", "", "no-such-command",
+                                   "sample --tokens abc --prompt x --vocab v --checkpoint c"}) {
+        const auto r = run_adacc(args);
+        EXPECT_EQ(r.status, 2) << "'" << args << "'\n" << r.output;
+    }
+    EXPECT_EQ(run_adacc("train --help").status, 0);
+}
+
+TEST_F(RunSafety, SizesThatWouldOverflowAreRefused) {
+    auto r = run_adacc("memory --config " + config() + " --set model.n_embd=2147483644 --set model.n_head=4");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "more than the 2^50 any machine can hold")) << r.output;
+    r = run_adacc("memory --config " + config() +
+                  " --set model.max_seq_len=1000000 --set training.seq_len=1000000 --set training.batch_size=2000000000");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "more than 1 EiB of activations")) << r.output;
+}
+
+// A full disk: /dev/full answers every write with ENOSPC.
+TEST_F(RunSafety, FullDiskForTheConfigIsAnErrorNotAnEmptyFile) {
+    fs::create_directories(run_dir);
+    fs::create_symlink("/dev/full", run_dir / "config.toml.tmp");
+    const auto r = run_adacc("train --config " + config());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "No space left on device")) << r.output;
+    EXPECT_TRUE(contains(r.output, "config.toml' was not written")) << r.output;
+    EXPECT_FALSE(fs::exists(run_dir / "config.toml"));
+}
+
+TEST_F(RunSafety, FullDiskForACheckpointNamesTheFileThatFailed) {
+    ASSERT_EQ(run_adacc("train --config " + config("[checkpoint]\nevery = 2\nkeep = 5\n")).status, 0);
+    fs::create_symlink("/dev/full", checkpoint_path(run_dir, 6).string() + ".tmp");
+    const auto r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=6");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "No space left on device")) << r.output;
+    EXPECT_TRUE(contains(r.output, "ckpt_00000006.bin' was not written")) << r.output;
+    EXPECT_FALSE(contains(r.output, "previous")) << r.output;
+    EXPECT_EQ(*checkpoint_step(*newest_complete_checkpoint(run_dir)), 4) << "the earlier checkpoint is intact";
+}
+
+// A file-size limit (ulimit -f) makes writes past it fail, as a full disk does.
+TEST_F(RunSafety, MetricsThatCannotBeWrittenStopTheRun) {
+    const auto r = run_adacc("train --config " + config() + " --set training.steps=200");
+    ASSERT_EQ(r.status, 0) << r.output;
+    fs::remove_all(run_dir);
+    const std::string command = "ulimit -f 4; trap '' XFSZ; exec " + test::adacc_binary() + " train --config " +
+                                config() + " --set training.steps=200 2>&1";
+    FILE* pipe = popen(("/bin/sh -c \"" + command + "\"").c_str(), "r");
+    std::string output;
+    char buffer[4096];
+    while (const std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+    const int status = pclose(pipe);
+    EXPECT_EQ(WEXITSTATUS(status), 2) << output;
+    EXPECT_TRUE(contains(output, "cannot write to " + (run_dir / "metrics.jsonl").string())) << output;
+}
+
+}  // namespace
+}  // namespace adacc
