@@ -15,6 +15,7 @@
 #include "src/metrics_log.h"
 #include "src/run_config.h"
 #include "src/training_state.h"
+#include "src/weights_file.h"
 
 namespace adacc {
 
@@ -22,7 +23,10 @@ class Trainer {
 public:
     // Prepares the run folder (config.toml), the model, the data and the log. With a resume
     // checkpoint, continues from its step exactly: parameters, optimizer state, data position.
-    Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint);
+    // Otherwise starts at step 0 from `init_from`'s parameters (fresh optimizer, data from the
+    // start) or, without one, from an initialisation seeded by training.seed.
+    Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint,
+            const std::optional<WeightsFile>& init_from = std::nullopt);
     void run();
 
     const GPTModel& model() const { return *model_; }

@@ -1,4 +1,4 @@
-// adacc train --config FILE [--set section.key=value ...] [--resume RUN_DIR]
+// adacc train --config FILE [--set section.key=value ...] [--resume RUN_DIR | --init-from FILE|RUN_DIR]
 #include <CLI/CLI.hpp>
 
 #include "src/checkpoint.h"
@@ -6,6 +6,7 @@
 #include "src/config.h"
 #include "src/errors.h"
 #include "src/trainer.h"
+#include "src/weights_file.h"
 
 namespace adacc {
 
@@ -16,6 +17,7 @@ struct TrainArgs {
     std::vector<std::string> overrides;
     std::string resume;
     std::string budget;
+    std::string init_from;
 };
 
 // A resumed run takes its config from the checkpoint (overrides still apply, e.g. more steps);
@@ -47,11 +49,23 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
     cmd->add_option("--resume", args->resume, "continue the run in RUN_DIR from its newest complete checkpoint");
     cmd->add_option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (same as --set memory.budget=...)");
+    cmd->add_option("--init-from", args->init_from,
+                    "start from these weights (llm.c GPT-2 model file, adacc checkpoint or run folder) with a fresh "
+                    "optimizer and the data from the start");
     cmd->callback([args] {
         std::optional<std::filesystem::path> checkpoint;
         if (!args->budget.empty()) args->overrides.push_back("memory.budget=" + args->budget);
+        if (!args->init_from.empty() && !args->resume.empty())
+            throw UserError("--init-from and --resume cannot be combined: --resume continues RUN_DIR with its own "
+                            "weights, optimizer state and data position; to start a new run from its weights, pass "
+                            "--config FILE --init-from RUN_DIR");
         const RunConfig config = resolve_config(*args, checkpoint);
-        Trainer trainer(config, checkpoint);
+        std::optional<WeightsFile> init_from;
+        if (!args->init_from.empty()) {  // checked before the trainer makes the run folder
+            init_from = open_weights_file(args->init_from);
+            check_weights_shape(*init_from, config.model);
+        }
+        Trainer trainer(config, checkpoint, init_from);
         trainer.run();
     });
 }
