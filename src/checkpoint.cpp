@@ -21,7 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMagic[8] = {'A', 'D', 'A', 'C', 'C', 'K', 'P', 'T'};
 constexpr std::size_t kChunkBytes = std::size_t{8} << 20;  // a multiple of 8, see Fnv64
 constexpr std::uint32_t kMaxRank = 16;
 
@@ -283,7 +282,7 @@ void write_checkpoint(const fs::path& file, const nlohmann::json& meta, const st
     out.write_at(table_offset, table.data(), table.size());
 
     Header header{};
-    std::memcpy(header.magic, kMagic, sizeof kMagic);
+    std::memcpy(header.magic, kCheckpointMagic, sizeof kCheckpointMagic);
     header.format_version = kCheckpointFormatVersion;
     header.header_bytes = sizeof(Header);
     header.tensor_count = tensors.size();
@@ -303,16 +302,18 @@ CheckpointReader::CheckpointReader(const fs::path& file) : path_(file), file_(st
     const std::uint64_t size = file_->size();
     Header header{};
     if (!file_->read_at(0, &header, sizeof header)) {
-        if (size >= sizeof kMagic && std::memcmp(&header, kMagic, sizeof kMagic) == 0)
+        if (size >= sizeof kCheckpointMagic &&
+            std::memcmp(&header, kCheckpointMagic, sizeof kCheckpointMagic) == 0)
             throw truncated(file, size, sizeof header);
         throw UserError(quoted(file) + " is not an adacc checkpoint (it is too short to hold one)");
     }
-    if (std::memcmp(header.magic, kMagic, sizeof kMagic) != 0) {
+    if (std::memcmp(header.magic, kCheckpointMagic, sizeof kCheckpointMagic) != 0) {
         std::int32_t first_word;
         std::memcpy(&first_word, &header, sizeof first_word);
         throw UserError(quoted(file) + " is not an adacc checkpoint (it does not start with ADACCKPT)" +
                         (first_word == kLlmcModelMagic
-                             ? std::string("; it is an llm.c model file: import it as one instead")
+                             ? std::string("; it is an llm.c model file: pass it with --llmc-model (sample, eval) "
+                                           "or --init-from (train)")
                              : std::string()));
     }
     if (header.format_version > kCheckpointFormatVersion)

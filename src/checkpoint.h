@@ -45,6 +45,8 @@
 namespace adacc {
 
 constexpr std::uint32_t kCheckpointFormatVersion = 1;
+// The first 8 bytes of every checkpoint file.
+constexpr char kCheckpointMagic[8] = {'A', 'D', 'A', 'C', 'C', 'K', 'P', 'T'};
 constexpr std::size_t kCheckpointAlignment = 64;
 // Metadata key holding the resolved config as TOML text (see to_toml()).
 constexpr const char* kCheckpointConfigKey = "config";

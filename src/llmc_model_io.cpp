@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "data/token_shard.h"
 #include "models/gpt_params.h"
+#include "src/checkpoint.h"
 #include "src/errors.h"
 #include "src/file_io.h"
 
@@ -21,7 +23,6 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t kHeaderInts = 256;
 constexpr std::size_t kHeaderBytes = kHeaderInts * sizeof(std::int32_t);
-constexpr std::int32_t kTokenShardMagic = 20240520;
 constexpr std::size_t kChunkElements = std::size_t{1} << 20;
 
 struct LlmcHeader {
@@ -49,7 +50,8 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
 // What a wrong first word suggests the file is instead.
 std::string guess_file_kind(std::int32_t magic, const std::array<std::int32_t, kHeaderInts>& header) {
     if (magic == kTokenShardMagic) return "; it is an llm.c token shard, not a model";
-    if (std::memcmp(header.data(), "ADACCKPT", 8) == 0) return "; it is an adacc checkpoint: pass it with --checkpoint";
+    if (std::memcmp(header.data(), kCheckpointMagic, sizeof kCheckpointMagic) == 0)
+        return "; it is an adacc checkpoint: pass it with --checkpoint";
     return "";
 }
 
@@ -116,7 +118,9 @@ void read_bf16_params(const ReadOnlyFile& in, const fs::path& file, std::size_t 
 
 GPTConfig read_llmc_header(const fs::path& file) {
     const ReadOnlyFile in(file);
-    return read_header(in, file).config;
+    const LlmcHeader header = read_header(in, file);
+    check_size(in, file, header, ParameterLayout(header.config).total());
+    return header.config;
 }
 
 void load_llmc_model(const fs::path& file, const GPTConfig& expected, float* params) {

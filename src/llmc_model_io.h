@@ -19,7 +19,7 @@ constexpr std::int32_t kLlmcVersionFp32 = 3;
 constexpr std::int32_t kLlmcVersionBf16 = 5;
 
 // The model shape a file's header describes (dropout is not stored: 0). UserError when the
-// file is not an llm.c model file this build can read.
+// file is not an llm.c model file this build can read, or its size is not what the header implies.
 GPTConfig read_llmc_header(const std::filesystem::path& file);
 
 // Reads all parameters into `params` (ParameterLayout(expected).total() floats), converting

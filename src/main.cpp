@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     adacc::add_eval_command(app);
     adacc::add_config_command(app);
     adacc::add_plan_command(app);
+    adacc::add_export_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -49,7 +49,8 @@ void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
 
 }  // namespace
 
-Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint)
+Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint,
+                 const std::optional<WeightsFile>& init_from)
     : config_(config), run_dir_(config.logging.run_dir) {
     if (config_.training.threads > 0) configure_cpu_threads(config_.training.threads);
     create_run_folder(run_dir_);
@@ -74,6 +75,9 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
         progress_ = load_training_checkpoint(*resume_checkpoint, *model_);
         train_data_->restore(progress_.train_data);
         std::printf("resumed from %s at step %d\n", resume_checkpoint->c_str(), progress_.step);
+    } else if (init_from) {
+        load_weights(*init_from, *model_);
+        std::printf("initialised from %s\n", describe_weights(*init_from).c_str());
     } else {
         model_->init_weights(config_.training.seed);
     }

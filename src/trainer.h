@@ -15,6 +15,7 @@
 #include "src/metrics_log.h"
 #include "src/run_config.h"
 #include "src/training_state.h"
+#include "src/weights_file.h"
 
 namespace adacc {
 
@@ -22,9 +23,12 @@ class Trainer {
 public:
     // Prepares the run folder (config.toml), the model, the data and the log. With a resume
     // checkpoint, continues from its step exactly: parameters, optimizer state, data position.
+    // Otherwise starts at step 0 from `init_from`'s parameters (fresh optimizer, data from the
+    // start) or, without one, from an initialisation seeded by training.seed.
     // Claiming the folder (lock, refusing to mix with another run) is the caller's job:
     // src/run_folder.h.
-    Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint);
+    Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint,
+            const std::optional<WeightsFile>& init_from = std::nullopt);
     // Trains to training.steps and returns 0, or returns the signal (src/stop_signals.h) after
     // which it stopped early, having written a checkpoint of the last completed step. A
     // non-finite loss or gradient norm beyond training.skip_nonfinite skipped steps, or

@@ -135,6 +135,7 @@ TEST_F(Resume, KillsDuringCheckpointWritesLeaveALoadableCheckpoint) {
     for (int attempt = 0; attempt < 4 && last_logged_step(run_dir) < kSteps; ++attempt) {
         auto args = started ? std::vector<std::string>{test::adacc_binary(), "train", "--resume", run_dir.string()}
                             : train_args(config, run_dir);
+        if (!started && attempt > 0) args.push_back("--overwrite");  // the killed attempt left its config and log
         const int before = last_logged_step(run_dir);
         const pid_t pid = spawn(args);
         // Let the run make progress first (a sanitizer build starts slowly), then kill it at a

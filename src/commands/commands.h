@@ -17,5 +17,6 @@ void add_compare_command(CLI::App& app);   // src/commands/compare.cpp
 void add_eval_command(CLI::App& app);      // src/commands/eval.cpp
 void add_config_command(CLI::App& app);    // src/commands/config.cpp
 void add_plan_command(CLI::App& app);      // src/commands/plan.cpp
+void add_export_command(CLI::App& app);    // src/commands/export.cpp
 
 }  // namespace adacc

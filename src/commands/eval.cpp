@@ -13,14 +13,12 @@
 #include <string>
 
 #include "data/tokenizer.h"
-#include "src/checkpoint.h"
 #include "src/commands/commands.h"
 #include "src/errors.h"
 #include "src/eval_tasks.h"
 #include "src/evaluation.h"
-#include "src/llmc_model_io.h"
 #include "src/progress_bar.h"
-#include "src/training_state.h"
+#include "src/weights_file.h"
 
 namespace adacc {
 namespace {
@@ -50,18 +48,9 @@ void run_eval_command(const EvalArgs& args) {
     const auto task = parse_eval_task(args.task);
     if (!task) throw UserError("unknown task '" + args.task + "': use lambada or arc_easy");
 
-    // The model's shape, from the checkpoint's config or the llm.c header.
-    GPTConfig config;
-    std::filesystem::path model_file;
-    if (!args.checkpoint.empty()) {
-        model_file = resolve_checkpoint(args.checkpoint);
-        config = checkpoint_config(CheckpointReader(model_file)).model;
-    } else if (!args.llmc_model.empty()) {
-        model_file = args.llmc_model;
-        config = read_llmc_header(model_file);
-    } else {
-        throw UserError("no model given: pass --checkpoint RUN_DIR|FILE or --llmc-model FILE");
-    }
+    const WeightsFile weights = open_weights_option(args.checkpoint, args.llmc_model);
+    const GPTConfig& config = weights.shape;
+    const std::filesystem::path& model_file = weights.path;
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(args.vocab);
     if (static_cast<std::uint32_t>(config.vocab_size) != tokenizer.vocab_size())
         throw UserError("the model's vocab_size is " + std::to_string(config.vocab_size) + " but the tokenizer in " +
@@ -76,8 +65,7 @@ void run_eval_command(const EvalArgs& args) {
     const int seq_len = required_seq_len(prepared.requests, config.max_seq_len);
     const int batch = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(args.batch), prepared.requests.size()));
     GPTModel model = GPTModel::for_inference(config, batch, seq_len);
-    if (!args.checkpoint.empty()) load_model_weights(model_file, model);
-    else load_llmc_model(model_file, config, model.params());
+    load_weights(weights, model);
 
     std::unique_ptr<std::ofstream> output;
     if (!args.output.empty()) {  // opened before the long run, so a bad path fails at once

@@ -1,33 +1,33 @@
-// adacc sample --checkpoint DIR|FILE --prompt TEXT --vocab DIR [--tokens N --temperature T --top-k K --seed S]
+// adacc sample --checkpoint DIR|FILE | --llmc-model FILE --prompt TEXT --vocab DIR
+//              [--tokens N --temperature T --top-k K --seed S]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "data/tokenizer.h"
-#include "src/checkpoint.h"
 #include "src/commands/commands.h"
 #include "src/errors.h"
 #include "src/sampler.h"
-#include "src/training_state.h"
+#include "src/weights_file.h"
 
 namespace adacc {
 
 namespace {
 
 struct SampleArgs {
-    std::string checkpoint, prompt, vocab;
+    std::string checkpoint, llmc_model, prompt, vocab;
     SamplingOptions options;
 };
 
 void run_sample(const SampleArgs& args) {
-    const auto file = resolve_checkpoint(args.checkpoint);
-    const RunConfig config = checkpoint_config(CheckpointReader(file));
+    const WeightsFile weights = open_weights_option(args.checkpoint, args.llmc_model);
+    const GPTConfig& shape = weights.shape;
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(args.vocab);
-    if (static_cast<std::uint32_t>(config.model.vocab_size) != tokenizer.vocab_size())
-        throw UserError("the checkpoint's model.vocab_size is " + std::to_string(config.model.vocab_size) +
-                        " but the tokenizer in " + args.vocab + " has " + std::to_string(tokenizer.vocab_size()) +
+    if (static_cast<std::uint32_t>(shape.vocab_size) != tokenizer.vocab_size())
+        throw UserError("the model's vocab_size is " + std::to_string(shape.vocab_size) + " but the tokenizer in " +
+                        args.vocab + " has " + std::to_string(tokenizer.vocab_size()) +
                         " tokens: sample needs a model trained on GPT-2 token ids");
-    GPTModel model = GPTModel::for_inference(config.model, 1, config.model.max_seq_len);
-    load_model_weights(file, model);
+    GPTModel model = GPTModel::for_inference(shape, 1, shape.max_seq_len);
+    load_weights(weights, model);
     const auto ids = tokenizer.encode(args.prompt);
     std::vector<int> prompt(ids.begin(), ids.end());
     if (prompt.empty()) prompt.push_back(static_cast<int>(tokenizer.eot_token()));
@@ -51,8 +51,13 @@ void run_sample(const SampleArgs& args) {
 
 void add_sample_command(CLI::App& app) {
     auto args = std::make_shared<SampleArgs>();
-    CLI::App* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
-    cmd->add_option("--checkpoint", args->checkpoint, "checkpoint file or run folder (newest checkpoint)")->required();
+    CLI::App* cmd = app.add_subcommand("sample", "Generate text from a checkpoint or an llm.c model file");
+    auto* checkpoint = cmd->add_option("--checkpoint", args->checkpoint, "checkpoint file or run folder (newest checkpoint)")
+                           ->type_name("DIR|FILE");
+    auto* llmc = cmd->add_option("--llmc-model", args->llmc_model, "llm.c GPT-2 model file (gpt2_124M.bin, ...)")
+                     ->type_name("FILE");
+    checkpoint->excludes(llmc);
+    llmc->excludes(checkpoint);
     cmd->add_option("--prompt", args->prompt, "text to continue")->required();
     cmd->add_option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe")->required();
     cmd->add_option("--tokens", args->options.tokens, "tokens to generate")->check(CLI::Range(1, 100000));

@@ -1,6 +1,8 @@
-// adacc train --config FILE [--set section.key=value ...] [--overwrite]
+// adacc train --config FILE [--set section.key=value ...] [--init-from FILE|RUN_DIR] [--overwrite]
 // adacc train --resume RUN_DIR [--set section.key=value ...]
 #include <CLI/CLI.hpp>
+
+#include <algorithm>
 
 #include "src/checkpoint.h"
 #include "src/commands/commands.h"
@@ -9,6 +11,7 @@
 #include "src/run_folder.h"
 #include "src/stop_signals.h"
 #include "src/trainer.h"
+#include "src/weights_file.h"
 
 namespace adacc {
 
@@ -19,6 +22,7 @@ struct TrainArgs {
     std::vector<std::string> overrides;
     std::string resume;
     std::string budget;
+    std::string init_from;
     bool overwrite = false;
 };
 
@@ -82,6 +86,16 @@ RunConfig resume_config(const TrainArgs& args, std::optional<std::filesystem::pa
     return config;
 }
 
+// A new run's folder is cleared (--overwrite) or must be empty: weights to start from cannot live there.
+void refuse_weights_inside_run_folder(const WeightsFile& weights, const std::string& run_dir) {
+    const auto folder = std::filesystem::weakly_canonical(run_dir), file = std::filesystem::weakly_canonical(weights.path);
+    const auto [end, unused] = std::mismatch(folder.begin(), folder.end(), file.begin(), file.end());
+    if (end != folder.end()) return;
+    throw UserError("--init-from " + weights.path.string() + " lies inside the new run's folder " + run_dir +
+                    ", which a new run must not mix with (--overwrite would delete it); start the new run in another "
+                    "logging.run_dir, or continue that run with --resume");
+}
+
 void run_train(TrainArgs& args) {
     if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
     if (!args.resume.empty() && !args.config.empty())
@@ -89,9 +103,14 @@ void run_train(TrainArgs& args) {
                         "it; change what resume allows with --set (e.g. --set training.steps=2000)");
     if (args.resume.empty() && args.config.empty())
         throw UserError("adacc train needs --config FILE (or --resume RUN_DIR)");
+    if (!args.init_from.empty() && !args.resume.empty())
+        throw UserError("--init-from and --resume cannot be combined: --resume continues RUN_DIR with its own "
+                        "weights, optimizer state and data position; to start a new run from its weights, pass "
+                        "--config FILE --init-from RUN_DIR");
 
     std::optional<std::filesystem::path> checkpoint;
     std::unique_ptr<RunFolderLock> lock;
+    std::optional<WeightsFile> init_from;
     RunConfig config;
     if (!args.resume.empty()) {
         if (!std::filesystem::is_directory(args.resume))
@@ -100,12 +119,17 @@ void run_train(TrainArgs& args) {
         config = resume_config(args, checkpoint);
     } else {
         config = load_config(args.config, args.overrides);
+        if (!args.init_from.empty()) {  // checked before the run folder is made
+            init_from = open_weights_file(args.init_from);
+            check_weights_shape(*init_from, config.model);
+            refuse_weights_inside_run_folder(*init_from, config.logging.run_dir);
+        }
         create_run_folder(config.logging.run_dir);
         lock = std::make_unique<RunFolderLock>(config.logging.run_dir);
         claim_run_folder_for_fresh_run(config.logging.run_dir, args.overwrite);
     }
     install_stop_signal_handlers();
-    Trainer trainer(config, checkpoint);
+    Trainer trainer(config, checkpoint, init_from);
     if (const int signal = trainer.run()) {
         std::printf("stopped by signal %d after step %d's checkpoint; continue with: adacc train --resume %s\n", signal,
                     trainer.completed_steps(), config.logging.run_dir.c_str());
@@ -123,6 +147,9 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
     cmd->add_option("--resume", args->resume, "continue the run in RUN_DIR from its newest complete checkpoint");
     cmd->add_option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (same as --set memory.budget=...)");
+    cmd->add_option("--init-from", args->init_from,
+                    "start from these weights (llm.c GPT-2 model file, adacc checkpoint or run folder) with a fresh "
+                    "optimizer and the data from the start");
     cmd->add_flag("--overwrite", args->overwrite,
                   "start over in a run folder that holds a run (deletes its config, metrics and checkpoints); with "
                   "--resume: resume beside checkpoints of a newer format, which may then be replaced");
