@@ -437,7 +437,7 @@ std::vector<fs::path> newer_format_checkpoints(const fs::path& run_dir) {
         } catch (const UserError&) {
             continue;  // unreadable: not a newer format, just a bad file (skipped when resuming)
         }
-        if (std::memcmp(header.magic, kMagic, sizeof kMagic) == 0 && header.format_version > kCheckpointFormatVersion)
+        if (std::memcmp(header.magic, kCheckpointMagic, sizeof kCheckpointMagic) == 0 && header.format_version > kCheckpointFormatVersion)
             newer.push_back(path);
     }
     return newer;
