@@ -135,6 +135,10 @@ std::vector<std::filesystem::path> expand_shard_pattern(const std::string& patte
 
 TokenShardFile::TokenShardFile(const std::filesystem::path& path) : path_(path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // The loader keeps every shard open: thousands of them can reach the limit on open files.
+    if (fd_ < 0 && errno == EMFILE)
+        throw UserError("cannot open token shard " + quoted(path) + ": " + std::strerror(errno) +
+                        "; raise the limit (`ulimit -n`) or use fewer, larger shards");
     if (fd_ < 0)
         throw UserError("cannot open token shard " + quoted(path) + ": " + std::strerror(errno) + "; " +
                         std::string(kMakeShards));

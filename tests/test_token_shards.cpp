@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -357,6 +358,24 @@ TEST_F(DataLoaderTest, ShardRewrittenInPlaceIsAUserErrorNamingIt) {
                         "was modified after it was opened");
 }
 
+// The loader keeps its shards open; running out of file descriptors says how to fix it.
+TEST_F(DataLoaderTest, TooManyShardsForTheOpenFileLimitNamesTheLimit) {
+    std::vector<std::filesystem::path> many;
+    for (int i = 0; i < 8; ++i) {
+        many.push_back(dir_ / ("many_" + std::to_string(i) + ".bin"));
+        write_token_shard(many.back(), counting_tokens(20));
+    }
+    const auto open_files = std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {});
+    rlimit saved{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+    rlimit low = saved;
+    low.rlim_cur = static_cast<rlim_t>(open_files + 3);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    const std::string error = user_error([&] { DataLoader loader(many, options_); });
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+    EXPECT_CONTAINS(error, "Too many open files; raise the limit (`ulimit -n`) or use fewer, larger shards");
+}
+
 // A change the file's size and time do not show (here the time is set back) still cannot feed
 // the model an id beyond its vocabulary: every window read is checked.
 TEST_F(DataLoaderTest, IdsAreCheckedInEveryBatchNotOnlyAtOpen) {
@@ -689,6 +708,13 @@ protected:
         EXPECT_CONTAINS(stderr_text(), "error: '" + shard_.string() + "' changed while this run was reading it");
     }
     std::string stderr_text() const { return read_raw_file(dir_ / "stderr"); }
+    // A run left going by a failed assertion is stopped.
+    void TearDown() override {
+        if (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+        }
+    }
 
     std::filesystem::path dir_ = test::scratch_dir("shard_under_run");
     std::filesystem::path shard_ = dir_ / "train.bin";
