@@ -2,9 +2,11 @@
 //
 // Rules:
 //   * Inputs are files and directories; a directory is walked recursively and its regular files
-//     are taken in sorted path order. A file named twice (or reached through a symlink, like the
-//     fortune package's *.u8 links) is read once. Files holding a NUL byte are binary (e.g. the
-//     fortune package's *.dat indexes) and are skipped.
+//     are taken in sorted path order. An input that is neither, such as a pipe (`cat a.txt |
+//     adacc prepare --input /dev/stdin`), is read to its end like a file. A file named twice (or
+//     reached through a symlink, like the fortune package's *.u8 links) is read once. Files holding
+//     a NUL byte are binary (e.g. the fortune package's *.dat indexes) and are skipped; reading one
+//     stops at its first NUL.
 //   * Each file is one document, except a file in fortune(6) format, recognized by at least one
 //     line that is exactly "%": its documents are the texts between those lines. Documents that
 //     are only whitespace are dropped.
@@ -12,7 +14,12 @@
 //     SpecialTokens::as_text, so text cannot forge a document boundary.
 //   * The first val_tokens tokens of that stream go to OUT/val_000000.bin (0 = no validation
 //     shard), the rest to OUT/train_000000.bin, train_000001.bin, ... of at most shard_tokens
-//     each. Shards from an earlier run in OUT (val_NNNNNN.bin, train_NNNNNN.bin) are removed first.
+//     each.
+//   * All or nothing: the shards are written to a hidden folder in OUT (OUT/.prepare-XXXXXX) and
+//     moved into OUT only once the whole corpus is tokenized. Each then replaces the shard of the
+//     same name by rename (a run reading the old one keeps reading it), and the earlier run's other
+//     shards (val_NNNNNN.bin, train_NNNNNN.bin) are removed; other files in OUT stay. A prepare
+//     that fails leaves OUT as it was (not created, if it did not exist), without the hidden folder.
 // Each file is read whole, so memory use is the largest file plus one shard of uint16 tokens.
 #pragma once
 
@@ -48,8 +55,8 @@ struct CorpusSummary {
     std::vector<std::filesystem::path> shards;  // in the order written: val first
 };
 
-// Regular files under the inputs in the order they are used, each once; UserError for an input
-// that does not exist.
+// The files (and streams) the inputs name, in the order they are used, each once; UserError for
+// an input that does not exist or cannot be listed.
 std::vector<std::filesystem::path> collect_input_files(const std::vector<std::filesystem::path>& inputs);
 
 // The documents of one file's text, by the rule above (views into `text`).

@@ -39,6 +39,16 @@ void check_options(const DataLoaderOptions& options) {
         throw std::invalid_argument("DataLoader needs 0 <= rank < world_size");
 }
 
+// Reads the whole shard to check its ids, in pieces so that memory stays small for large shards.
+void validate_shard(const TokenShardFile& shard, std::uint32_t vocab_size) {
+    std::vector<std::uint16_t> piece(std::min<std::size_t>(shard.tokens(), std::size_t{1} << 20));
+    for (std::size_t first = 0; first < shard.tokens(); first += piece.size()) {
+        const auto tokens = std::span(piece).first(std::min(piece.size(), shard.tokens() - first));
+        shard.read(first, tokens);
+        validate_tokens(tokens, vocab_size, shard.path(), first);
+    }
+}
+
 }  // namespace
 
 DataLoader::DataLoader(const std::vector<std::filesystem::path>& shards, const DataLoaderOptions& options)
@@ -48,11 +58,12 @@ DataLoader::DataLoader(const std::vector<std::filesystem::path>& shards, const D
     shards_.reserve(shards.size());
     first_window_.push_back(0);
     for (const auto& path : shards) {
-        const MappedTokenShard& shard = shards_.emplace_back(path);
-        validate_tokens(shard.tokens(), options.vocab_size, path);
-        const std::uint64_t windows = shard.tokens().empty() ? 0 : (shard.tokens().size() - 1) / seq_len;
+        const TokenShardFile& shard = shards_.emplace_back(path);
+        validate_shard(shard, options.vocab_size);
+        const std::uint64_t windows = shard.tokens() == 0 ? 0 : (shard.tokens() - 1) / seq_len;
         first_window_.push_back(first_window_.back() + windows);
     }
+    window_.resize(seq_len + 1);
     const std::uint64_t windows = first_window_.back();
     const std::uint64_t windows_per_step = static_cast<std::uint64_t>(options.batch_size) * options.world_size;
     batches_per_epoch_ = windows / windows_per_step;
@@ -91,14 +102,17 @@ std::uint64_t DataLoader::window_at(std::uint64_t order_position) const {
     return options_.shuffle ? shuffled_order_[order_position] : order_position;
 }
 
-void DataLoader::copy_window(std::uint64_t window, std::int32_t* inputs, std::int32_t* targets) const {
+void DataLoader::copy_window(std::uint64_t window, std::int32_t* inputs, std::int32_t* targets) {
     // The shard holding the window: the last one whose first window is <= it.
     const auto next_shard = std::upper_bound(first_window_.begin(), first_window_.end(), window);
     const auto shard = static_cast<std::size_t>(next_shard - first_window_.begin() - 1);
-    const auto seq_len = static_cast<std::size_t>(options_.seq_len);
-    const std::uint16_t* tokens = shards_[shard].tokens().data() + (window - first_window_[shard]) * seq_len;
-    std::copy(tokens, tokens + seq_len, inputs);
-    std::copy(tokens + 1, tokens + seq_len + 1, targets);
+    const std::size_t first = (window - first_window_[shard]) * static_cast<std::size_t>(options_.seq_len);
+    shards_[shard].read(first, window_);
+    // Checked at open too, but a change that the shard's size and time do not show must not reach
+    // the embedding as an out-of-range row.
+    validate_tokens(window_, options_.vocab_size, shards_[shard].path(), first);
+    std::copy(window_.begin(), window_.end() - 1, inputs);
+    std::copy(window_.begin() + 1, window_.end(), targets);
 }
 
 void DataLoader::begin_epoch(std::uint64_t epoch) {

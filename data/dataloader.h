@@ -16,7 +16,10 @@
 //     in that epoch (shuffling makes it a different set each time). Then the next epoch begins.
 //   * The position is two integers (DataLoaderState). restore() with the same shards and
 //     options continues with exactly the batches the saved loader would have produced.
-// Shards are memory-mapped; next_batch() copies into caller-owned buffers and never allocates.
+// Shards are not memory-mapped but read with pread, one window at a time, into the loader's own
+// buffer (TokenShardFile): a shard truncated or rewritten while a run reads it is a UserError naming
+// it, not a SIGBUS or silently different data, and every window's ids are checked against
+// vocab_size again. next_batch() copies into caller-owned buffers and never allocates.
 // Shuffled mode keeps the epoch's order in memory: 8 bytes per window (0.4% of the data at T=1024).
 #pragma once
 
@@ -36,7 +39,7 @@ struct DataLoaderOptions {
     int world_size = 1;             // number of ranks
     bool shuffle = false;           // seeded permutation of windows, new every epoch
     std::uint64_t seed = 0;         // shuffle seed
-    std::uint32_t vocab_size = 0;   // every token id must be below it (checked at open)
+    std::uint32_t vocab_size = 0;   // every token id must be below it (checked at open and per window)
 };
 
 // Plain integers, so a checkpoint can store them.
@@ -48,11 +51,12 @@ struct DataLoaderState {
 
 class DataLoader {
 public:
-    // Maps and validates every shard; UserError for unreadable shards, ids >= vocab_size, or
+    // Opens and validates every shard; UserError for unreadable shards, ids >= vocab_size, or
     // too little data for one batch on every rank.
     DataLoader(const std::vector<std::filesystem::path>& shards, const DataLoaderOptions& options);
 
-    // Fills B*T inputs and the B*T targets (inputs shifted by one), row-major [B][T].
+    // Fills B*T inputs and the B*T targets (inputs shifted by one), row-major [B][T]. UserError
+    // when a shard changed since it was opened or a window holds an id >= vocab_size.
     void next_batch(std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
 
     DataLoaderState state() const { return state_; }
@@ -63,11 +67,12 @@ public:
 
 private:
     std::uint64_t window_at(std::uint64_t order_position) const;
-    void copy_window(std::uint64_t window, std::int32_t* inputs, std::int32_t* targets) const;
+    void copy_window(std::uint64_t window, std::int32_t* inputs, std::int32_t* targets);
     void begin_epoch(std::uint64_t epoch);
 
     DataLoaderOptions options_;
-    std::vector<MappedTokenShard> shards_;
+    std::vector<TokenShardFile> shards_;
+    std::vector<std::uint16_t> window_;        // T+1 tokens: the window being read
     std::vector<std::uint64_t> first_window_;  // per shard, its first global window; one extra: the total
     std::uint64_t batches_per_epoch_ = 0;
     std::vector<std::uint64_t> shuffled_order_;  // this epoch's window order (shuffled mode only)

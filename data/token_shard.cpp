@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <stdexcept>
 #include <utility>
 
 #include "src/errors.h"
@@ -26,14 +26,29 @@ constexpr std::string_view kMakeShards = "create shards with `adacc prepare`";
 
 std::string quoted(const std::filesystem::path& path) { return "'" + path.string() + "'"; }
 
+// Reads up to `bytes` at `offset`, fewer only where the file ends; returns how many.
+std::size_t read_at(int fd, const std::filesystem::path& path, std::uint64_t offset, void* out, std::size_t bytes) {
+    auto* p = static_cast<char*>(out);
+    std::size_t done = 0;
+    while (done < bytes) {
+        const ssize_t got = ::pread(fd, p + done, bytes - done, static_cast<off_t>(offset + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) throw UserError("cannot read token shard " + quoted(path) + ": " + std::strerror(errno));
+        if (got == 0) break;
+        done += static_cast<std::size_t>(got);
+    }
+    return done;
+}
+
 // Checks the header against the file size; returns the token count.
-std::size_t checked_token_count(const std::filesystem::path& path, const std::byte* file, std::size_t file_bytes) {
+std::size_t checked_token_count(const std::filesystem::path& path, int fd, std::size_t file_bytes) {
     if (file_bytes < kTokenShardHeaderBytes)
         throw UserError(quoted(path) + " is not an llm.c token shard: " + std::to_string(file_bytes) +
                         " bytes, shorter than the " + std::to_string(kTokenShardHeaderBytes) + "-byte header; " +
                         std::string(kMakeShards));
     std::array<std::int32_t, 3> header{};
-    std::memcpy(header.data(), file, sizeof(header));
+    if (read_at(fd, path, 0, header.data(), sizeof(header)) != sizeof(header))
+        throw UserError(quoted(path) + " shrank while it was being opened; " + std::string(kMakeShards));
     const auto [magic, version, count] = header;
     if (magic != kTokenShardMagic)
         throw UserError(quoted(path) + " is not an llm.c token shard: magic " + std::to_string(magic) + ", expected " +
@@ -56,12 +71,6 @@ std::size_t checked_token_count(const std::filesystem::path& path, const std::by
                         std::string(kMakeShards));
     return static_cast<std::size_t>(count);
 }
-
-// Closes a file descriptor when it goes out of scope.
-struct FileDescriptor {
-    int fd;
-    ~FileDescriptor() { ::close(fd); }
-};
 
 }  // namespace
 
@@ -93,16 +102,19 @@ void write_token_shard(const std::filesystem::path& path, std::span<const std::u
 }
 
 std::vector<std::uint16_t> read_token_shard(const std::filesystem::path& path) {
-    const MappedTokenShard shard(path);
-    return {shard.tokens().begin(), shard.tokens().end()};
+    const TokenShardFile shard(path);
+    std::vector<std::uint16_t> tokens(shard.tokens());
+    shard.read(0, tokens);
+    return tokens;
 }
 
 void validate_tokens(std::span<const std::uint16_t> tokens, std::uint32_t vocab_size,
-                     const std::filesystem::path& shard) {
+                     const std::filesystem::path& shard, std::uint64_t first_position) {
     const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](std::uint16_t id) { return id >= vocab_size; });
     if (bad == tokens.end()) return;
     throw UserError(quoted(shard) + " holds token id " + std::to_string(*bad) + " at position " +
-                    std::to_string(bad - tokens.begin()) + ", but the vocabulary has " + std::to_string(vocab_size) +
+                    std::to_string(first_position + static_cast<std::uint64_t>(bad - tokens.begin())) +
+                    ", but the vocabulary has " + std::to_string(vocab_size) +
                     " tokens: the shard was made with a different tokenizer or model.vocab_size is too small");
 }
 
@@ -121,41 +133,63 @@ std::vector<std::filesystem::path> expand_shard_pattern(const std::string& patte
     return shards;
 }
 
-MappedTokenShard::MappedTokenShard(const std::filesystem::path& path) : path_(path) {
-    const FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-    if (file.fd < 0)
+TokenShardFile::TokenShardFile(const std::filesystem::path& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // The loader keeps every shard open: thousands of them can reach the limit on open files.
+    if (fd_ < 0 && errno == EMFILE)
+        throw UserError("cannot open token shard " + quoted(path) + ": " + std::strerror(errno) +
+                        "; raise the limit (`ulimit -n`) or use fewer, larger shards");
+    if (fd_ < 0)
         throw UserError("cannot open token shard " + quoted(path) + ": " + std::strerror(errno) + "; " +
                         std::string(kMakeShards));
-    struct stat status {};
-    if (::fstat(file.fd, &status) != 0 || !S_ISREG(status.st_mode))
-        throw UserError(quoted(path) + " is not a regular file; " + std::string(kMakeShards));
-    const auto file_bytes = static_cast<std::size_t>(status.st_size);
-    if (file_bytes > 0) {
-        mapping_ = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, file.fd, 0);
-        if (mapping_ == MAP_FAILED) {
-            mapping_ = nullptr;
-            throw UserError("cannot map token shard " + quoted(path) + " into memory: " + std::strerror(errno));
-        }
-        mapping_bytes_ = file_bytes;
-    }
     try {
-        const auto* bytes = static_cast<const std::byte*>(mapping_);
-        const std::size_t count = checked_token_count(path, bytes, file_bytes);
-        tokens_ = {reinterpret_cast<const std::uint16_t*>(bytes + kTokenShardHeaderBytes), count};
+        struct stat status {};
+        if (::fstat(fd_, &status) != 0 || !S_ISREG(status.st_mode))
+            throw UserError(quoted(path) + " is not a regular file; " + std::string(kMakeShards));
+        file_bytes_ = status.st_size;
+        modified_seconds_ = status.st_mtim.tv_sec;
+        modified_nanoseconds_ = status.st_mtim.tv_nsec;
+        tokens_ = checked_token_count(path, fd_, static_cast<std::size_t>(status.st_size));
     } catch (...) {
-        if (mapping_) ::munmap(mapping_, mapping_bytes_);
+        ::close(fd_);
         throw;
     }
 }
 
-MappedTokenShard::~MappedTokenShard() {
-    if (mapping_) ::munmap(mapping_, mapping_bytes_);
+TokenShardFile::~TokenShardFile() {
+    if (fd_ >= 0) ::close(fd_);
 }
 
-MappedTokenShard::MappedTokenShard(MappedTokenShard&& other) noexcept
+TokenShardFile::TokenShardFile(TokenShardFile&& other) noexcept
     : path_(std::move(other.path_)),
-      mapping_(std::exchange(other.mapping_, nullptr)),
-      mapping_bytes_(std::exchange(other.mapping_bytes_, 0)),
-      tokens_(std::exchange(other.tokens_, {})) {}
+      fd_(std::exchange(other.fd_, -1)),
+      tokens_(other.tokens_),
+      file_bytes_(other.file_bytes_),
+      modified_seconds_(other.modified_seconds_),
+      modified_nanoseconds_(other.modified_nanoseconds_) {}
+
+void TokenShardFile::read(std::size_t first, std::span<std::uint16_t> out) const {
+    if (first > tokens_ || out.size() > tokens_ - first)
+        throw std::out_of_range("TokenShardFile::read past the end of " + quoted(path_));
+    const std::size_t got =
+        read_at(fd_, path_, kTokenShardHeaderBytes + first * sizeof(std::uint16_t), out.data(), out.size_bytes());
+    // Checked after the read, so a change before or during it is seen.
+    struct stat status {};
+    if (::fstat(fd_, &status) != 0)
+        throw UserError("cannot check token shard " + quoted(path_) + ": " + std::strerror(errno));
+    if (status.st_size != file_bytes_)
+        changed("it is now " + std::to_string(status.st_size) + " bytes, it was " + std::to_string(file_bytes_) +
+                " when opened");
+    if (status.st_mtim.tv_sec != modified_seconds_ || status.st_mtim.tv_nsec != modified_nanoseconds_)
+        changed("it was modified after it was opened");
+    if (got != out.size_bytes()) changed("it ended early");
+}
+
+void TokenShardFile::changed(const std::string& how) const {
+    throw UserError(quoted(path_) + " changed while this run was reading it: " + how +
+                    "; a shard must not change while a run reads it: restore it, or write new shards with " +
+                    "`adacc prepare` (which replaces files without disturbing runs that read them), and start or " +
+                    "resume the run again");
+}
 
 }  // namespace adacc

@@ -83,7 +83,10 @@ std::vector<EvalDoc> read_lambada(const std::filesystem::path& file, std::size_t
     std::vector<EvalDoc> docs;
     for_each_record(file, limit, "LAMBADA (lambada_openai)", [&](const nlohmann::json& record, std::size_t line) {
         const auto& text = field(record, "text", nlohmann::json::value_t::string, file, line, "LAMBADA").get_ref<const std::string&>();
-        if (text.empty()) throw UserError(where(file, line) + ": empty \"text\"");
+        // A blank passage has no last word to predict: its "target" would be whitespace.
+        if (text.find_first_not_of(" \t\n\r\v\f") == std::string::npos)
+            throw UserError(where(file, line) + ": \"text\" is empty or only whitespace, so it has no last word " +
+                            "to predict; fix or remove the line");
         docs.push_back(lambada_doc(text, std::to_string(docs.size())));
     });
     return docs;
@@ -107,6 +110,11 @@ std::vector<EvalDoc> read_arc_easy(const std::filesystem::path& file, std::size_
             doc.labels.push_back(field(choice, "label", value_t::string, file, line, what).get<std::string>());
             doc.continuations.push_back(" " + doc.choices.back());
         }
+        // answerKey names a choice by its label, and results report labels: two alike are ambiguous.
+        for (auto label = doc.labels.begin(); label != doc.labels.end(); ++label)
+            if (std::find(doc.labels.begin(), label, *label) != label)
+                throw UserError(where(file, line) + ": question " + doc.id + " has two choices labelled \"" +
+                                *label + "\"; give each choice its own label (A-E or 1-5) and answerKey the right one's");
         if (doc.choices.size() < 2)
             throw UserError(where(file, line) + ": question " + doc.id + " has " + std::to_string(doc.choices.size()) +
                             " choices; a multiple-choice question needs at least 2");

@@ -376,6 +376,46 @@ TEST(Tasks, ReadersNameTheBadLine) {
     EXPECT_THROW(read_arc_easy(dir / "n.jsonl"), UserError);
 }
 
+// The UserError message `read` throws for `file`, or "" when it throws none.
+template <typename Read>
+std::string read_error(Read&& read, const fs::path& file) {
+    try {
+        read(file, 0);
+    } catch (const UserError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+// Two choices labelled "A" would make answerKey "A" name the first, and a prediction of the
+// second print as "A" too: scored and reported wrong.
+TEST(Tasks, ArcDuplicateChoiceLabelsNameTheLineAndTheFix) {
+    const fs::path dir = test::scratch_dir("eval_arc_labels");
+    std::ofstream(dir / "a.jsonl")
+        << R"({"id":"q1","question":{"stem":"s","choices":[{"text":"w","label":"A"},{"text":"x","label":"B"}]},"answerKey":"A"})"
+        << "\n"
+        << R"({"id":"q2","question":{"stem":"s","choices":[{"text":"w","label":"A"},{"text":"x","label":"A"},)"
+        << R"({"text":"y","label":"B"},{"text":"z","label":"C"}]},"answerKey":"A"})" << "\n";
+    const std::string error = read_error(read_arc_easy, dir / "a.jsonl");
+    EXPECT_NE(error.find((dir / "a.jsonl").string() + ":2: question q2 has two choices labelled \"A\""),
+              std::string::npos)
+        << error;
+    EXPECT_NE(error.find("give each choice its own label"), std::string::npos) << error;
+    EXPECT_EQ(read_arc_easy(dir / "a.jsonl", 1).size(), 1u);  // the first line is fine
+}
+
+TEST(Tasks, BlankLambadaPassageNamesTheLineAndTheFix) {
+    const fs::path dir = test::scratch_dir("eval_lambada_blank");
+    for (const std::string text : {R"( )", R"( \n\t )", R"()"}) {
+        std::ofstream(dir / "l.jsonl") << "{\"text\": \"a b\"}\n{\"text\": \"" << text << "\"}\n";
+        const std::string error = read_error(read_lambada, dir / "l.jsonl");
+        EXPECT_NE(error.find((dir / "l.jsonl").string() + ":2: \"text\" is empty or only whitespace"),
+                  std::string::npos)
+            << "text \"" << text << "\": " << error;
+        EXPECT_NE(error.find("fix or remove the line"), std::string::npos) << error;
+    }
+}
+
 // ---- fixtures, end to end -------------------------------------------------------------------
 
 TEST(Fixtures, ParseWithTheirQuirks) {

@@ -1,6 +1,6 @@
-// A training step (forward, backward, AdamW) makes no heap allocation, counted by
-// tests/counting_malloc.h: every allocation is seen, including those inside Eigen, libgomp and
-// libstdc++. Under AddressSanitizer, which owns malloc itself, the test is skipped.
+// A training step (forward, backward, AdamW) and the data loader's next batch make no heap
+// allocation, counted by tests/counting_malloc.h: every allocation is seen, including those inside
+// Eigen, libgomp and libstdc++. Under AddressSanitizer, which owns malloc itself, the tests are skipped.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,9 +8,11 @@
 #include <random>
 #include <vector>
 
+#include "data/dataloader.h"
 #include "src/gpt_model.h"
 #include "src/optimizer.h"
 #include "tests/counting_malloc.h"
+#include "tests/test_support.h"
 
 using adacc::test::g_allocations;
 
@@ -64,6 +66,30 @@ TEST(NoAllocation, SmallGpt2Shapes) {
     cfg.n_layer = 1;
     cfg.dropout = 0.1f;
     expect_no_allocation(cfg, 4, 64);
+}
+
+// Shards are read with pread into the loader's own buffer, sequentially and shuffled, across
+// shard boundaries and an epoch's end.
+TEST(NoAllocation, DataLoaderNextBatch) {
+    if (!ADACC_COUNT_ALLOCATIONS) GTEST_SKIP() << "malloc is owned by AddressSanitizer in this build";
+    const auto dir = test::scratch_dir("no_alloc_loader");
+    std::vector<std::uint16_t> tokens(1000);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(i % 97);
+    write_token_shard(dir / "a.bin", tokens);
+    write_token_shard(dir / "b.bin", tokens);
+    for (const bool shuffle : {false, true}) {
+        DataLoaderOptions options;
+        options.batch_size = 4;
+        options.seq_len = 16;
+        options.shuffle = shuffle;
+        options.vocab_size = 97;
+        DataLoader loader({dir / "a.bin", dir / "b.bin"}, options);
+        std::vector<std::int32_t> inputs(64), targets(64);
+        loader.next_batch(inputs, targets);
+        const long before = g_allocations.load();
+        for (int i = 0; i < 20; ++i) loader.next_batch(inputs, targets);  // 62 windows: one epoch is 15 batches
+        EXPECT_EQ(g_allocations.load() - before, 0) << "heap allocations in next_batch, shuffle=" << shuffle;
+    }
 }
 
 }  // namespace

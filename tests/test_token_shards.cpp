@@ -2,15 +2,28 @@
 // preparation. Only the round trip through the GPT-2 tokenizer needs ../shared/data.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <numeric>
+#include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "data/corpus_preparer.h"
 #include "data/dataloader.h"
@@ -18,6 +31,8 @@
 #include "data/tokenizer.h"
 #include "src/errors.h"
 #include "tests/test_support.h"
+
+extern char** environ;
 
 namespace adacc {
 namespace {
@@ -292,6 +307,89 @@ TEST_F(DataLoaderTest, OpenRejectsBadIdsAndTooLittleData) {
                     "the token shards hold 20 sequences of 8+1 tokens, fewer than one batch on every rank needs");
 }
 
+struct timespec modification_time(const std::filesystem::path& file) {
+    struct stat status {};
+    EXPECT_EQ(::stat(file.c_str(), &status), 0) << file;
+    return status.st_mtim;
+}
+
+bool same_time(const struct timespec& a, const struct timespec& b) {
+    return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+// Writes `tokens` over the start of the shard's token area, in place (same file, same size), as an
+// editor or a script writing into the existing file would.
+void write_tokens_in_place(const std::filesystem::path& shard, const Tokens& tokens, std::size_t first = 0) {
+    const int fd = ::open(shard.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0) << shard;
+    const auto bytes = static_cast<ssize_t>(tokens.size() * sizeof(std::uint16_t));
+    EXPECT_EQ(::pwrite(fd, tokens.data(), static_cast<std::size_t>(bytes),
+                       static_cast<off_t>(1024 + first * sizeof(std::uint16_t))),
+              bytes);
+    ::close(fd);
+}
+
+// The same, repeated until the file's modification time shows it (the clock behind it ticks in
+// milliseconds on some filesystems, and the shard was written moments ago).
+void rewrite_tokens_visibly(const std::filesystem::path& shard, const Tokens& tokens) {
+    const struct timespec before = modification_time(shard);
+    for (int attempt = 0; attempt < 1000 && same_time(modification_time(shard), before); ++attempt) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        write_tokens_in_place(shard, tokens);
+    }
+    ASSERT_FALSE(same_time(modification_time(shard), before)) << "the modification time never changed";
+}
+
+TEST_F(DataLoaderTest, ShardTruncatedBetweenBatchesIsAUserErrorNamingIt) {
+    DataLoader loader(shards(), options_);
+    take_batch(loader, options_);
+    std::filesystem::resize_file(dir_ / "train_000000.bin", 1024 + 2 * 40);  // tokens 40.. are gone
+    EXPECT_CONTAINS(user_error([&] { take_batches(loader, options_, 10); }),
+                    "'" + (dir_ / "train_000000.bin").string() + "' changed while this run was reading it: it is now " +
+                        "1104 bytes, it was 1226 when opened");
+}
+
+TEST_F(DataLoaderTest, ShardRewrittenInPlaceIsAUserErrorNamingIt) {
+    DataLoader loader(shards(), options_);
+    take_batch(loader, options_);
+    rewrite_tokens_visibly(dir_ / "train_000000.bin", counting_tokens(101, 500));  // same size, other ids
+    EXPECT_CONTAINS(user_error([&] { take_batch(loader, options_); }),
+                    "'" + (dir_ / "train_000000.bin").string() + "' changed while this run was reading it: it " +
+                        "was modified after it was opened");
+}
+
+// The loader keeps its shards open; running out of file descriptors says how to fix it.
+TEST_F(DataLoaderTest, TooManyShardsForTheOpenFileLimitNamesTheLimit) {
+    std::vector<std::filesystem::path> many;
+    for (int i = 0; i < 8; ++i) {
+        many.push_back(dir_ / ("many_" + std::to_string(i) + ".bin"));
+        write_token_shard(many.back(), counting_tokens(20));
+    }
+    const auto open_files = std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {});
+    rlimit saved{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+    rlimit low = saved;
+    low.rlim_cur = static_cast<rlim_t>(open_files + 3);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    const std::string error = user_error([&] { DataLoader loader(many, options_); });
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+    EXPECT_CONTAINS(error, "Too many open files; raise the limit (`ulimit -n`) or use fewer, larger shards");
+}
+
+// A change the file's size and time do not show (here the time is set back) still cannot feed
+// the model an id beyond its vocabulary: every window read is checked.
+TEST_F(DataLoaderTest, IdsAreCheckedInEveryBatchNotOnlyAtOpen) {
+    DataLoader loader(shards(), options_);
+    take_batch(loader, options_);
+    const auto shard = dir_ / "train_000000.bin";
+    const struct timespec opened = modification_time(shard);
+    write_tokens_in_place(shard, {60000}, 20);  // in window 2, the second batch's first row
+    const std::array<struct timespec, 2> times = {opened, opened};
+    ASSERT_EQ(::utimensat(AT_FDCWD, shard.c_str(), times.data(), 0), 0);
+    EXPECT_CONTAINS(user_error([&] { take_batch(loader, options_); }),
+                    "'" + shard.string() + "' holds token id 60000 at position 20, but the vocabulary has 2000 tokens");
+}
+
 // ---- corpus preparation ----------------------------------------------------------------------
 
 TEST(CorpusPreparer, FortuneFilesSplitAtPercentLines) {
@@ -386,6 +484,73 @@ TEST_F(CorpusRoundTrip, TooSmallACorpusForTheValidationSplitIsAUserError) {
                     "the corpus holds only 2 tokens, not more than --val-tokens 32768: lower --val-tokens");
 }
 
+// Everything under `dir`: relative path -> "<folder>", or the file's size and a hash of its bytes.
+std::map<std::string, std::string> tree(const std::filesystem::path& dir) {
+    std::map<std::string, std::string> entries;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+        const std::string bytes = entry.is_regular_file() ? read_raw_file(entry.path()) : "";
+        entries[std::filesystem::relative(entry.path(), dir).string()] =
+            entry.is_regular_file() ? std::to_string(bytes.size()) + " bytes, hash " +
+                                          std::to_string(std::hash<std::string>{}(bytes))
+                                    : "<folder>";
+    }
+    return entries;
+}
+
+// A prepare that fails (here: no text to tokenize) keeps the shards of the last good one, so a
+// run reading them is not left without data; nothing of the failed attempt stays behind.
+TEST_F(CorpusRoundTrip, FailedPrepareLeavesTheOutputFolderAsItWas) {
+    const auto dir = test::scratch_dir("corpus_atomic");
+    std::filesystem::create_directories(dir / "in" / "binary");
+    write_raw_file(dir / "in" / "empty.txt", "");
+    write_raw_file(dir / "in" / "binary" / "a.dat", std::string("\0\1\2", 3));
+    write_raw_file(dir / "in" / "good.txt", std::string(300, 'x') + " and some words\n");
+    CorpusOptions options;
+    options.out_dir = dir / "out";
+    options.val_tokens = 10;
+    options.inputs = {dir / "in" / "good.txt"};
+    prepare_corpus(*tokenizer_, options);
+    write_raw_file(dir / "out" / "notes.txt", "kept");
+    const auto before = tree(dir);
+
+    for (const auto& input : {dir / "in" / "empty.txt", dir / "in" / "binary"}) {
+        options.inputs = {input};
+        EXPECT_CONTAINS(user_error([&] { prepare_corpus(*tokenizer_, options); }), "the corpus holds only 0 tokens");
+        EXPECT_EQ(tree(dir), before) << input;
+    }
+    options.out_dir = dir / "new" / "out";  // a failure does not create the folder either
+    EXPECT_CONTAINS(user_error([&] { prepare_corpus(*tokenizer_, options); }), "the corpus holds only 0 tokens");
+    EXPECT_EQ(tree(dir), before);
+}
+
+// A successful prepare replaces the shards and nothing else.
+TEST_F(CorpusRoundTrip, PrepareReplacesOnlyShards) {
+    const auto dir = test::scratch_dir("corpus_replace");
+    write_raw_file(dir / "small.txt", std::string(100, 'x') + " small\n");
+    write_raw_file(dir / "large.txt", std::string(100, 'y') + " a larger corpus of words, three train shards\n");
+    CorpusOptions options;
+    options.out_dir = dir / "out";
+    options.val_tokens = 0;
+    options.shard_tokens = 8;
+    options.inputs = {dir / "large.txt"};
+    prepare_corpus(*tokenizer_, options);
+    ASSERT_GE(expand_shard_pattern((dir / "out" / "train_*.bin").string()).size(), 3u);
+    write_raw_file(dir / "out" / "notes.txt", "kept");
+    write_raw_file(dir / "out" / "train_000000.bin.bak", "kept");
+
+    options.inputs = {dir / "small.txt"};
+    options.shard_tokens = 1000;
+    const CorpusSummary summary = prepare_corpus(*tokenizer_, options);
+    EXPECT_EQ(summary.shards, (std::vector<std::filesystem::path>{dir / "out" / "train_000000.bin"}));
+    const auto files = tree(dir / "out");
+    EXPECT_EQ(files.size(), 3u);
+    EXPECT_EQ(read_raw_file(dir / "out" / "notes.txt"), "kept");
+    EXPECT_EQ(read_raw_file(dir / "out" / "train_000000.bin.bak"), "kept");
+    EXPECT_TRUE(files.contains("train_000000.bin"));
+    EXPECT_EQ(read_token_shard(dir / "out" / "train_000000.bin").size(), summary.train_tokens);
+    EXPECT_EQ(tree(dir).size(), 3u + 3u);  // small.txt, large.txt, out/ and its 3 files: no staging folder left
+}
+
 // ---- the commands, run as a user would ---------------------------------------------------------
 
 class CommandLine : public CorpusRoundTrip {
@@ -441,6 +606,133 @@ TEST_F(CommandLine, PrepareWritesShardsAndASummary) {
                   vocab()),
               2);
     EXPECT_CONTAINS(err(), "error: input '" + (dir_ / "missing").string() + "' does not exist");
+}
+
+// `cat corpus | adacc prepare --input /dev/stdin`: the stream is read like a file (one document,
+// or fortune entries), giving the same shards.
+TEST_F(CommandLine, PrepareReadsAPipe) {
+    const std::string corpus = "A first fortune, long enough for a few tokens.\n%\nAnd a second one.\n%\n";
+    write_raw_file(dir_ / "corpus.txt", corpus);
+    ASSERT_EQ(run("prepare --input " + (dir_ / "corpus.txt").string() + " --out " + (dir_ / "from_file").string() +
+                  " --val-tokens 4 " + vocab()),
+              0)
+        << err();
+    const std::string command = "cat " + (dir_ / "corpus.txt").string() + " | " + test::adacc_binary() +
+                                " prepare --input /dev/stdin --out " + (dir_ / "from_pipe").string() +
+                                " --val-tokens 4 " + vocab() + " > " + (dir_ / "stdout").string() + " 2> " +
+                                (dir_ / "stderr").string();
+    const int status = std::system(command.c_str());
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err();
+    EXPECT_CONTAINS(out(), "prepared 2 documents from 1 file");
+    for (const char* shard : {"val_000000.bin", "train_000000.bin"})
+        EXPECT_EQ(read_raw_file(dir_ / "from_pipe" / shard), read_raw_file(dir_ / "from_file" / shard)) << shard;
+}
+
+// An input that is neither a folder nor readable as a stream (a socket cannot be opened).
+TEST_F(CommandLine, PrepareNamesAnInputItCannotRead) {
+    const auto socket_path = dir_ / "corpus.sock";
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    ASSERT_LT(socket_path.string().size(), sizeof(address.sun_path));
+    std::strcpy(address.sun_path, socket_path.c_str());
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+    EXPECT_EQ(run("prepare --input " + socket_path.string() + " --out " + (dir_ / "shards").string() + " " + vocab()),
+              2);
+    EXPECT_CONTAINS(err(), "error: cannot read '" + socket_path.string() + "': No such device or address");
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "shards"));
+    ::close(fd);
+}
+
+// ---- a shard changed under a running `adacc train` ---------------------------------------------
+
+// Starts `adacc ARGS` with stdout discarded and stderr to `stderr_file`.
+pid_t spawn_adacc(const std::vector<std::string>& arguments, const std::filesystem::path& stderr_file) {
+    std::vector<std::string> args = {test::adacc_binary()};
+    args.insert(args.end(), arguments.begin(), arguments.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid = 0;
+    EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    return pid;
+}
+
+// The exit status, -signal for a signal, or 0x7fff when `pid` is still running after `seconds`
+// (it is then killed).
+int wait_for(pid_t pid, std::chrono::seconds seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + seconds;
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            return 0x7fff;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+class ShardUnderARun : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!std::filesystem::exists(test::adacc_binary())) GTEST_SKIP() << "the adacc executable is not built";
+        std::mt19937 gen(2);
+        Tokens tokens(200'000);  // 100 pages: a run that reads it sequentially crosses many
+        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
+        write_token_shard(shard_, tokens);
+        std::ofstream(dir_ / "run.toml")
+            << "[model]\nn_layer = 1\nn_embd = 16\nn_head = 2\nvocab_size = 97\nmax_seq_len = 16\n"
+            << "[training]\nbatch_size = 2\nseq_len = 16\nsteps = 1000000\nthreads = 1\n[data]\ntrain = \""
+            << shard_.string() << "\"\n[logging]\nrun_dir = \"" << (dir_ / "run").string() << "\"\n";
+    }
+    // Starts the run and returns once it has logged a step (false if it never does).
+    bool start_run() {
+        pid_ = spawn_adacc({"train", "--config", (dir_ / "run.toml").string()}, dir_ / "stderr");
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (std::chrono::steady_clock::now() < deadline) {
+            if (read_raw_file(dir_ / "run" / "metrics.jsonl").find("\"loss\"") != std::string::npos) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        return false;
+    }
+    // The run must stop at once with a user error naming the shard.
+    void expect_stopped_with_error() {
+        EXPECT_EQ(wait_for(pid_, std::chrono::seconds(30)), 2) << "(-N: signal N; 32767: still running)\n" << stderr_text();
+        EXPECT_CONTAINS(stderr_text(), "error: '" + shard_.string() + "' changed while this run was reading it");
+    }
+    std::string stderr_text() const { return read_raw_file(dir_ / "stderr"); }
+    // A run left going by a failed assertion is stopped.
+    void TearDown() override {
+        if (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+        }
+    }
+
+    std::filesystem::path dir_ = test::scratch_dir("shard_under_run");
+    std::filesystem::path shard_ = dir_ / "train.bin";
+    pid_t pid_ = 0;
+};
+
+// A memory mapping would turn the read of a page past the new end into SIGBUS.
+TEST_F(ShardUnderARun, TruncatedShardStopsTheRunWithAUserError) {
+    ASSERT_TRUE(start_run()) << stderr_text();
+    std::filesystem::resize_file(shard_, 1024 + 2 * 100);
+    expect_stopped_with_error();
+}
+
+// ... and would feed the run the new tokens without a word.
+TEST_F(ShardUnderARun, ShardOverwrittenInPlaceStopsTheRunWithAUserError) {
+    ASSERT_TRUE(start_run()) << stderr_text();
+    rewrite_tokens_visibly(shard_, Tokens(200'000, 7));
+    expect_stopped_with_error();
 }
 
 }  // namespace

@@ -80,8 +80,11 @@ void add_prepare_command(CLI::App& app) {
         "prepare",
         "Tokenize text into llm.c token shards (GPT-2 BPE): OUT/val_000000.bin holds the first --val-tokens "
         "tokens, OUT/train_NNNNNN.bin the rest. Each file is a document (fortune files: each %-separated "
-        "entry), preceded by <|endoftext|>. Earlier shards in OUT are replaced.");
-    command->add_option("--input", args->corpus.inputs, "text files or directories (walked recursively)")
+        "entry), preceded by <|endoftext|>. Earlier shards in OUT are replaced once all the text is tokenized; "
+        "a prepare that fails leaves OUT as it was.");
+    command
+        ->add_option("--input", args->corpus.inputs,
+                     "text files, directories (walked recursively) or pipes such as /dev/stdin")
         ->type_name("FILE|DIR")
         ->required();
     command->add_option("--out", args->corpus.out_dir, "output directory for the shards")
