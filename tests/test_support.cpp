@@ -34,7 +34,8 @@ std::string adacc_binary() {
 }
 
 ProcessResult run_adacc(const std::string& args) {
-    const std::string command = adacc_binary() + " " + args + " 2>&1";
+    // coreutils' timeout turns a hang into status 124 instead of a stuck test.
+    const std::string command = "timeout -k 10 600 " + adacc_binary() + " " + args + " 2>&1";
     FILE* pipe = popen(command.c_str(), "r");
     ProcessResult result;
     std::array<char, 4096> buffer;

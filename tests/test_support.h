@@ -21,7 +21,8 @@ struct ProcessResult {
     int status = 0;
     std::string output;
 };
-// Runs `adacc ARGS` through the shell (ARGS is shell text), capturing stdout and stderr.
+// Runs `adacc ARGS` through the shell (ARGS is shell text), capturing stdout and stderr; a run
+// past 10 minutes is killed and reports status 124.
 ProcessResult run_adacc(const std::string& args);
 
 }  // namespace adacc::test

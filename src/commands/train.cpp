@@ -51,8 +51,9 @@ void refuse_changes_resume_cannot_make(const RunConfig& stored, const RunConfig&
                        std::to_string(fixed.get(resumed)) + " asked";
     if (changed.empty()) return;
     throw UserError("--resume " + run_dir + " cannot change:" + changed +
-                    "\nthe checkpoint's tensors, data position and dropout masks depend on them; resume without "
-                    "these --set, or start a new run in another folder");
+                    "\nthe checkpoint's tensors, data position and dropout masks depend on them (another shape is a "
+                    "different model); resume without these --set, or start a new run in another folder "
+                    "(--config FILE --init-from " + run_dir + " starts from its weights)");
 }
 
 // Refuses to resume beside checkpoints this build cannot read, unless told to overwrite: pruning
@@ -114,7 +115,8 @@ void run_train(TrainArgs& args) {
     RunConfig config;
     if (!args.resume.empty()) {
         if (!std::filesystem::is_directory(args.resume))
-            throw UserError("--resume " + args.resume + ": no such run folder; pass the logging.run_dir of a run");
+            throw UserError("--resume " + args.resume + ": no such run folder, so no complete checkpoint to resume; "
+                            "pass the logging.run_dir of a run, or start a new run with --config FILE");
         lock = std::make_unique<RunFolderLock>(args.resume);
         config = resume_config(args, checkpoint);
     } else {
