@@ -437,8 +437,8 @@ std::vector<fs::path> newer_format_checkpoints(const fs::path& run_dir) {
         } catch (const UserError&) {
             continue;  // unreadable: not a newer format, just a bad file (skipped when resuming)
         }
-        if (std::memcmp(header.magic, kCheckpointMagic, sizeof kCheckpointMagic) == 0 && header.format_version > kCheckpointFormatVersion)
-            newer.push_back(path);
+        const bool ours = std::memcmp(header.magic, kCheckpointMagic, sizeof kCheckpointMagic) == 0;
+        if (ours && header.format_version > kCheckpointFormatVersion) newer.push_back(path);
     }
     return newer;
 }
