@@ -26,8 +26,7 @@ if [ ! -f datasets/fortunes/val_000000.bin ]; then
     --vocab datasets/gpt2_tokenizer --val-tokens 20000
 fi
 section "training configs/quickstart.toml (600 steps), then sampling from it"
-rm -rf runs/quickstart
-build/adacc train --config configs/quickstart.toml
+build/adacc train --config configs/quickstart.toml --overwrite  # a rerun starts the run over
 build/adacc sample --checkpoint runs/quickstart --vocab datasets/gpt2_tokenizer \
   --prompt "The secret of life is" --tokens 40 --temperature 0.8 --top-k 40 --seed 1
 echo
