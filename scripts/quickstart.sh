@@ -55,8 +55,8 @@ section "memory budget $BUDGET for $CMP at batch $B: each mode's arenas (exact, 
 build/adacc memory --config "$CMP" --set training.batch_size=$B --memory-budget "$BUDGET" --modes none,full,quant
 section "adacc plan: keep / compress / recompute per saved tensor, solved for $BUDGET"
 build/adacc plan --config "$CMP" --set training.batch_size=$B --memory-budget "$BUDGET"
-section "adacc compare at batch $B under $BUDGET: same weights and batches, 4 steps each (none runs as the over-budget reference)"
-build/adacc compare --config "$CMP" --modes none,full,quant,adacc --batch $B --steps 4 --memory-budget "$BUDGET" \
+section "adacc compare at batch $B under $BUDGET: same weights and batches, 8 steps each, median of the 7 after warm-up (none runs as the over-budget reference)"
+build/adacc compare --config "$CMP" --modes none,full,quant,adacc --batch $B --steps 8 --memory-budget "$BUDGET" \
   --output runs/quickstart/compare.txt
 section "the largest batch each mode fits under $BUDGET (accounting, then verified by allocating it and running a step)"
 build/adacc compare --config "$CMP" --modes none,full,quant,adacc --memory-budget "$BUDGET" --max-batch \
