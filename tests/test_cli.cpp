@@ -15,20 +15,8 @@
 namespace adacc {
 namespace {
 
-struct Result {
-    int status;
-    std::string output;
-};
-
-Result run(const std::string& args) {
-    const std::string command = test::adacc_binary() + " " + args + " 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    std::string output;
-    std::array<char, 4096> buffer;
-    while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-    const int status = pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using Result = test::ProcessResult;
+using test::run_adacc;
 
 class Cli : public ::testing::Test {
 protected:
@@ -49,7 +37,7 @@ protected:
         return file.string();
     }
     void expect_user_error(const std::string& args, const std::vector<std::string>& fragments) {
-        const Result r = run(args);
+        const Result r = run_adacc(args);
         EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
         for (const auto& f : fragments) EXPECT_NE(r.output.find(f), std::string::npos) << "missing '" << f << "' in:\n" << r.output;
     }
@@ -57,7 +45,7 @@ protected:
 };
 
 TEST_F(Cli, ValidConfigTrains) {
-    const Result r = run("train --config " + config());
+    const Result r = run_adacc("train --config " + config());
     EXPECT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("step      2/2"), std::string::npos) << r.output;
 }
@@ -103,7 +91,7 @@ TEST_F(Cli, TokenIdsBeyondVocab) {
 }
 
 TEST_F(Cli, ResumeWithADifferentModelShape) {
-    ASSERT_EQ(run("train --config " + config()).status, 0);
+    ASSERT_EQ(run_adacc("train --config " + config()).status, 0);
     expect_user_error("train --resume " + (dir / "run").string() + " --set model.n_embd=32 --set training.steps=4",
                       {"different model"});
 }
@@ -117,7 +105,7 @@ TEST_F(Cli, MissingVocab) {
 }
 
 TEST_F(Cli, SampleFromModelWithForeignVocab) {
-    ASSERT_EQ(run("train --config " + config()).status, 0);
+    ASSERT_EQ(run_adacc("train --config " + config()).status, 0);
     const auto vocab = test::shared_data_dir() / "gpt2_tokenizer";
     if (!std::filesystem::exists(vocab)) GTEST_SKIP() << "../shared/data/gpt2_tokenizer not present";
     expect_user_error("sample --checkpoint " + (dir / "run").string() + " --vocab " + vocab.string() + " --prompt hi",

@@ -568,20 +568,8 @@ TEST(SharedData, AllDocumentsParseAndScore) {
 
 // ---- the command line and the trainer -------------------------------------------------------
 
-struct Result {
-    int status;
-    std::string output;
-};
-
-Result run_adacc(const std::string& args, bool merge_stderr = true) {
-    const std::string command = test::adacc_binary() + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-    FILE* pipe = popen(command.c_str(), "r");
-    std::string output;
-    std::array<char, 4096> buffer;
-    while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-    const int status = pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using Result = test::ProcessResult;
+using test::run_adacc;
 
 nlohmann::json last_json_line(const std::string& output) {
     const std::size_t start = output.rfind("\n{");

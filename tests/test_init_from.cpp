@@ -32,20 +32,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-    int status;
-    std::string output;
-};
-
-Result run(const std::string& args) {
-    const std::string command = test::adacc_binary() + " " + args + " 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    std::string output;
-    std::array<char, 4096> buffer;
-    while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-    const int status = pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using Result = test::ProcessResult;
+using test::run_adacc;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -119,12 +107,12 @@ protected:
                                    << (dir / "train.bin").string() << "\"\nshuffle = true\n"
                                    << "[logging]\nrun_dir = \"" << (dir / "a").string() << "\"\n";
         cfg = load_config(config_file);
-        const Result a = run("train --config " + config_file.string());
+        const Result a = run_adacc("train --config " + config_file.string());
         ASSERT_EQ(a.status, 0) << a.output;
     }
     // `train` of the test config into run folder `name`, with `extra` arguments.
     Result train(const std::string& name, const std::string& extra) {
-        return run("train --config " + config_file.string() + " --set logging.run_dir=" + (dir / name).string() + " " +
+        return run_adacc("train --config " + config_file.string() + " --set logging.run_dir=" + (dir / name).string() + " " +
                    extra);
     }
     void expect_user_error(const Result& r, const std::vector<std::string>& fragments) {
@@ -138,7 +126,7 @@ protected:
 
 TEST_F(InitFrom, ExportWritesTheCheckpointBitExactlyAndTrainingStartsFromIt) {
     const fs::path exported = dir / "exported.bin";
-    const Result e = run("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string());
+    const Result e = run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string());
     ASSERT_EQ(e.status, 0) << e.output;
     const std::size_t count = ParameterLayout(cfg.model).total();
     EXPECT_NE(e.output.find("wrote " + exported.string()), std::string::npos) << e.output;
@@ -171,7 +159,7 @@ TEST_F(InitFrom, ExportWritesTheCheckpointBitExactlyAndTrainingStartsFromIt) {
 
 TEST_F(InitFrom, ARunFolderGivesItsWeightsOnlyWithAFreshOptimizer) {
     const fs::path exported = dir / "exported.bin";
-    ASSERT_EQ(run("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status, 0);
+    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status, 0);
     const Result from_file = train("from_file", "--init-from " + exported.string());
     ASSERT_EQ(from_file.status, 0) << from_file.output;
     const Result from_run = train("from_run", "--init-from " + (dir / "a").string());
@@ -237,25 +225,25 @@ TEST_F(InitFrom, SampleFromAnExportedFileMatchesTheCheckpoint) {
     model.init_weights(5);
     save_training_checkpoint(dir / "tiny", tiny, model, TrainingProgress{});
     const fs::path exported = dir / "tiny.bin";
-    ASSERT_EQ(run("export --checkpoint " + (dir / "tiny").string() + " --llmc-model " + exported.string()).status, 0);
+    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "tiny").string() + " --llmc-model " + exported.string()).status, 0);
 
     const std::string common = " --vocab " + vocab.string() + " --prompt 'Hello world' --tokens 12 --seed 3";
-    const Result from_file = run("sample --llmc-model " + exported.string() + common);
-    const Result from_checkpoint = run("sample --checkpoint " + (dir / "tiny").string() + common);
+    const Result from_file = run_adacc("sample --llmc-model " + exported.string() + common);
+    const Result from_checkpoint = run_adacc("sample --checkpoint " + (dir / "tiny").string() + common);
     ASSERT_EQ(from_file.status, 0) << from_file.output;
     ASSERT_EQ(from_checkpoint.status, 0) << from_checkpoint.output;
     EXPECT_EQ(from_file.output.rfind("Hello world", 0), 0u) << from_file.output;
     EXPECT_GT(from_file.output.size(), std::string("Hello world\n").size()) << from_file.output;
     EXPECT_EQ(from_file.output, from_checkpoint.output);
 
-    expect_user_error(run("sample --vocab " + vocab.string() + " --prompt hi"), {"no model given", "--llmc-model"});
-    expect_user_error(run("sample --checkpoint " + exported.string() + " --vocab " + vocab.string() + " --prompt hi"),
+    expect_user_error(run_adacc("sample --vocab " + vocab.string() + " --prompt hi"), {"no model given", "--llmc-model"});
+    expect_user_error(run_adacc("sample --checkpoint " + exported.string() + " --vocab " + vocab.string() + " --prompt hi"),
                       {"is not an adacc checkpoint", "it is an llm.c model file: pass it with --llmc-model"});
 }
 
 TEST_F(InitFrom, ShapeMismatchNamesEachFieldBothValuesAndTheFix) {
     const fs::path exported = dir / "exported.bin";
-    ASSERT_EQ(run("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status, 0);
+    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status, 0);
     const Result r = train("mismatch", "--init-from " + exported.string() +
                                            " --set model.n_layer=1 --set model.vocab_size=200");
     expect_user_error(r, {"llm.c model file '" + exported.string() + "' holds a model of another shape",
@@ -272,7 +260,7 @@ TEST_F(InitFrom, ShapeMismatchNamesEachFieldBothValuesAndTheFix) {
 }
 
 TEST_F(InitFrom, BadInputIsRefusedCleanly) {
-    expect_user_error(run("train --resume " + (dir / "a").string() + " --init-from " + (dir / "a").string()),
+    expect_user_error(run_adacc("train --resume " + (dir / "a").string() + " --init-from " + (dir / "a").string()),
                       {"--init-from and --resume cannot be combined", "--config FILE --init-from RUN_DIR"});
 
     std::ofstream(dir / "junk.bin") << std::string(4000, 'x');
@@ -286,16 +274,16 @@ TEST_F(InitFrom, BadInputIsRefusedCleanly) {
     expect_user_error(train("junk", "--init-from " + (dir / "empty_run").string()), {"no complete checkpoint"});
     // A truncated llm.c file: its header is fine, its parameters are not all there.
     const fs::path exported = dir / "exported.bin";
-    ASSERT_EQ(run("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status, 0);
+    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status, 0);
     fs::resize_file(exported, fs::file_size(exported) - 4);
     expect_user_error(train("junk", "--init-from " + exported.string()), {"is truncated"});
     EXPECT_FALSE(fs::exists(dir / "junk"));
 
-    expect_user_error(run("export --checkpoint " + (dir / "empty_run").string() + " --llmc-model " +
+    expect_user_error(run_adacc("export --checkpoint " + (dir / "empty_run").string() + " --llmc-model " +
                           (dir / "x.bin").string()),
                       {"no complete checkpoint"});
     const fs::path ckpt = checkpoint_path(dir / "a", 3);
-    expect_user_error(run("export --checkpoint " + ckpt.string() + " --llmc-model " + ckpt.string()),
+    expect_user_error(run_adacc("export --checkpoint " + ckpt.string() + " --llmc-model " + ckpt.string()),
                       {"is the checkpoint being exported"});
     EXPECT_NO_THROW(CheckpointReader{ckpt});
 }

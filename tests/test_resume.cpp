@@ -7,7 +7,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,8 +19,6 @@
 #include "data/token_shard.h"
 #include "src/checkpoint.h"
 #include "tests/test_support.h"
-
-extern char** environ;
 
 namespace adacc {
 namespace {
@@ -46,23 +43,12 @@ std::filesystem::path make_run_config(const std::filesystem::path& dir, int chec
 }
 
 pid_t spawn(const std::vector<std::string>& args) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
+    const pid_t pid = test::spawn_process(args);
+    EXPECT_GT(pid, 0) << "cannot start " << args[0];
     return pid;
 }
 
-int wait_exit(pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-}
+int wait_exit(pid_t pid) { return test::wait_process(pid); }
 
 std::vector<std::string> train_args(const std::filesystem::path& config, const std::filesystem::path& run_dir) {
     return {test::adacc_binary(), "train", "--config", config.string(), "--set", "logging.run_dir=" + run_dir.string()};
@@ -78,16 +64,6 @@ std::map<int, double> logged_losses(const std::filesystem::path& run_dir) {
         if (r.contains("val_loss")) losses[-r["step"].get<int>()] = r["val_loss"].get<double>();
     }
     return losses;
-}
-
-int last_logged_step(const std::filesystem::path& run_dir) {
-    std::ifstream in(run_dir / "metrics.jsonl");
-    int step = 0;
-    for (std::string line; std::getline(in, line);) {
-        const auto r = nlohmann::json::parse(line, nullptr, false);
-        if (!r.is_discarded() && r.contains("loss")) step = r["step"].get<int>();
-    }
-    return step;
 }
 
 void expect_same_final_state(const std::filesystem::path& a, const std::filesystem::path& b) {
@@ -116,11 +92,11 @@ TEST_F(Resume, KilledAndResumedRunIsBitIdentical) {
     const pid_t pid = spawn(train_args(dir / "run.toml", killed));
     // Kill once step 9 is logged: the newest checkpoint is step 8, steps 9.. are lost work.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-    while (last_logged_step(killed) < 9 && std::chrono::steady_clock::now() < deadline)
+    while (test::last_logged_step(killed) < 9 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     kill(pid, SIGKILL);
     ASSERT_EQ(wait_exit(pid), -SIGKILL);
-    ASSERT_LT(last_logged_step(killed), kSteps) << "the run finished before it could be killed";
+    ASSERT_LT(test::last_logged_step(killed), kSteps) << "the run finished before it could be killed";
     ASSERT_EQ(wait_exit(spawn({test::adacc_binary(), "train", "--resume", killed.string()})), 0);
     EXPECT_EQ(logged_losses(straight), logged_losses(killed));
     expect_same_final_state(straight, killed);
@@ -132,16 +108,16 @@ TEST_F(Resume, KillsDuringCheckpointWritesLeaveALoadableCheckpoint) {
     std::filesystem::copy_file(make_run_config(dir, 1), config);
     std::mt19937 gen(11);
     bool started = false;
-    for (int attempt = 0; attempt < 4 && last_logged_step(run_dir) < kSteps; ++attempt) {
+    for (int attempt = 0; attempt < 4 && test::last_logged_step(run_dir) < kSteps; ++attempt) {
         auto args = started ? std::vector<std::string>{test::adacc_binary(), "train", "--resume", run_dir.string()}
                             : train_args(config, run_dir);
         if (!started && attempt > 0) args.push_back("--overwrite");  // the killed attempt left its config and log
-        const int before = last_logged_step(run_dir);
+        const int before = test::last_logged_step(run_dir);
         const pid_t pid = spawn(args);
         // Let the run make progress first (a sanitizer build starts slowly), then kill it at a
         // random moment of the following steps, which checkpoint every step.
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-        while (last_logged_step(run_dir) <= before && std::chrono::steady_clock::now() < deadline)
+        while (test::last_logged_step(run_dir) <= before && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
         std::this_thread::sleep_for(std::chrono::milliseconds(gen() % 400));
         kill(pid, SIGKILL);

@@ -8,7 +8,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,13 +25,13 @@
 #include "src/trainer.h"
 #include "tests/test_support.h"
 
-extern char** environ;
-
 namespace adacc {
 namespace {
 
 namespace fs = std::filesystem;
 using test::run_adacc;
+using test::spawn_process;
+using test::wait_process;
 
 bool contains(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
 
@@ -192,14 +191,11 @@ TEST_F(RunSafety, OverwriteStartsOverWithNothingOfTheOldRun) {
 }
 
 TEST_F(RunSafety, SecondLiveTrainerInTheSameFolderIsRefused) {
-    const std::string first_command = test::adacc_binary() + " train --config " + config() +
-                                      " --set training.steps=100000000 >/dev/null 2>&1";
-    const std::vector<std::string> args = {"/bin/sh", "-c", "exec " + first_command};
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    const int null_fd = open("/dev/null", O_WRONLY);
+    const pid_t pid = spawn_process(
+        {test::adacc_binary(), "train", "--config", config(), "--set", "training.steps=100000000"}, null_fd);
+    close(null_fd);
+    ASSERT_GT(pid, 0);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
     while (!fs::exists(run_dir / "metrics.jsonl") && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -211,9 +207,7 @@ TEST_F(RunSafety, SecondLiveTrainerInTheSameFolderIsRefused) {
     }
     EXPECT_TRUE(fs::exists(run_dir / "metrics.jsonl")) << "--overwrite must not delete a live run's files";
     kill(pid, SIGKILL);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFSIGNALED(status)) << "the first trainer must still have been running";
+    EXPECT_EQ(wait_process(pid), -SIGKILL) << "the first trainer must still have been running";
 }
 
 TEST_F(RunSafety, ResumeRefusesConfigAndTheChangesItCannotMake) {
@@ -238,36 +232,6 @@ TEST_F(RunSafety, ResumeRefusesConfigAndTheChangesItCannotMake) {
 // ---------------------------------------------------------------------------------------------
 // 4. SIGTERM / SIGINT killed the run, losing up to checkpoint.every - 1 steps.
 
-pid_t spawn_quiet(const std::vector<std::string>& args, int stderr_fd) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    if (stderr_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stderr_fd, STDERR_FILENO);
-    pid_t pid = 0;
-    EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    return pid;
-}
-
-int wait_status(pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-}
-
-int last_step_logged(const fs::path& run_dir) {
-    std::ifstream in(run_dir / "metrics.jsonl");
-    int step = 0;
-    for (std::string line; std::getline(in, line);) {
-        const auto r = nlohmann::json::parse(line, nullptr, false);
-        if (!r.is_discarded() && r.contains("loss")) step = r["step"].get<int>();
-    }
-    return step;
-}
-
 TEST_F(RunSafety, StopSignalsCheckpointTheLastStepAndResumeBitExactly) {
     // Dropout on, so the resumed masks must continue the stopped run's RNG stream exactly.
     const std::string cfg = config("[checkpoint]\nevery = 100000\n");
@@ -280,14 +244,14 @@ TEST_F(RunSafety, StopSignalsCheckpointTheLastStepAndResumeBitExactly) {
               0);
     for (const int signal : {SIGTERM, SIGINT}) {
         fs::remove_all(run_dir);
-        const pid_t pid = spawn_quiet(
+        const pid_t pid = spawn_process(
             {test::adacc_binary(), "train", "--config", cfg, "--set", "model.dropout=0.1", "--set", set_steps}, -1);
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-        while (last_step_logged(run_dir) < 20 && std::chrono::steady_clock::now() < deadline)
+        while (test::last_logged_step(run_dir) < 20 && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         kill(pid, signal);
-        ASSERT_EQ(wait_status(pid), 128 + signal);
-        const int stopped_at = last_step_logged(run_dir);
+        ASSERT_EQ(wait_process(pid), 128 + signal);
+        const int stopped_at = test::last_logged_step(run_dir);
         ASSERT_LT(stopped_at, steps) << "the run finished before the signal";
         const auto newest = newest_complete_checkpoint(run_dir);
         ASSERT_TRUE(newest);
@@ -308,21 +272,21 @@ TEST_F(RunSafety, SecondStopSignalEndsTheRunAtOnce) {
     const std::string cfg = config("[checkpoint]\nevery = 100000\n");
     int pipe_fds[2];
     ASSERT_EQ(pipe(pipe_fds), 0);
-    const pid_t pid = spawn_quiet({test::adacc_binary(), "train", "--config", cfg, "--set", "training.steps=100000",
+    const pid_t pid = spawn_process({test::adacc_binary(), "train", "--config", cfg, "--set", "training.steps=100000",
                                    "--set", "model.n_embd=256", "--set", "model.n_layer=4", "--set",
                                    "training.batch_size=16", "--set", "model.max_seq_len=256", "--set",
                                    "training.seq_len=256", "--set", "training.threads=1"},
                                   pipe_fds[1]);
     close(pipe_fds[1]);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-    while (last_step_logged(run_dir) < 1 && std::chrono::steady_clock::now() < deadline)
+    while (test::last_logged_step(run_dir) < 1 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     kill(pid, SIGTERM);
     std::string said;
     char c;
     while (!contains(said, "SIGTERM received") && read(pipe_fds[0], &c, 1) == 1) said += c;
     kill(pid, SIGTERM);
-    EXPECT_EQ(wait_status(pid), -SIGTERM) << said;
+    EXPECT_EQ(wait_process(pid), -SIGTERM) << said;
     close(pipe_fds[0]);
 }
 

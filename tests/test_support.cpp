@@ -1,5 +1,7 @@
 #include "tests/test_support.h"
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -7,6 +9,10 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+extern char** environ;
 
 namespace adacc::test {
 
@@ -33,9 +39,10 @@ std::string adacc_binary() {
     return other && *other ? other : ADACC_BINARY;
 }
 
-ProcessResult run_adacc(const std::string& args) {
+ProcessResult run_adacc(const std::string& args, bool merge_stderr) {
     // coreutils' timeout turns a hang into status 124 instead of a stuck test.
-    const std::string command = "timeout -k 10 600 " + adacc_binary() + " " + args + " 2>&1";
+    const std::string command =
+        "timeout -k 10 600 " + adacc_binary() + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
     FILE* pipe = popen(command.c_str(), "r");
     ProcessResult result;
     std::array<char, 4096> buffer;
@@ -43,6 +50,36 @@ ProcessResult run_adacc(const std::string& args) {
     const int status = pclose(pipe);
     result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
     return result;
+}
+
+int spawn_process(const std::vector<std::string>& argv, int stderr_fd) {
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    if (stderr_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stderr_fd, STDERR_FILENO);
+    pid_t pid = 0;
+    const int failed = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    return failed ? -1 : pid;
+}
+
+int wait_process(int pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+int last_logged_step(const std::filesystem::path& run_dir) {
+    std::ifstream in(run_dir / "metrics.jsonl");
+    int step = 0;
+    for (std::string line; std::getline(in, line);) {
+        const auto r = nlohmann::json::parse(line, nullptr, false);
+        if (!r.is_discarded() && r.contains("loss")) step = r["step"].get<int>();
+    }
+    return step;
 }
 
 }  // namespace adacc::test

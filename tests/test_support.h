@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace adacc::test {
 
@@ -21,8 +22,18 @@ struct ProcessResult {
     int status = 0;
     std::string output;
 };
-// Runs `adacc ARGS` through the shell (ARGS is shell text), capturing stdout and stderr; a run
-// past 10 minutes is killed and reports status 124.
-ProcessResult run_adacc(const std::string& args);
+// Runs `adacc ARGS` through the shell (ARGS is shell text), capturing stdout and stderr (or
+// stdout alone, stderr discarded); a run past 10 minutes is killed and reports status 124.
+ProcessResult run_adacc(const std::string& args, bool merge_stderr = true);
+
+// Starts argv[0] with `argv` (no shell), stdout to /dev/null and stderr to `stderr_fd` when >= 0
+// (else inherited); for tests that signal or kill the process while it runs.
+int spawn_process(const std::vector<std::string>& argv, int stderr_fd = -1);
+// Waits for it: its exit status, or -signal when a signal ended it.
+int wait_process(int pid);
+
+// The step of the last training-step record in RUN_DIR/metrics.jsonl (0 when none; a line cut
+// short by a kill is skipped): how tests see a live run's progress.
+int last_logged_step(const std::filesystem::path& run_dir);
 
 }  // namespace adacc::test

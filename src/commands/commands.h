@@ -2,6 +2,8 @@
 // CLI11 app here; its callback does the work and throws adacc::UserError on bad input.
 #pragma once
 
+#include <string>
+
 namespace CLI {
 class App;
 }
@@ -18,5 +20,9 @@ void add_eval_command(CLI::App& app);      // src/commands/eval.cpp
 void add_config_command(CLI::App& app);    // src/commands/config.cpp
 void add_plan_command(CLI::App& app);      // src/commands/plan.cpp
 void add_export_command(CLI::App& app);    // src/commands/export.cpp
+
+// The model a command reads, as --checkpoint DIR|FILE or --llmc-model FILE (one of the two;
+// src/weights_file.h opens them): src/commands/weights_options.cpp. Used by sample and eval.
+void add_model_options(CLI::App& command, std::string& checkpoint, std::string& llmc_model);
 
 }  // namespace adacc

@@ -114,12 +114,7 @@ void add_eval_command(CLI::App& app) {
         "eval",
         "Score a model on LAMBADA (lambada_openai) or ARC-Easy the way lm-evaluation-harness does (zero-shot): "
         "a table and a JSON summary on stdout, per-document JSONL with --output");
-    auto* checkpoint = cmd->add_option("--checkpoint", args->checkpoint, "checkpoint file or run folder (newest checkpoint)")
-                           ->type_name("DIR|FILE");
-    auto* llmc = cmd->add_option("--llmc-model", args->llmc_model, "llm.c GPT-2 model file (gpt2_124M.bin, ...)")
-                     ->type_name("FILE");
-    checkpoint->excludes(llmc);
-    llmc->excludes(checkpoint);
+    add_model_options(*cmd, args->checkpoint, args->llmc_model);
     cmd->add_option("--task", args->task, "lambada or arc_easy")->required()->type_name("TASK");
     cmd->add_option("--data", args->data,
                     "the task's jsonl, or a folder holding it (directly or in lambada_openai/, arc_easy/)")

@@ -52,12 +52,7 @@ void run_sample(const SampleArgs& args) {
 void add_sample_command(CLI::App& app) {
     auto args = std::make_shared<SampleArgs>();
     CLI::App* cmd = app.add_subcommand("sample", "Generate text from a checkpoint or an llm.c model file");
-    auto* checkpoint = cmd->add_option("--checkpoint", args->checkpoint, "checkpoint file or run folder (newest checkpoint)")
-                           ->type_name("DIR|FILE");
-    auto* llmc = cmd->add_option("--llmc-model", args->llmc_model, "llm.c GPT-2 model file (gpt2_124M.bin, ...)")
-                     ->type_name("FILE");
-    checkpoint->excludes(llmc);
-    llmc->excludes(checkpoint);
+    add_model_options(*cmd, args->checkpoint, args->llmc_model);
     cmd->add_option("--prompt", args->prompt, "text to continue")->required();
     cmd->add_option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe")->required();
     cmd->add_option("--tokens", args->options.tokens, "tokens to generate")->check(CLI::Range(1, 100000));
