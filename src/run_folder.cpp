@@ -51,11 +51,11 @@ RunFolderLock::RunFolderLock(const fs::path& run_dir) {
                             "; wait for it to finish, stop it, or choose another logging.run_dir");
         throw UserError("cannot lock " + quoted(file) + ": " + std::strerror(reason));
     }
-    // Who holds it, for the message above; the lock itself is the flock, not this text.
+    // Who holds it, for the message above; the lock itself is the flock, so a failed write of this
+    // text changes nothing.
     const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
-        // Informational only: the lock holds without it.
-    }
+    const bool noted = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) > 0;
+    static_cast<void>(noted);
 }
 
 RunFolderLock::~RunFolderLock() {
