@@ -14,6 +14,12 @@ std::int64_t GPTConfig::unpadded_parameter_count() const {
     return parameter_count() - std::int64_t(padded_vocab_size() - vocab_size) * n_embd;
 }
 
+bool same_shape(const GPTConfig& a, const GPTConfig& b) {
+    for (const auto& field : kGPTShapeFields)
+        if (a.*field.member != b.*field.member) return false;
+    return true;
+}
+
 std::optional<std::string> GPTConfig::validate() const {
     auto positive = [](int v) { return v > 0; };
     if (!positive(n_layer)) return "model.n_layer must be >= 1 (got " + std::to_string(n_layer) + ")";

@@ -37,6 +37,21 @@ struct GPTConfig {
     std::optional<std::string> validate() const;
 };
 
+// The fields that decide the parameter layout (a checkpoint's or an llm.c file's tensors), by
+// their [model] key names.
+struct GPTShapeField {
+    const char* name;
+    int GPTConfig::*member;
+};
+inline constexpr GPTShapeField kGPTShapeFields[] = {{"n_layer", &GPTConfig::n_layer},
+                                                    {"n_embd", &GPTConfig::n_embd},
+                                                    {"n_head", &GPTConfig::n_head},
+                                                    {"vocab_size", &GPTConfig::vocab_size},
+                                                    {"max_seq_len", &GPTConfig::max_seq_len}};
+
+// Whether two configs lay out the same parameters (every kGPTShapeFields field equal).
+bool same_shape(const GPTConfig& a, const GPTConfig& b);
+
 // Presets by name: gpt-117m, gpt-345m, gpt-762m, gpt-1.5b, gpt-4.7b, and tiny CPU ones
 // (gpt-tiny, gpt-micro). Empty when the name is unknown.
 std::optional<GPTConfig> gpt_preset(const std::string& name);

@@ -42,11 +42,6 @@ std::string describe_shape(const GPTConfig& c) {
            ", max_seq_len=" + std::to_string(c.max_seq_len);
 }
 
-bool same_shape(const GPTConfig& a, const GPTConfig& b) {
-    return a.n_layer == b.n_layer && a.n_embd == b.n_embd && a.n_head == b.n_head && a.vocab_size == b.vocab_size &&
-           a.max_seq_len == b.max_seq_len;
-}
-
 // What a wrong first word suggests the file is instead.
 std::string guess_file_kind(std::int32_t magic, const std::array<std::int32_t, kHeaderInts>& header) {
     if (magic == kTokenShardMagic) return "; it is an llm.c token shard, not a model";

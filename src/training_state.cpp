@@ -107,9 +107,11 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_
     return file;
 }
 
+bool parameters_are_finite(const GPTModel& model) { return all_finite(model.params(), model.num_params()); }
+
 bool training_state_is_finite(const GPTModel& model) {
     const std::size_t n = model.num_params();
-    return all_finite(model.params(), n) && all_finite(model.adam_m(), n) && all_finite(model.adam_v(), n);
+    return parameters_are_finite(model) && all_finite(model.adam_m(), n) && all_finite(model.adam_v(), n);
 }
 
 TrainingProgress load_training_checkpoint(const std::filesystem::path& file, GPTModel& model) {

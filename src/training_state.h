@@ -19,7 +19,8 @@ struct TrainingProgress {
     int skipped_nonfinite = 0;     // steps skipped so far for a non-finite loss or gradient norm
 };
 
-// Whether every parameter and AdamW moment is finite (a diverged run's are not).
+// Whether every parameter is finite; with the AdamW moments too (a diverged run's are not).
+bool parameters_are_finite(const GPTModel& model);
 bool training_state_is_finite(const GPTModel& model);
 
 // Writes RUN_DIR/checkpoints/ckpt_<step>.bin atomically and prunes to checkpoint.keep. The

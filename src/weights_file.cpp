@@ -1,7 +1,5 @@
 #include "src/weights_file.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -27,25 +25,8 @@ std::string quoted(const fs::path& path) {
 constexpr const char* kAccepted =
     "pass an llm.c GPT-2 model file (e.g. gpt2_124M.bin), an adacc checkpoint file or a run folder";
 
-// The fields that decide the parameter layout, as the config names them.
-struct ShapeField {
-    const char* name;
-    int GPTConfig::*member;
-};
-constexpr ShapeField kShapeFields[] = {{"n_layer", &GPTConfig::n_layer},
-                                       {"n_embd", &GPTConfig::n_embd},
-                                       {"n_head", &GPTConfig::n_head},
-                                       {"vocab_size", &GPTConfig::vocab_size},
-                                       {"max_seq_len", &GPTConfig::max_seq_len}};
-
-bool same_shape(const GPTConfig& a, const GPTConfig& b) {
-    for (const auto& f : kShapeFields)
-        if (a.*f.member != b.*f.member) return false;
-    return true;
-}
-
 // "50257 (padded to 50304 rows)": llm.c files store the padded vocabulary, so say both.
-std::string field_value(const ShapeField& field, const GPTConfig& c) {
+std::string field_value(const GPTShapeField& field, const GPTConfig& c) {
     std::string text = std::to_string(c.*field.member);
     if (field.member == &GPTConfig::vocab_size)
         text += " (padded to " + std::to_string(c.padded_vocab_size()) + " rows)";
@@ -100,7 +81,7 @@ WeightsFile open_weights_option(const std::string& checkpoint, const std::string
 
 void check_weights_shape(const WeightsFile& weights, const GPTConfig& config) {
     std::string differences, fix;
-    for (const auto& f : kShapeFields) {
+    for (const auto& f : kGPTShapeFields) {
         if (weights.shape.*f.member == config.*f.member) continue;
         differences += std::string("\n  model.") + f.name + ": " + field_value(f, weights.shape) + " in the file, " +
                        field_value(f, config) + " in the config";
@@ -122,8 +103,7 @@ void load_weights(const WeightsFile& weights, GPTModel& model) {
         return;
     }
     load_llmc_model(weights.path, model.config(), model.params());
-    const float* params = model.params();
-    if (!std::all_of(params, params + model.num_params(), [](float v) { return std::isfinite(v); }))
+    if (!parameters_are_finite(model))
         throw UserError(describe_weights(weights) + " holds non-finite parameters: it was written by a diverged run "
                         "or altered; use another file");
 }

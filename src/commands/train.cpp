@@ -26,18 +26,13 @@ struct TrainArgs {
     bool overwrite = false;
 };
 
-// Keys a resumed run must keep: the model's shape (the checkpoint's tensors), and what the saved
-// data position and dropout masks mean (batch, sequence length, seed).
-struct FixedOnResume {
+// Besides the model's shape (kGPTShapeFields: the checkpoint's tensors), a resumed run keeps what
+// its saved data position and dropout masks mean.
+struct FixedTrainingKey {
     const char* key;
     std::int64_t (*get)(const RunConfig&);
 };
-constexpr FixedOnResume kFixedOnResume[] = {
-    {"model.n_layer", [](const RunConfig& c) -> std::int64_t { return c.model.n_layer; }},
-    {"model.n_embd", [](const RunConfig& c) -> std::int64_t { return c.model.n_embd; }},
-    {"model.n_head", [](const RunConfig& c) -> std::int64_t { return c.model.n_head; }},
-    {"model.vocab_size", [](const RunConfig& c) -> std::int64_t { return c.model.vocab_size; }},
-    {"model.max_seq_len", [](const RunConfig& c) -> std::int64_t { return c.model.max_seq_len; }},
+constexpr FixedTrainingKey kFixedTrainingKeys[] = {
     {"training.batch_size", [](const RunConfig& c) -> std::int64_t { return c.training.batch_size; }},
     {"training.seq_len", [](const RunConfig& c) -> std::int64_t { return c.training.seq_len; }},
     {"training.seed", [](const RunConfig& c) -> std::int64_t { return static_cast<std::int64_t>(c.training.seed); }},
@@ -45,10 +40,13 @@ constexpr FixedOnResume kFixedOnResume[] = {
 
 void refuse_changes_resume_cannot_make(const RunConfig& stored, const RunConfig& resumed, const std::string& run_dir) {
     std::string changed;
-    for (const auto& fixed : kFixedOnResume)
-        if (fixed.get(stored) != fixed.get(resumed))
-            changed += std::string("\n  ") + fixed.key + ": " + std::to_string(fixed.get(stored)) + " in the run, " +
-                       std::to_string(fixed.get(resumed)) + " asked";
+    const auto compare = [&](const std::string& key, std::int64_t in_run, std::int64_t asked) {
+        if (in_run != asked)
+            changed += "\n  " + key + ": " + std::to_string(in_run) + " in the run, " + std::to_string(asked) + " asked";
+    };
+    for (const auto& field : kGPTShapeFields)
+        compare(std::string("model.") + field.name, stored.model.*field.member, resumed.model.*field.member);
+    for (const auto& fixed : kFixedTrainingKeys) compare(fixed.key, fixed.get(stored), fixed.get(resumed));
     if (changed.empty()) return;
     throw UserError("--resume " + run_dir + " cannot change:" + changed +
                     "\nthe checkpoint's tensors, data position and dropout masks depend on them (another shape is a "
