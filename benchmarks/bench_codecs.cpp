@@ -125,7 +125,7 @@ Row bench_float(Codec codec, const std::vector<float>& x, std::size_t rows, std:
         std::vector<float> w(cols * cols), out(rows * cols);
         for (auto& v : w) v = normal(gen);
         const int N = static_cast<int>(rows), C = static_cast<int>(cols);
-        r.matmul_ms = best_seconds(1, [&] { matmul_forward(out.data(), x.data(), w.data(), nullptr, N, C, C); }) * 1e3;
+        r.matmul_ms = best_seconds(1, [&] { matmul_forward(default_context(), out.data(), x.data(), w.data(), nullptr, N, C, C); }) * 1e3;
     }
     return r;
 }

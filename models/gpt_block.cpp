@@ -3,14 +3,19 @@
 namespace adacc {
 
 namespace {
-const char* const kTensorNames[kNumTensorKinds] = {
+const char* const kTensorNames[kNumTapeTensorKinds] = {
     "x",    "ln1",      "ln1_mean", "ln1_rstd", "qkv",    "att",       "att_mask",
     "atty", "attproj",  "res1_mask", "x2",      "ln2",    "ln2_mean",  "ln2_rstd",
-    "fch",  "fch_gelu", "fcproj",   "res2_mask", "out",
+    "fch",  "fch_gelu", "fcproj",   "res2_mask", "out",   "emb_mask",  "lnf",
+    "lnf_mean", "lnf_rstd",
 };
 }  // namespace
 
 const char* tensor_kind_name(TensorKind k) { return kTensorNames[static_cast<int>(k)]; }
+
+std::size_t tensor_rows(const GPTConfig& config, TensorKind kind, int B, int T) {
+    return static_cast<std::size_t>(B) * T * (is_attention_matrix(kind) ? config.n_head : 1);
+}
 
 BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T) : has_dropout_(cfg.dropout > 0.0f) {
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, H = cfg.n_head;

@@ -38,8 +38,17 @@ enum class TensorKind : int {
     fcproj,     // transient
     res2_mask,
     out,        // block output = next block's x
+    // Tensors outside the blocks (on the tape, never in BlockGraph's lists or a plan):
+    emb_mask,   // embedding dropout mask, N x C bytes
+    lnf,        // final layernorm output, N x C
+    lnf_mean,
+    lnf_rstd,
 };
-constexpr int kNumTensorKinds = 19;
+constexpr int kNumTensorKinds = 19;      // the block's tensors: x .. out (BlockGraph::tensors())
+constexpr int kNumTapeTensorKinds = 23;  // every TensorKind, the ones outside the blocks included
+
+// The B x H x T x T tensors (softmax probabilities and their dropout mask): rows = N * H, cols = T.
+constexpr bool is_attention_matrix(TensorKind k) { return k == TensorKind::att || k == TensorKind::att_mask; }
 
 enum class OpKind : std::uint8_t {
     layernorm,          // inputs {x}; outputs {y, mean, rstd}; params {w, b}
@@ -97,5 +106,8 @@ private:
 };
 
 const char* tensor_kind_name(TensorKind k);
+// Rows of tensor `kind` seen as a matrix at B x T (what codecs quantize row by row): N * H for
+// the attention matrices, N = B * T for the others; cols = numel / rows.
+std::size_t tensor_rows(const GPTConfig& config, TensorKind kind, int B, int T);
 
 }  // namespace adacc

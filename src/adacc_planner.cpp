@@ -12,7 +12,6 @@ namespace adacc {
 
 namespace {
 
-bool is_attention_matrix(TensorKind k) { return k == TensorKind::att || k == TensorKind::att_mask; }
 
 double op_time(const Profile& profile, const std::string& op_name) {
     for (std::size_t i = 0; i < profile.op_names.size(); ++i)

@@ -26,7 +26,6 @@ AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_byt
     if (memory_for_mode(config.model, B, T, MemoryMode::none).total() > budget_bytes)
         measured_batch_ = std::max(1, largest_batch(config.model, T, MemoryMode::none, budget_bytes, B));
     tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(measured_batch_) * T);
-    samples_.reserve(kNumTensorKinds);
     if (options_.profile_file) {
         profile_ = Profile::load(*options_.profile_file);
         if (profile_.batch != B || profile_.seq != T)
@@ -89,19 +88,21 @@ void AdaccRegulator::before_step(int step, GPTModel& model) {
     if (step == 1 || monitor_.should_sample(step)) {
         if (step == 1) monitor_.set_baseline(0, baseline());
         sampling_ = true;
-        model.set_codec_sampling(&samples_);
+        sampler_.set_codec_params(plan_.codec_params);
+        model.set_observer(&sampler_);
     }
 }
 
 std::optional<ReplanEvent> AdaccRegulator::after_step(int step, GPTModel& model) {
     if (!sampling_) return std::nullopt;
     sampling_ = false;
-    model.set_codec_sampling(nullptr);
+    model.set_observer(nullptr);
     const auto start = Clock::now();
-    const auto reason = monitor_.observe(step, samples_, plan_.memory.total(), budget_);
-    monitor_ms_ += ms_since(start) + model.take_sampling_ms();
+    const auto reason = monitor_.observe(step, sampler_.samples(), plan_.memory.total(), budget_);
+    monitor_ms_ += ms_since(start) + sampler_.take_ms();
     if (!reason) return std::nullopt;
-    solve(tokens_, model.params());
+    std::vector<float> staging;
+    solve(tokens_, model.host_readable(ModelArena::parameters, staging));
     model.set_plan(plan_.plan, plan_.codec_params);
     monitor_.set_baseline(step, baseline());
     return ReplanEvent{step, *reason, plan_.result.status, plan_.result.solve_ms, last_profile_ms_, plan_.memory.total()};

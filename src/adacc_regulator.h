@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "src/adacc_planner.h"
+#include "src/codec_sampler.h"
 #include "src/policy_monitor.h"
 #include "src/run_config.h"
 
@@ -65,7 +66,7 @@ private:
     Profile profile_;
     AdaccPlan plan_;
     PolicyMonitor monitor_;
-    std::vector<CodecSample> samples_;
+    CodecSampler sampler_;  // observes the model's forward on sampled steps
     bool sampling_ = false;
     double monitor_ms_ = 0, last_profile_ms_ = 0;
 };

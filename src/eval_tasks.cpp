@@ -368,7 +368,10 @@ TrainingEvaluator::TrainingEvaluator(const RunConfig& config) : config_(config) 
         tasks_.push_back(prepare_eval(task, read_eval_docs(task, file, static_cast<std::size_t>(e.limit)), encoder));
         seq_len = std::max(seq_len, required_seq_len(tasks_.back().requests, config.model.max_seq_len));
     }
-    model_ = std::make_unique<GPTModel>(GPTModel::for_inference(config.model, config.training.batch_size, seq_len));
+    model_ = std::make_unique<GPTModel>(config.model, config.training.batch_size, seq_len,
+                                        ActivationPlan(BlockGraph(config.model, config.training.batch_size, seq_len),
+                                                       config.model.n_layer),
+                                        cpu::CodecParams{}, ModelUse::inference);
 }
 
 TrainingEvaluator::~TrainingEvaluator() = default;

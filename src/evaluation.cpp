@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "data/tokenizer.h"
-#include "kernels/cpu/vector_math.h"
+#include "kernels/vector_math.h"
 #include "src/errors.h"
 
 namespace adacc {
@@ -155,7 +155,7 @@ TokenScore score_token(const float* logits, int vocab_size, int target) {
     while (argmax < vocab_size - 1 && !(logits[argmax] == best)) ++argmax;  // the first maximum
     double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < vocab_size; ++j) sum += static_cast<double>(cpu::exp_approx(logits[j] - best));
+    for (int j = 0; j < vocab_size; ++j) sum += static_cast<double>(exp_approx(logits[j] - best));
     return {static_cast<double>(logits[target]) - static_cast<double>(best) - std::log(sum), argmax};
 }
 
@@ -188,6 +188,8 @@ std::vector<LoglikelihoodResult> score_requests(GPTModel& model, std::span<const
     std::vector<ScoringWindow> windows(requests.size());
     for (std::size_t i = 0; i < requests.size(); ++i) windows[i] = scoring_window(requests[i], window);
     std::vector<int> tokens(static_cast<std::size_t>(batch) * model.max_seq_len());
+    std::vector<float> host_logits;                           // the continuations' logit rows
+    std::vector<std::size_t> row_start(static_cast<std::size_t>(batch));
 
     for (std::size_t first = 0; first < order.size(); first += static_cast<std::size_t>(batch)) {
         const std::size_t count = std::min(order.size() - first, static_cast<std::size_t>(batch));
@@ -206,19 +208,28 @@ std::vector<LoglikelihoodResult> score_requests(GPTModel& model, std::span<const
             }
         }
         model.forward(tokens.data(), nullptr, B, T, DropoutContext{0, 0, 0, false}, 0.0f);
-        const float* logits = model.logits();
+        // Only the continuation's rows come to the host: request b's n rows at row_start[b] * Vp.
+        std::size_t rows = 0;
+        for (int b = 0; b < B; ++b) rows += requests[chunk[b]].continuation.size();
+        host_logits.resize(std::max(host_logits.size(), rows * static_cast<std::size_t>(Vp)));
+        rows = 0;
+        for (int b = 0; b < B; ++b) {
+            row_start[static_cast<std::size_t>(b)] = rows;
+            const std::size_t n = requests[chunk[b]].continuation.size();
+            model.read_logits(static_cast<std::size_t>(b) * T + windows[chunk[b]].input_length - n, n,
+                              host_logits.data() + rows * static_cast<std::size_t>(Vp));
+            rows += n;
+        }
 #pragma omp parallel for schedule(dynamic)
         for (int b = 0; b < B; ++b) {
             const auto& request = requests[chunk[b]];
-            const ScoringWindow& w = windows[chunk[b]];
             const int n = static_cast<int>(request.continuation.size());
             LoglikelihoodResult& result = results[chunk[b]];
             result.greedy_tokens.resize(static_cast<std::size_t>(n));
             result.is_greedy = true;
             double ll = 0.0;
             for (int j = 0; j < n; ++j) {
-                const int position = w.input_length - n + j;
-                const float* row = logits + (static_cast<std::size_t>(b) * T + position) * static_cast<std::size_t>(Vp);
+                const float* row = host_logits.data() + (row_start[static_cast<std::size_t>(b)] + j) * static_cast<std::size_t>(Vp);
                 const int target = request.continuation[static_cast<std::size_t>(j)];
                 const TokenScore s = score_token(row, V, target);
                 ll += s.logprob;

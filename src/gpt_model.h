@@ -1,94 +1,77 @@
-// GPT-2 on the CPU: the four arenas (parameters, gradients, AdamW m and v), the activation
-// tape, a workspace for transients, and the explicit forward / backward driver that walks the
-// block description of models/gpt_block.h. Every activation backward needs lives on the tape in
-// the form the ActivationPlan says (kept, compressed, or recomputed before its block's
-// backward). Everything is allocated in the constructor; forward, backward and the optimizer
-// step never allocate.
+// GPT-2 training and inference on a backend: a ModelLayout (every size and place, computed
+// before anything is allocated), ModelArenas (the memory, one backend allocation per arena) and
+// the Driver (the forward / backward walk), behind the host API the rest of the engine uses —
+// parameters in and out, tokens in, losses and logits out. Everything is allocated in the
+// constructor; forward, backward and the optimizer step never allocate.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <utility>
 #include <vector>
 
-#include "kernels/cpu/codecs.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
 #include "models/gpt_params.h"
 #include "src/activation_plan.h"
-#include "src/policy_monitor.h"
+#include "src/engine/backend.h"
+#include "src/engine/driver.h"
+#include "src/engine/model_arenas.h"
+#include "src/engine/model_layout.h"
+#include "src/engine/model_observer.h"
 #include "src/tape.h"
 
 namespace adacc {
 
-// Identifies the dropout streams of one forward pass: masks are keyed by
-// (seed, step, micro-batch, layer, tensor), so the same context regenerates the same masks.
-struct DropoutContext {
-    std::uint64_t seed = 0;
-    std::uint64_t step = 0;
-    std::uint64_t micro = 0;
-    bool training = true;  // false: dropout off (validation, eval, sampling)
-};
-
-// One 64-byte-aligned allocation of floats, zero-initialised.
-class FloatArena {
-public:
-    FloatArena() = default;
-    explicit FloatArena(std::size_t floats);
-    float* data() const { return data_.get(); }
-    std::size_t size() const { return size_; }
-    std::size_t bytes() const { return size_ * sizeof(float); }
-
-private:
-    struct Free {
-        void operator()(float* p) const;
-    };
-    std::unique_ptr<float, Free> data_;
-    std::size_t size_ = 0;
-};
-
-// Byte sizes of every allocation the model makes, known before any is made.
-struct ModelMemory {
-    std::size_t parameters = 0, gradients = 0, optimizer_state = 0;  // optimizer: m and v
-    std::size_t tape = 0;            // capacity: every saved activation at its planned size (bounds for codecs)
-    std::size_t materialize = 0;     // workspace: full-size buffers for tensors not kept in some layer
-    std::size_t transients = 0;      // workspace: op outputs no backward needs, backward's gradient buffers
-    std::size_t logits = 0;          // workspace: logits / dlogits (N x Vp) and per-token losses
-    std::size_t workspace() const { return materialize + transients + logits; }
-    std::size_t static_bytes() const { return parameters + gradients + optimizer_state; }
-    std::size_t total() const { return static_bytes() + tape + workspace(); }
-};
-
-// Training allocates gradients, optimizer state and the tape; inference (eval, sampling)
-// allocates none of them: activations live in one block's workspace buffers, reused per layer.
-enum class ModelUse : std::uint8_t { training, inference };
+// The fp32 arenas the host API reads and writes.
+enum class ModelArena : std::uint8_t { parameters, gradients, adam_m, adam_v };
 
 class GPTModel {
 public:
     // Allocates for micro-batches up to B x T (T <= config.max_seq_len) under `plan`
-    // (default: keep everything).
+    // (default: keep everything), on `backend`.
     GPTModel(const GPTConfig& config, int B, int T);
     GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-             const cpu::CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
-    static GPTModel for_inference(const GPTConfig& config, int B, int T);
+             const cpu::CodecParams& codec_params = {}, ModelUse use = ModelUse::training,
+             Backend& backend = cpu_backend());
+    // Not movable: the driver points into the arenas (for_inference returns by guaranteed elision).
+    GPTModel(const GPTModel&) = delete;
+    GPTModel& operator=(const GPTModel&) = delete;
+    static GPTModel for_inference(const GPTConfig& config, int B, int T, Backend& backend = cpu_backend());
     static ModelMemory plan_memory(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
                                    const cpu::CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
 
-    const GPTConfig& config() const { return config_; }
-    const ParameterLayout& layout() const { return layout_; }
-    const BlockGraph& block() const { return block_; }
-    const ActivationPlan& plan() const { return plan_; }
-    int max_batch() const { return B_; }
-    int max_seq_len() const { return T_; }
-    float* params() const { return params_.data(); }
-    float* grads() const { return grads_.data(); }  // null arenas (size 0) for inference
-    float* adam_m() const { return m_.data(); }
-    float* adam_v() const { return v_.data(); }
-    std::size_t num_params() const { return layout_.total(); }
-    const ModelMemory& memory() const { return memory_; }
-    TapeAllocator& tape() { return tape_; }
-    const TapeAllocator& tape() const { return tape_; }
+    const GPTConfig& config() const { return layout_->config(); }
+    const ParameterLayout& layout() const { return layout_->parameters(); }
+    const BlockGraph& block() const { return layout_->block(); }
+    const ActivationPlan& plan() const { return layout_->plan(); }
+    const ModelLayout& memory_layout() const { return *layout_; }
+    int max_batch() const { return layout_->max_batch(); }
+    int max_seq_len() const { return layout_->max_seq_len(); }
+    std::size_t num_params() const { return layout_->parameters().total(); }
+    const ModelMemory& memory() const { return layout_->memory(); }
+    Backend& backend() const { return *backend_; }
+    TapeAllocator& tape() { return arenas_.tape; }
+    const TapeAllocator& tape() const { return arenas_.tape; }
+
+    // The arenas in backend memory, for kernels (the optimizer step) and CPU-side tests; the host
+    // reads and writes them through the host API below.
+    float* params() const { return arenas_.params.as<float>(); }
+    float* grads() const { return arenas_.grads.as<float>(); }  // null for inference
+    float* adam_m() const { return arenas_.adam_m.as<float>(); }
+    float* adam_v() const { return arenas_.adam_v.as<float>(); }
+
+    // ---- host API --------------------------------------------------------------------------
+    // `count` floats of an arena from element `offset` to / from host memory.
+    void read_arena(ModelArena arena, std::size_t offset, std::size_t count, float* host) const;
+    void write_arena(ModelArena arena, std::size_t offset, std::size_t count, const float* host);
+    // A whole arena readable by the host: the arena itself where the backend's memory is
+    // host-addressable (the CPU's), else a copy made into `staging`.
+    const float* host_readable(ModelArena arena, std::vector<float>& staging) const;
+    // Rows [row, row + rows) of the last forward's logits (Vp floats each) into host memory.
+    void read_logits(std::size_t row, std::size_t rows, float* host) const;
+    // The last forward's per-token losses (count <= B*T) into host memory.
+    void read_losses(std::size_t count, float* host) const;
 
     // Switches to another plan between steps (the Adacc regulator's re-plan): the tape and the
     // workspace are re-sized for it; parameters and optimizer state are untouched.
@@ -99,13 +82,12 @@ public:
     void init_weights(std::uint64_t seed);
     void zero_grads();
 
-    // Forward pass over tokens (B x T, row-major), saving activations on the tape per the plan
-    // (nothing is saved by an inference model).
+    // Forward pass over tokens (B x T host ints, row-major, copied to the backend), saving
+    // activations on the tape per the plan (nothing is saved by an inference model).
     // With targets, returns the mean loss over B*T tokens; with dloss != 0 the logits are turned
-    // into dlogits scaled by dloss (ready for backward()), otherwise logits() holds the logits.
-    // Without targets returns 0.
-    float forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
-                  float dloss);
+    // into dlogits scaled by dloss (ready for backward()), otherwise they stay logits
+    // (read_logits). Without targets returns 0.
+    float forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss);
     // Backward pass of the last forward (which must have had targets and dloss != 0), with the
     // same tokens: before each block's backward, its dropped tensors are recomputed and its
     // compressed ones decompressed into the workspace; after it, its tape slots are released.
@@ -113,70 +95,22 @@ public:
     // them instead, so no zeroing pass over the gradient arena is needed.
     void backward(const int* tokens, int B, int T, bool accumulate = true);
 
-    // Profiling: while set, every forward adds each block op's wall time (ms, summed over
-    // layers) to (*op_ms)[op index in block().ops()].
-    void set_op_timing(std::vector<double>* op_ms) { op_ms_ = op_ms; }
+    // Profiling and codec sampling (src/engine/model_observer.h); null: none.
+    void set_observer(ModelObserver* observer) { driver_.set_observer(observer); }
 
-    // Monitoring: while set, every compression in forward also decodes its blob (into backward's
-    // idle gradient buffers, so nothing is allocated) and records, per tensor kind, the worst
-    // size, outlier fraction and relative error over layers. The vector is cleared per forward.
-    void set_codec_sampling(std::vector<CodecSample>* samples) { samples_ = samples; }
-    // Time spent sampling since the last call (ms): the monitor's cost inside forward.
-    double take_sampling_ms() { return std::exchange(sampling_ms_, 0.0); }
-
-    const float* logits() const { return logits_; }   // B*T x Vp, after a forward
-    const float* losses() const { return losses_; }   // B*T per-token losses, after a forward with targets
     // Floating point operations of one training step (forward + backward) at B x T, not
     // counting recomputation.
     double training_flops(int B, int T) const;
 
 private:
-    float* view(TensorKind kind) const { return view_[static_cast<int>(kind)]; }
-    unsigned char* mask_view(TensorKind kind) const;  // null when this pass has no dropout
-    float dropout_p() const;                          // 0 when this pass has no dropout
-    float* grad_buffer(TensorKind kind) const;
-    std::uint64_t dropout_key(int layer, TensorKind kind) const;
-    std::size_t rows_of(TensorKind kind, int B, int T) const;
-    std::size_t bytes_of(TensorKind kind, int B, int T) const;
+    const Arena& arena(ModelArena which) const;
+    void copy_tokens_in(const int* tokens, const int* targets, int B, int T);
 
-    void forward_block(int layer, int B, int T);
-    void place_output(int layer, TensorKind kind, int B, int T);
-    void compress_output(int layer, TensorKind kind, int B, int T);
-    void sample_codec(TensorKind kind, cpu::Codec codec, const void* blob, std::size_t bytes, int B, int T);
-    void materialize_block(int layer, int B, int T);
-    void run_op(const OpInfo& op, int layer, int B, int T);
-    void backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate);
-    void zero_non_matmul_grads();
-    void carve_workspace();
-
-    GPTConfig config_;
-    ParameterLayout layout_;
-    int B_, T_;
-    BlockGraph block_;  // at the allocated B x T
-    ActivationPlan plan_;
-    cpu::CodecParams codec_params_;
-    ModelMemory memory_;
-    FloatArena params_, grads_, m_, v_, workspace_;
-    TapeAllocator tape_;
-
-    float* view_[kNumTensorKinds] = {};       // the current block's tensors (tape or workspace)
-    float* buffer_[kNumTensorKinds] = {};     // workspace buffers: materialised tensors and transients
-    std::vector<TapeAllocator::Mark> layer_mark_;  // tape mark before layer l's input x (l = L: final x)
-    float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *final_x_ = nullptr;
-    float *logits_ = nullptr, *losses_ = nullptr;
-    unsigned char* emb_mask_ = nullptr;
-    void* codec_scratch_ = nullptr;
-    float* discard_ = nullptr;  // outputs a recompute must produce but that are already materialised
-    // backward gradient buffers
-    float *dres_ = nullptr, *dc_a_ = nullptr, *dc_b_ = nullptr, *dqkv_ = nullptr, *dfc_ = nullptr, *datt_ = nullptr;
-    ModelUse use_;
-    float* residual_[2] = {};  // inference: the residual stream, alternating between layers
-    bool has_dlogits_ = false;
-    bool dropout_active_ = false;  // the last forward applied dropout
-    DropoutContext dropout_;       // the last forward's, to regenerate its masks
-    std::vector<double>* op_ms_ = nullptr;
-    std::vector<CodecSample>* samples_ = nullptr;
-    double sampling_ms_ = 0;
+    Backend* backend_;
+    std::unique_ptr<ModelLayout> layout_;  // behind a pointer: the driver keeps its address across set_plan
+    ModelArenas arenas_;
+    Driver driver_;
+    std::vector<float> host_losses_;  // B*T, for forward's mean loss
 };
 
 }  // namespace adacc

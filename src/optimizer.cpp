@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "kernels/cpu/ops.h"
 
 namespace adacc {
 
@@ -16,7 +15,9 @@ float learning_rate(const LrSection& lr, int step, int total_steps) {
 }
 
 float gradient_norm(const GPTModel& model) {
-    return static_cast<float>(std::sqrt(cpu::sum_of_squares(model.grads(), static_cast<long>(model.num_params()))));
+    const Backend& backend = model.backend();
+    return static_cast<float>(std::sqrt(
+        backend.kernels().sum_of_squares(backend.context(), model.grads(), static_cast<long>(model.num_params()))));
 }
 
 OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {
@@ -27,11 +28,12 @@ OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, floa
     OptimizerStepStats stats;
     stats.grad_norm = grad_norm;
     if (opt.grad_clip > 0.0f && stats.grad_norm > opt.grad_clip) stats.grad_scale = opt.grad_clip / stats.grad_norm;
+    const Backend& backend = model.backend();
     for (const ParamTensorInfo& info : model.layout().tensors()) {
         const std::size_t o = info.offset;
-        cpu::adamw_update(model.params() + o, model.grads() + o, model.adam_m() + o, model.adam_v() + o,
-                          static_cast<long>(info.numel), lr, opt.beta1, opt.beta2, opt.eps,
-                          info.weight_decay ? opt.weight_decay : 0.0f, stats.grad_scale, t);
+        backend.kernels().adamw_update(backend.context(), model.params() + o, model.grads() + o, model.adam_m() + o,
+                                       model.adam_v() + o, static_cast<long>(info.numel), lr, opt.beta1, opt.beta2,
+                                       opt.eps, info.weight_decay ? opt.weight_decay : 0.0f, stats.grad_scale, t);
     }
     return stats;
 }

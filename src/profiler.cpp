@@ -15,7 +15,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-bool is_attention_matrix(TensorKind k) { return k == TensorKind::att || k == TensorKind::att_mask; }
 
 // Compresses and decompresses tensor `kind` of every layer from the tape of a kept-everything
 // forward, timing both and measuring size, error and outliers.
@@ -62,6 +61,17 @@ TensorProfile profile_tensor(const GPTModel& model, TensorKind kind, int B, int 
     return p;
 }
 
+// Sums each block op's forward time over layers and repeats.
+class OpTimer final : public ModelObserver {
+public:
+    explicit OpTimer(std::vector<double>& op_ms) : op_ms_(op_ms) {}
+    bool wants_op_times() const override { return true; }
+    void op_timed(std::size_t op_index, double ms) override { op_ms_[op_index] += ms; }
+
+private:
+    std::vector<double>& op_ms_;
+};
+
 }  // namespace
 
 const TensorProfile* Profile::find(TensorKind kind) const {
@@ -75,7 +85,7 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
     const int Bm = measured_batch;
     GPTModel model(config, Bm, T);
     if (weights)
-        std::memcpy(model.params(), weights, model.num_params() * sizeof(float));
+        model.write_arena(ModelArena::parameters, 0, model.num_params(), weights);
     else
         model.init_weights(seed);
     const DropoutContext dropout{seed, 1, 0, true};
@@ -87,9 +97,10 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
     profile.codec_params = codec_params;
     for (const auto& op : model.block().ops()) profile.op_names.push_back(op.name);
     profile.op_ms.assign(profile.op_names.size(), 0.0);
-    model.set_op_timing(&profile.op_ms);
+    OpTimer timer(profile.op_ms);
+    model.set_observer(&timer);
     for (int r = 0; r < repeats; ++r) model.forward(tokens.data(), tokens.data(), Bm, T, dropout, 0.0f);
-    model.set_op_timing(nullptr);
+    model.set_observer(nullptr);
     // Per layer and per forward, scaled to the planned batch (op times grow linearly with B).
     const double scale = double(batch) / Bm;
     for (double& ms : profile.op_ms) ms = ms / repeats / config.n_layer * scale;

@@ -32,12 +32,13 @@ std::vector<int> generate(GPTModel& model, std::vector<int> prompt, const Sampli
     const int window = model.max_seq_len(), V = model.config().vocab_size, Vp = model.config().padded_vocab_size();
     const std::uint64_t key = rng_key(options.seed, 0, 0, 0, 0x5A);
     std::vector<int> generated;
+    std::vector<float> last(static_cast<std::size_t>(Vp));  // the last position's logits
     for (int i = 0; i < options.tokens; ++i) {
         const int T = std::min<int>(window, static_cast<int>(prompt.size()));
         const int* context = prompt.data() + prompt.size() - T;
         model.forward(context, nullptr, 1, T, DropoutContext{0, 0, 0, false}, 0.0f);
-        const float* last = model.logits() + static_cast<std::size_t>(T - 1) * Vp;
-        const int next = sample_token(last, V, options.temperature, options.top_k, rng_uniform(key, i));
+        model.read_logits(static_cast<std::size_t>(T - 1), 1, last.data());
+        const int next = sample_token(last.data(), V, options.temperature, options.top_k, rng_uniform(key, i));
         prompt.push_back(next);
         generated.push_back(next);
         if (on_token) on_token(next);

@@ -1,23 +1,17 @@
 #include "src/tape.h"
 
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <new>
 #include <stdexcept>
 #include <string>
 
+#include "src/common/units.h"
+
 namespace adacc {
 
-std::size_t tape_aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+std::size_t tape_aligned(std::size_t bytes) { return align_up(bytes, 64); }
 
-void TapeAllocator::Free::operator()(unsigned char* p) const { std::free(p); }
-
-TapeAllocator::TapeAllocator(std::size_t capacity_bytes) : capacity_(tape_aligned(capacity_bytes)) {
-    void* p = std::aligned_alloc(64, std::max<std::size_t>(capacity_, 64));
-    if (!p) throw std::bad_alloc();
-    buffer_.reset(static_cast<unsigned char*>(p));
-    base_ = buffer_.get();
+TapeAllocator::TapeAllocator(Backend& backend, std::size_t capacity_bytes)
+    : capacity_(tape_aligned(capacity_bytes)), buffer_(backend, capacity_) {
+    base_ = buffer_.as<unsigned char>();
     // Room for every slot of a step, so pushing never reallocates inside a training step.
     slots_.reserve(4096);
 }
@@ -25,7 +19,11 @@ TapeAllocator::TapeAllocator(std::size_t capacity_bytes) : capacity_(tape_aligne
 void TapeAllocator::account(const TapeSlot& slot, long sign) {
     const std::size_t counted = slot.policy == Policy::recompute ? slot.full_bytes : slot.bytes;
     usage_.by_policy[static_cast<int>(slot.policy)] += sign * static_cast<long>(counted);
-    usage_.by_kind[static_cast<int>(slot.kind)] += sign * static_cast<long>(slot.bytes);
+    if (slot.measured_bytes) {
+        usage_.measured_slots += sign;
+        usage_.measured_bytes += sign * static_cast<long>(slot.measured_bytes);
+        usage_.measured_reserved += sign * static_cast<long>(slot.bytes);
+    }
 }
 
 void TapeAllocator::check_fits(int layer, TensorKind kind, std::size_t bytes) const {
@@ -37,10 +35,6 @@ void TapeAllocator::check_fits(int layer, TensorKind kind, std::size_t bytes) co
                                  " are free");
 }
 
-void* TapeAllocator::top(int layer, TensorKind kind, std::size_t bytes) const {
-    check_fits(layer, kind, bytes);
-    return base_ + usage_.used;
-}
 
 void* TapeAllocator::push(int layer, TensorKind kind, Policy policy, std::size_t bytes, std::size_t full_bytes) {
     check_fits(layer, kind, bytes);
@@ -52,6 +46,16 @@ void* TapeAllocator::push(int layer, TensorKind kind, Policy policy, std::size_t
     if (usage_.used > peak_.used) peak_ = usage_;
     notify();
     return base_ + slot.offset;
+}
+
+void TapeAllocator::set_measured_bytes(std::size_t bytes) {
+    if (slots_.empty() || slots_.back().policy != Policy::compress)
+        throw std::logic_error("tape: set_measured_bytes needs a compressed slot at the top");
+    account(slots_.back(), -1);
+    slots_.back().measured_bytes = bytes;
+    account(slots_.back(), +1);
+    if (usage_.used == peak_.used) peak_ = usage_;
+    notify();
 }
 
 void TapeAllocator::release_to(const Mark& mark) {

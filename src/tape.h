@@ -1,42 +1,44 @@
-// TapeAllocator (DESIGN §4): the one buffer holding every activation backward needs. Forward
-// pushes slots in the form their policy says (full tensor, compressed blob, or a zero-byte
-// record for a recomputed tensor); backward releases a block's slots after its backward, so the
-// tape is a stack and never fragments. Slot offsets are 64-byte aligned. The accounting (peak,
-// bytes by policy and by tensor kind at the peak) is exact: it is what compare and the tests read.
+// TapeAllocator (DESIGN §4): the one buffer holding every activation backward needs, in a
+// backend's memory. Forward pushes slots in the form their policy says (full tensor, compressed
+// blob reserved at its codec's upper bound, or a zero-byte record for a recomputed tensor), in
+// the order of the model's tape schedule (src/engine/model_layout.h); backward releases a
+// block's slots after its backward, so the tape is a stack and never fragments. Slot offsets are
+// 64-byte aligned. The accounting lives on the host and is exact: reserved bytes per policy at
+// the peak, and the exact size of the compressed slots whose blobs were measured (the monitor's
+// sampled steps) — what compare and the tests read. No size is ever read back from the device.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <functional>
-#include <memory>
 #include <vector>
 
 #include "src/activation_plan.h"
+#include "src/engine/backend.h"
 
 namespace adacc {
-
-// Layer index of the tensors outside the blocks: the embedding dropout mask and the final
-// layernorm's input/output/statistics.
-constexpr int kEmbeddingLayer = -1;
 
 struct TapeSlot {
     int layer = 0;
     TensorKind kind = TensorKind::x;
     Policy policy = Policy::keep;
     std::size_t offset = 0;      // from the tape's start, multiple of 64
-    std::size_t bytes = 0;       // bytes the slot holds (0 for recompute)
+    std::size_t bytes = 0;       // bytes reserved (0 for recompute; a compressed blob's bound)
     std::size_t full_bytes = 0;  // the tensor's uncompressed size
+    std::size_t measured_bytes = 0;  // compressed: the blob's exact size once measured, else 0
 };
 
 struct TapeUsage {
     std::size_t used = 0;  // aligned bytes, including padding between slots
-    std::array<std::size_t, 3> by_policy{};  // slot bytes (unaligned) per Policy; recompute: full bytes not stored
-    std::array<std::size_t, kNumTensorKinds> by_kind{};  // slot bytes per tensor kind
+    std::array<std::size_t, 3> by_policy{};  // reserved slot bytes (unaligned) per Policy; recompute: full bytes not stored
+    // Compressed slots whose exact size was measured: how many, their exact and reserved bytes.
+    std::size_t measured_slots = 0, measured_bytes = 0, measured_reserved = 0;
 };
 
 class TapeAllocator {
 public:
-    explicit TapeAllocator(std::size_t capacity_bytes);
+    // Capacity rounded up to 64 bytes, in `backend`'s memory.
+    TapeAllocator(Backend& backend, std::size_t capacity_bytes);
 
     struct Mark {
         std::size_t used = 0, slots = 0;
@@ -46,10 +48,8 @@ public:
     // A slot of `bytes` at the top; returns its memory (64-byte aligned). Throws
     // std::runtime_error naming the tensor and the capacity when it does not fit.
     void* push(int layer, TensorKind kind, Policy policy, std::size_t bytes, std::size_t full_bytes);
-    // The free memory at the top, checked to hold `bytes`: a compressor writes its blob here
-    // (its exact size known only afterwards), then push() claims exactly that many bytes at the
-    // same address.
-    void* top(int layer, TensorKind kind, std::size_t bytes) const;
+    // Records the exact size of the compressed blob in the top slot (which must be compressed).
+    void set_measured_bytes(std::size_t bytes);
     // Drops every slot pushed after `mark`.
     void release_to(const Mark& mark);
     // The slot for (layer, kind), searching from the top; null when absent.
@@ -72,15 +72,11 @@ private:
     void notify() const;
 
     std::size_t capacity_;
+    Arena buffer_;
     unsigned char* base_ = nullptr;
     std::vector<TapeSlot> slots_;
     TapeUsage usage_, peak_;
     std::function<void(const std::vector<TapeSlot>&, const TapeUsage&)> observer_;
-
-    struct Free {
-        void operator()(unsigned char* p) const;
-    };
-    std::unique_ptr<unsigned char, Free> buffer_;
 };
 
 // Bytes a slot of `bytes` occupies on the tape (rounded up to the 64-byte alignment).

@@ -30,16 +30,24 @@ bool all_finite(const float* values, std::size_t count) {
     return true;
 }
 
-void read_arena(const CheckpointReader& reader, const ParameterLayout& layout, const std::string& prefix,
-                float* arena) {
-    for (const auto& info : layout.tensors()) {
+// One tensor at a time through host memory, so loading needs one tensor's worth beside the model.
+void read_arena(const CheckpointReader& reader, GPTModel& model, ModelArena arena, const std::string& prefix) {
+    std::vector<float> host;
+    for (const auto& info : model.layout().tensors()) {
         const auto shape = stored_shape(info);
         const std::string name = prefix + "/" + info.name;
-        reader.read_into(name, DType::f32, shape, arena + info.offset);
-        if (!all_finite(arena + info.offset, info.numel))
+        host.resize(info.numel);
+        reader.read_into(name, DType::f32, shape, host.data());
+        if (!all_finite(host.data(), info.numel))
             throw UserError("checkpoint '" + reader.path().string() + "' holds non-finite values in " + name +
                             ": it comes from a diverged run or was altered; use an earlier checkpoint");
+        model.write_arena(arena, info.offset, info.numel, host.data());
     }
+}
+
+bool arena_is_finite(const GPTModel& model, ModelArena arena) {
+    std::vector<float> staging;
+    return all_finite(model.host_readable(arena, staging), model.num_params());
 }
 
 const char* const kRngScheme = "counter(seed, step, micro, layer, tensor)";
@@ -98,34 +106,35 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_
     meta["parameters"] = model.num_params();
     meta[kCheckpointConfigKey] = to_toml(config);
     std::vector<CheckpointTensor> tensors;
-    add_arena(tensors, model.layout(), "params", model.params());
-    add_arena(tensors, model.layout(), "adam_m", model.adam_m());
-    add_arena(tensors, model.layout(), "adam_v", model.adam_v());
+    std::vector<float> staging[3];  // host copies where the backend's memory is not the host's
+    add_arena(tensors, model.layout(), "params", model.host_readable(ModelArena::parameters, staging[0]));
+    add_arena(tensors, model.layout(), "adam_m", model.host_readable(ModelArena::adam_m, staging[1]));
+    add_arena(tensors, model.layout(), "adam_v", model.host_readable(ModelArena::adam_v, staging[2]));
     const auto file = checkpoint_path(run_dir, progress.step);
     write_checkpoint(file, meta, tensors);
     prune_checkpoints(run_dir, config.checkpoint.keep, file);
     return file;
 }
 
-bool parameters_are_finite(const GPTModel& model) { return all_finite(model.params(), model.num_params()); }
+bool parameters_are_finite(const GPTModel& model) { return arena_is_finite(model, ModelArena::parameters); }
 
 bool training_state_is_finite(const GPTModel& model) {
-    const std::size_t n = model.num_params();
-    return parameters_are_finite(model) && all_finite(model.adam_m(), n) && all_finite(model.adam_v(), n);
+    return parameters_are_finite(model) && arena_is_finite(model, ModelArena::adam_m) &&
+           arena_is_finite(model, ModelArena::adam_v);
 }
 
 TrainingProgress load_training_checkpoint(const std::filesystem::path& file, GPTModel& model) {
     const CheckpointReader reader(file);
     const TrainingProgress progress = read_progress(reader, checkpoint_config(reader).training.seed);
-    read_arena(reader, model.layout(), "params", model.params());
-    read_arena(reader, model.layout(), "adam_m", model.adam_m());
-    read_arena(reader, model.layout(), "adam_v", model.adam_v());
+    read_arena(reader, model, ModelArena::parameters, "params");
+    read_arena(reader, model, ModelArena::adam_m, "adam_m");
+    read_arena(reader, model, ModelArena::adam_v, "adam_v");
     return progress;
 }
 
 void load_model_weights(const std::filesystem::path& checkpoint, GPTModel& model) {
     const CheckpointReader reader(resolve_checkpoint(checkpoint));
-    read_arena(reader, model.layout(), "params", model.params());
+    read_arena(reader, model, ModelArena::parameters, "params");
 }
 
 }  // namespace adacc

@@ -1,5 +1,7 @@
 #include "src/weights_file.h"
 
+#include <vector>
+
 #include <cstdint>
 #include <cstring>
 
@@ -102,7 +104,9 @@ void load_weights(const WeightsFile& weights, GPTModel& model) {
         load_model_weights(weights.path, model);  // refuses non-finite parameters itself
         return;
     }
-    load_llmc_model(weights.path, model.config(), model.params());
+    std::vector<float> host(model.num_params());
+    load_llmc_model(weights.path, model.config(), host.data());
+    model.write_arena(ModelArena::parameters, 0, host.size(), host.data());
     if (!parameters_are_finite(model))
         throw UserError(describe_weights(weights) + " holds non-finite parameters: it was written by a diverged run "
                         "or altered; use another file");

@@ -81,7 +81,9 @@ Reference reference_score(GPTModel& plain, const std::vector<int>& ctx, const st
         const std::vector<int> input(all.begin() + static_cast<std::ptrdiff_t>(start), all.begin() + static_cast<std::ptrdiff_t>(p));
         const int T = static_cast<int>(input.size());
         plain.forward(input.data(), nullptr, 1, T, DropoutContext{0, 0, 0, false}, 0.0f);
-        const float* row = plain.logits() + static_cast<std::size_t>(T - 1) * Vp;
+        std::vector<float> last(static_cast<std::size_t>(Vp));
+        plain.read_logits(static_cast<std::size_t>(T - 1), 1, last.data());
+        const float* row = last.data();
         double best = row[0];
         int argmax = 0;
         for (int v = 1; v < V; ++v)
@@ -116,7 +118,9 @@ std::vector<int> greedy_continuation(GPTModel& plain, std::vector<int> ctx, int 
         const std::vector<int> input(ctx.begin() + static_cast<std::ptrdiff_t>(start), ctx.end());
         const int T = static_cast<int>(input.size());
         plain.forward(input.data(), nullptr, 1, T, DropoutContext{0, 0, 0, false}, 0.0f);
-        const float* row = plain.logits() + static_cast<std::size_t>(T - 1) * Vp;
+        std::vector<float> last(static_cast<std::size_t>(Vp));
+        plain.read_logits(static_cast<std::size_t>(T - 1), 1, last.data());
+        const float* row = last.data();
         const int next = static_cast<int>(std::max_element(row, row + V) - row);
         out.push_back(next);
         ctx.push_back(next);

@@ -11,11 +11,13 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/vector_math.h"
+#include "kernels/vector_math.h"
 #include "kernels/rng.h"
 
 namespace adacc::cpu {
 namespace {
+
+const KernelContext kCtx = default_context();  // OpenMP's default team, no scratch
 
 using Vec = std::vector<float>;
 
@@ -76,11 +78,11 @@ TEST_P(KernelGradTest, Encoder) {
     Vec wte = random_vec(V * C, gen), wpe = random_vec(T * C, gen), w = random_vec(B * T * C, gen);
     auto fwd = [&] {
         Vec out(B * T * C);
-        encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+        encoder_forward(kCtx, out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
         return out;
     };
     Vec dwte(wte.size()), dwpe(wpe.size());
-    encoder_backward(dwte.data(), dwpe.data(), w.data(), tokens.data(), B, T, C);
+    encoder_backward(kCtx, dwte.data(), dwpe.data(), w.data(), tokens.data(), B, T, C);
     EXPECT_LT(relative_error(dwte, finite_difference(wte, fwd, w)), kTolerance);
     EXPECT_LT(relative_error(dwpe, finite_difference(wpe, fwd, w)), kTolerance);
 }
@@ -92,12 +94,12 @@ TEST_P(KernelGradTest, LayerNorm) {
     Vec mean(N), rstd(N);
     auto fwd = [&] {
         Vec out(N * C);
-        layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
+        layernorm_forward(kCtx, out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
         return out;
     };
     fwd();
     Vec dx(N * C, 0.0f), dweight(C), dbias(C);
-    layernorm_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), mean.data(),
+    layernorm_backward(kCtx, dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), mean.data(),
                        rstd.data(), N, C);
     EXPECT_LT(relative_error(dx, finite_difference(x, fwd, w)), kTolerance);
     EXPECT_LT(relative_error(dweight, finite_difference(weight, fwd, w)), kTolerance);
@@ -111,17 +113,17 @@ TEST_P(KernelGradTest, Matmul) {
         w = random_vec(N * OC, gen);
     auto fwd = [&] {
         Vec out(N * OC);
-        matmul_forward(out.data(), x.data(), weight.data(), bias.data(), N, C, OC);
+        matmul_forward(kCtx, out.data(), x.data(), weight.data(), bias.data(), N, C, OC);
         return out;
     };
     Vec dx(N * C), dweight(OC * C, 0.0f), dbias(OC, 0.0f);
-    matmul_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), N, C, OC, true);
+    matmul_backward(kCtx, dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), N, C, OC, true);
     EXPECT_LT(relative_error(dx, finite_difference(x, fwd, w)), kTolerance);
     EXPECT_LT(relative_error(dweight, finite_difference(weight, fwd, w)), kTolerance);
     EXPECT_LT(relative_error(dbias, finite_difference(bias, fwd, w)), kTolerance);
     // Overwriting (a step's first micro-batch) gives exactly what accumulating into zeros gives.
     Vec dweight2(OC * C, 123.0f), dbias2(OC, -7.0f);
-    matmul_backward(dx.data(), dweight2.data(), dbias2.data(), w.data(), x.data(), weight.data(), N, C, OC, false);
+    matmul_backward(kCtx, dx.data(), dweight2.data(), dbias2.data(), w.data(), x.data(), weight.data(), N, C, OC, false);
     EXPECT_EQ(dweight2, dweight);
     EXPECT_EQ(dbias2, dbias);
 }
@@ -134,19 +136,19 @@ void check_attention(const Shape& s, std::mt19937& gen, bool with_dropout) {
     const float p = with_dropout ? 0.3f : 0.0f;
     Vec qkv = random_vec(N * 3 * C, gen), w = random_vec(N * C, gen);
     std::vector<unsigned char> mask(static_cast<std::size_t>(B) * NH * T * T);
-    dropout_mask(mask.data(), static_cast<long>(mask.size()), p, rng_key(1, 2, 3, 4, 5));
+    dropout_mask(kCtx, mask.data(), static_cast<long>(mask.size()), p, rng_key(1, 2, 3, 4, 5));
     const unsigned char* m = with_dropout ? mask.data() : nullptr;
     Vec att(mask.size());
     auto fwd = [&] {
         Vec out(N * C);
-        attention_softmax_forward(att.data(), qkv.data(), B, T, C, NH);
-        attention_value_forward(out.data(), att.data(), m, p, qkv.data(), B, T, C, NH);
+        attention_softmax_forward(kCtx, att.data(), qkv.data(), B, T, C, NH);
+        attention_value_forward(kCtx, out.data(), att.data(), m, p, qkv.data(), B, T, C, NH);
         return out;
     };
     fwd();
     Vec datt(att.size()), dqkv(qkv.size());
-    attention_value_backward(datt.data(), dqkv.data(), w.data(), att.data(), m, p, qkv.data(), B, T, C, NH);
-    attention_softmax_backward(dqkv.data(), datt.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_value_backward(kCtx, datt.data(), dqkv.data(), w.data(), att.data(), m, p, qkv.data(), B, T, C, NH);
+    attention_softmax_backward(kCtx, dqkv.data(), datt.data(), att.data(), qkv.data(), B, T, C, NH);
     EXPECT_LT(relative_error(dqkv, finite_difference(qkv, fwd, w)), kTolerance);
 
     // Causal structure: zero above the diagonal, rows sum to one.
@@ -170,11 +172,11 @@ TEST_P(KernelGradTest, Gelu) {
     Vec x = random_vec(n, gen, 2.0f), w = random_vec(n, gen);
     auto fwd = [&] {
         Vec out(n);
-        gelu_forward(out.data(), x.data(), n);
+        gelu_forward(kCtx, out.data(), x.data(), n);
         return out;
     };
     Vec dx(n);
-    gelu_backward(dx.data(), x.data(), w.data(), n);
+    gelu_backward(kCtx, dx.data(), x.data(), w.data(), n);
     EXPECT_LT(relative_error(dx, finite_difference(x, fwd, w)), kTolerance);
 }
 
@@ -184,14 +186,14 @@ TEST_P(KernelGradTest, ResidualDropout) {
     const float p = 0.25f;
     Vec residual = random_vec(n, gen), x = random_vec(n, gen), w = random_vec(n, gen);
     std::vector<unsigned char> mask(n);
-    dropout_mask(mask.data(), n, p, rng_key(9, 8, 7, 6, 5));
+    dropout_mask(kCtx, mask.data(), n, p, rng_key(9, 8, 7, 6, 5));
     auto fwd = [&] {
         Vec out(n);
-        residual_dropout_forward(out.data(), residual.data(), x.data(), mask.data(), p, n);
+        residual_dropout_forward(kCtx, out.data(), residual.data(), x.data(), mask.data(), p, n);
         return out;
     };
     Vec dx(n);
-    residual_dropout_backward(dx.data(), w.data(), mask.data(), p, n);
+    residual_dropout_backward(kCtx, dx.data(), w.data(), mask.data(), p, n);
     EXPECT_LT(relative_error(dx, finite_difference(x, fwd, w)), kTolerance);
     EXPECT_LT(relative_error(w, finite_difference(residual, fwd, w)), kTolerance);  // identity branch
 }
@@ -207,11 +209,11 @@ TEST_P(KernelGradTest, FusedClassifier) {
     const Vec mean_weights(N, 1.0f / N);
     auto fwd = [&] {
         Vec copy = logits, losses(N);
-        fused_classifier(copy.data(), losses.data(), targets.data(), N, V, Vp, 0.0f);
+        fused_classifier(kCtx, copy.data(), losses.data(), targets.data(), N, V, Vp, 0.0f);
         return losses;
     };
     Vec dlogits = logits, losses(N);
-    fused_classifier(dlogits.data(), losses.data(), targets.data(), N, V, Vp, 1.0f / N);
+    fused_classifier(kCtx, dlogits.data(), losses.data(), targets.data(), N, V, Vp, 1.0f / N);
     EXPECT_LT(relative_error(dlogits, finite_difference(logits, fwd, mean_weights, 1e-2f)), kTolerance);
     for (int i = 0; i < N; ++i)
         for (int j = V; j < Vp; ++j) EXPECT_EQ(dlogits[static_cast<std::size_t>(i) * Vp + j], 0.0f);
@@ -226,7 +228,7 @@ TEST(FusedClassifier, LossMatchesDoubleReference) {
     Vec logits = random_vec(N * Vp, gen, 3.0f), losses(N);
     std::vector<int> targets = {0, 36, 5, 17};
     Vec copy = logits;
-    fused_classifier(copy.data(), losses.data(), targets.data(), N, V, Vp, 0.0f);
+    fused_classifier(kCtx, copy.data(), losses.data(), targets.data(), N, V, Vp, 0.0f);
     for (int i = 0; i < N; ++i) {
         double sum = 0;
         for (int j = 0; j < V; ++j) sum += std::exp(static_cast<double>(logits[i * Vp + j]));
@@ -242,7 +244,7 @@ TEST(AdamW, MatchesDoubleReference) {
     const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
     const int t = 3;
     Vec p2 = p, m2 = m, v2 = v;
-    adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, lr, b1, b2, eps, wd, scale, t);
+    adamw_update(kCtx, p2.data(), g.data(), m2.data(), v2.data(), n, lr, b1, b2, eps, wd, scale, t);
     for (long i = 0; i < n; ++i) {
         const double gi = static_cast<double>(g[i]) * scale;
         const double mi = b1 * static_cast<double>(m[i]) + (1 - b1) * gi;
@@ -260,7 +262,7 @@ TEST(SumOfSquares, MatchesDoubleLoop) {
     Vec x = random_vec(100003, gen);
     double expected = 0;
     for (float v : x) expected += static_cast<double>(v) * v;
-    EXPECT_NEAR(sum_of_squares(x.data(), static_cast<long>(x.size())), expected, 1e-9 * expected);
+    EXPECT_NEAR(sum_of_squares(kCtx, x.data(), static_cast<long>(x.size())), expected, 1e-9 * expected);
 }
 
 // The vectorisable exp and tanh against libm in double, over the range the kernels use.
@@ -281,9 +283,9 @@ TEST(DropoutMask, RegeneratesBitForBitAndKeepsAboutOneMinusP) {
     const long n = 200001;
     std::vector<unsigned char> a(n), b(n), c(n);
     const auto key = rng_key(42, 7, 0, 3, 5);
-    dropout_mask(a.data(), n, 0.1f, key);
-    dropout_mask(b.data(), n, 0.1f, key);
-    dropout_mask(c.data(), n, 0.1f, rng_key(42, 8, 0, 3, 5));
+    dropout_mask(kCtx, a.data(), n, 0.1f, key);
+    dropout_mask(kCtx, b.data(), n, 0.1f, key);
+    dropout_mask(kCtx, c.data(), n, 0.1f, rng_key(42, 8, 0, 3, 5));
     EXPECT_EQ(a, b);
     EXPECT_NE(a, c);
     long kept = 0;

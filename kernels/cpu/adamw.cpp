@@ -5,11 +5,11 @@
 
 namespace adacc::cpu {
 
-void adamw_update(float* params, const float* grads, float* m, float* v, long n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, float grad_scale, int t) {
+void adamw_update(const KernelContext& ctx, float* params, const float* grads, float* m, float* v, long n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
     const float bias1 = 1.0f - std::pow(beta1, static_cast<float>(t));
     const float bias2 = 1.0f - std::pow(beta2, static_cast<float>(t));
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) num_threads(team(ctx))
     for (long i = 0; i < n; ++i) {
         const float g = grads[i] * grad_scale;
         const float mi = beta1 * m[i] + (1.0f - beta1) * g;
@@ -21,9 +21,9 @@ void adamw_update(float* params, const float* grads, float* m, float* v, long n,
     }
 }
 
-double sum_of_squares(const float* x, long n) {
+double sum_of_squares(const KernelContext& ctx, const float* x, long n) {
     double total = 0.0;
-#pragma omp parallel for simd reduction(+ : total) schedule(static)
+#pragma omp parallel for simd reduction(+ : total) schedule(static) num_threads(team(ctx))
     for (long i = 0; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
     return total;
 }

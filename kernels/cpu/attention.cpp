@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/vector_math.h"
+#include "kernels/vector_math.h"
 
 namespace adacc::cpu {
 namespace {
@@ -30,10 +30,10 @@ inline float keep_scale(const unsigned char* mask, long idx, float p) {
 
 }  // namespace
 
-void attention_softmax_forward(float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_softmax_forward(const KernelContext& ctx, float* att, const float* qkv, int B, int T, int C, int NH) {
     const HeadView hv{3L * C, C / NH};
     const float scale = 1.0f / std::sqrt(static_cast<float>(hv.hs));
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) num_threads(team(ctx))
     for (int b = 0; b < B; ++b)
         for (int h = 0; h < NH; ++h)
             for (int t = 0; t < T; ++t) {
@@ -55,10 +55,10 @@ void attention_softmax_forward(float* att, const float* qkv, int B, int T, int C
             }
 }
 
-void attention_value_forward(float* atty, const float* att, const unsigned char* mask, float dropout_p,
-                             const float* qkv, int B, int T, int C, int NH) {
+void attention_value_forward(const KernelContext& ctx, float* atty, const float* att, const unsigned char* mask,
+                             float dropout_p, const float* qkv, int B, int T, int C, int NH) {
     const HeadView hv{3L * C, C / NH};
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) num_threads(team(ctx))
     for (int b = 0; b < B; ++b)
         for (int h = 0; h < NH; ++h)
             for (int t = 0; t < T; ++t) {
@@ -74,11 +74,11 @@ void attention_value_forward(float* atty, const float* att, const unsigned char*
             }
 }
 
-void attention_value_backward(float* datt, float* dqkv, const float* datty, const float* att,
+void attention_value_backward(const KernelContext& ctx, float* datt, float* dqkv, const float* datty, const float* att,
                               const unsigned char* mask, float dropout_p, const float* qkv, int B, int T,
                               int C, int NH) {
     const HeadView hv{3L * C, C / NH};
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) num_threads(team(ctx))
     for (int b = 0; b < B; ++b)
         for (int h = 0; h < NH; ++h) {
             // dv[t2] = sum_t a[t, t2] * dy[t]: zero this head's v columns, then accumulate.
@@ -103,11 +103,11 @@ void attention_value_backward(float* datt, float* dqkv, const float* datty, cons
         }
 }
 
-void attention_softmax_backward(float* dqkv, const float* datt, const float* att, const float* qkv, int B,
-                                int T, int C, int NH) {
+void attention_softmax_backward(const KernelContext& ctx, float* dqkv, const float* datt, const float* att,
+                                const float* qkv, int B, int T, int C, int NH) {
     const HeadView hv{3L * C, C / NH};
     const float scale = 1.0f / std::sqrt(static_cast<float>(hv.hs));
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) num_threads(team(ctx))
     for (int b = 0; b < B; ++b)
         for (int h = 0; h < NH; ++h) {
             for (int t = 0; t < T; ++t) {

@@ -3,12 +3,13 @@
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/vector_math.h"
+#include "kernels/vector_math.h"
 
 namespace adacc::cpu {
 
-void fused_classifier(float* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
-#pragma omp parallel for
+void fused_classifier(const KernelContext& ctx, float* logits, float* losses, const int* targets, int N, int V, int Vp,
+                      float dloss) {
+#pragma omp parallel for num_threads(team(ctx))
     for (int i = 0; i < N; ++i) {
         float* row = logits + static_cast<long>(i) * Vp;
         float maxv = -INFINITY;

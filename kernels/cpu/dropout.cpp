@@ -4,32 +4,34 @@
 
 namespace adacc::cpu {
 
-void dropout_mask(unsigned char* mask, long n, float p, unsigned long long key) {
-#pragma omp parallel for schedule(static)
+void dropout_mask(const KernelContext& ctx, unsigned char* mask, long n, float p, unsigned long long key) {
+#pragma omp parallel for schedule(static) num_threads(team(ctx))
     for (long i = 0; i < n; ++i) mask[i] = rng_uniform(key, static_cast<std::uint64_t>(i)) >= p ? 1 : 0;
 }
 
-void residual_dropout_forward(float* out, const float* residual, const float* inp, const unsigned char* mask,
-                              float p, long n) {
+void residual_dropout_forward(const KernelContext& ctx, float* out, const float* residual, const float* inp,
+                              const unsigned char* mask, float p, long n) {
     if (!mask) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) num_threads(team(ctx))
         for (long i = 0; i < n; ++i) out[i] = residual[i] + inp[i];
         return;
     }
     const float scale = 1.0f / (1.0f - p);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) num_threads(team(ctx))
     for (long i = 0; i < n; ++i) out[i] = residual[i] + (mask[i] ? inp[i] * scale : 0.0f);
 }
 
-void residual_dropout_backward(float* dinp, const float* dout, const unsigned char* mask, float p, long n) {
+void residual_dropout_backward(const KernelContext& ctx, float* dinp, const float* dout, const unsigned char* mask,
+                               float p, long n) {
     const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) num_threads(team(ctx))
     for (long i = 0; i < n; ++i) dinp[i] = (!mask || mask[i]) ? dout[i] * scale : 0.0f;
 }
 
-void dropout_forward(float* out, const float* inp, const unsigned char* mask, float p, long n) {
+void dropout_forward(const KernelContext& ctx, float* out, const float* inp, const unsigned char* mask, float p,
+                     long n) {
     const float scale = 1.0f / (1.0f - p);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) num_threads(team(ctx))
     for (long i = 0; i < n; ++i) out[i] = mask[i] ? inp[i] * scale : 0.0f;
 }
 

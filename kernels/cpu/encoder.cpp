@@ -3,8 +3,9 @@
 
 namespace adacc::cpu {
 
-void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
-#pragma omp parallel for collapse(2)
+void encoder_forward(const KernelContext& ctx, float* out, const int* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C) {
+#pragma omp parallel for collapse(2) num_threads(team(ctx))
     for (int b = 0; b < B; ++b)
         for (int t = 0; t < T; ++t) {
             float* o = out + (static_cast<long>(b) * T + t) * C;
@@ -17,8 +18,9 @@ void encoder_forward(float* out, const int* tokens, const float* wte, const floa
 
 // Rows of dwte are scattered by token id, so two positions may hit the same row: run serially
 // over tokens but parallel over channels, which is race-free and deterministic.
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
-#pragma omp parallel for
+void encoder_backward(const KernelContext& ctx, float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
+                      int T, int C) {
+#pragma omp parallel for num_threads(team(ctx))
     for (int c0 = 0; c0 < C; c0 += 64) {
         const int c1 = c0 + 64 < C ? c0 + 64 : C;
         for (int b = 0; b < B; ++b)

@@ -1,22 +1,22 @@
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/vector_math.h"
+#include "kernels/vector_math.h"
 
 namespace adacc::cpu {
 namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 }
 
-void gelu_forward(float* out, const float* inp, long n) {
-#pragma omp parallel for simd schedule(static)
+void gelu_forward(const KernelContext& ctx, float* out, const float* inp, long n) {
+#pragma omp parallel for simd schedule(static) num_threads(team(ctx))
     for (long i = 0; i < n; ++i) {
         const float x = inp[i];
         out[i] = 0.5f * x * (1.0f + tanh_approx(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
     }
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, long n) {
-#pragma omp parallel for simd schedule(static)
+void gelu_backward(const KernelContext& ctx, float* dinp, const float* inp, const float* dout, long n) {
+#pragma omp parallel for simd schedule(static) num_threads(team(ctx))
     for (long i = 0; i < n; ++i) {
         const float x = inp[i];
         const float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);

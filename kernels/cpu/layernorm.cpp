@@ -5,9 +5,9 @@
 
 namespace adacc::cpu {
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
-#pragma omp parallel for
+void layernorm_forward(const KernelContext& ctx, float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C) {
+#pragma omp parallel for num_threads(team(ctx))
     for (int i = 0; i < N; ++i) {
         const float* x = inp + static_cast<long>(i) * C;
         float sum = 0.0f;
@@ -28,9 +28,9 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 // Two passes so that no two threads write the same address: rows in parallel for dinp, then
 // channel blocks in parallel for dweight / dbias (each thread sums its channels over all rows).
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int N, int C) {
-#pragma omp parallel for
+void layernorm_backward(const KernelContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+#pragma omp parallel for num_threads(team(ctx))
     for (int i = 0; i < N; ++i) {
         const float* x = inp + static_cast<long>(i) * C;
         const float* d = dout + static_cast<long>(i) * C;
@@ -51,7 +51,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
             dx[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
         }
     }
-#pragma omp parallel for
+#pragma omp parallel for num_threads(team(ctx))
     for (int c0 = 0; c0 < C; c0 += 32) {
         const int c1 = c0 + 32 < C ? c0 + 32 : C;
         for (int i = 0; i < N; ++i) {

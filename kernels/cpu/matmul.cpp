@@ -31,9 +31,10 @@ Range thread_range(int n) {
 
 }  // namespace
 
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
+void matmul_forward(const KernelContext& ctx, float* out, const float* inp, const float* weight, const float* bias,
+                    int N, int C, int OC) {
     // Split over output channels: each thread multiplies all rows by its slice of W.
-#pragma omp parallel
+#pragma omp parallel num_threads(team(ctx))
     {
         const Range r = thread_range(OC);
         if (r.end > r.begin) {
@@ -49,9 +50,9 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
     }
 }
 
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int C, int OC, bool accumulate) {
-#pragma omp parallel
+void matmul_backward(const KernelContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC, bool accumulate) {
+#pragma omp parallel num_threads(team(ctx))
     {
         // dinp (N x C) = dout (N x OC) @ W (OC x C), split over input channels.
         if (dinp) {

@@ -3,6 +3,7 @@
 // trainers and `adacc eval|sample --llmc-model` read, and `adacc train --init-from` starts from.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <vector>
 
 #include "src/commands/commands.h"
 #include "src/config.h"
@@ -28,7 +29,8 @@ void run_export(const ExportArgs& args) {
     // The parameter arena only: an inference model allocates no gradients or optimizer state.
     GPTModel model = GPTModel::for_inference(m, 1, 1);
     load_weights(weights, model);
-    save_llmc_model(out, m, model.params());
+    std::vector<float> staging;
+    save_llmc_model(out, m, model.host_readable(ModelArena::parameters, staging));
     std::printf("wrote %s: llm.c GPT-2 model, version %d (fp32), from %s\n", out.c_str(), kLlmcVersionFp32,
                 describe_weights(weights).c_str());
     std::printf("model: L=%d C=%d H=%d V=%d (padded %d) maxT=%d, %lld parameters, %s\n", m.n_layer, m.n_embd,

@@ -1,5 +1,6 @@
 // Elementwise exp and tanh written so that GCC vectorises them inside `#pragma omp simd`
 // loops (libm's expf / tanhf are scalar calls and dominated the GELU and classifier kernels).
+// Host code that must agree with the CPU kernels (the eval scorer) uses the same functions.
 // exp: Cephes' single-precision algorithm, x = n ln2 + r with |r| <= ln2/2, a degree-6
 // polynomial for e^r, then 2^n from the exponent bits; about 2 ulp over the float range.
 #pragma once
@@ -7,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace adacc::cpu {
+namespace adacc {
 
 #pragma omp declare simd notinbranch
 inline float exp_approx(float x) {
@@ -31,4 +32,4 @@ inline float exp_approx(float x) {
 #pragma omp declare simd notinbranch
 inline float tanh_approx(float u) { return 1.0f - 2.0f / (1.0f + exp_approx(2.0f * u)); }
 
-}  // namespace adacc::cpu
+}  // namespace adacc

@@ -1,0 +1,24 @@
+// What every kernel receives first: where it runs and the scratch memory it may use. One struct
+// for every backend, so kernels/ops.inc declares each kernel once; a backend reads its fields
+// and leaves the others' alone.
+#pragma once
+
+#include <cstddef>
+
+namespace adacc {
+
+struct KernelContext {
+    // CPU: the OpenMP team size every parallel region of a kernel runs on (0: OpenMP's default).
+    // Results never depend on it except through reductions, so it is fixed for a model's life.
+    int threads = 0;
+    // Backend memory a kernel may use as scratch (the outlier codec's per-channel statistics),
+    // 64-byte aligned; null when nothing needs any.
+    void* scratch = nullptr;
+    std::size_t scratch_bytes = 0;
+    // CUDA: the cudaStream_t every kernel is queued on and the cuBLASLt handle (opaque here, so
+    // the CPU build needs no CUDA headers).
+    void* stream = nullptr;
+    void* blas = nullptr;
+};
+
+}  // namespace adacc

@@ -1,0 +1,74 @@
+// The seam between the engine and a device (DESIGN §2): a Backend owns its memory (one
+// allocation per arena), moves bytes between host and device, and hands out its kernels
+// (kernels/kernel_table.h) with the KernelContext they run in. The driver, the tape, the
+// optimizer, eval and the profiler reach kernels and device memory only through it; the CPU
+// backend is src/engine/cpu_backend.cpp, a CUDA one joins beside it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "kernels/kernel_context.h"
+#include "kernels/kernel_table.h"
+#include "src/dtype.h"
+
+namespace adacc {
+
+enum class Device : std::uint8_t { cpu, cuda };
+const char* device_name(Device device);
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual Device device() const = 0;
+    // One allocation of `bytes` (> 0), zero-filled: 64-byte aligned host memory on the CPU,
+    // cudaMalloc on a GPU. Throws std::bad_alloc when it cannot be had.
+    virtual void* allocate(std::size_t bytes) = 0;
+    virtual void release(void* memory) = 0;
+    virtual void memset(void* dst, int byte, std::size_t bytes) = 0;
+    virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
+    virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
+    // Waits for every queued kernel and copy (a no-op on the CPU, where kernels are synchronous).
+    virtual void synchronize() = 0;
+    // True when the host may read and write this backend's memory in place (the CPU's), so
+    // large host reads such as a checkpoint's need no staging copy.
+    virtual bool host_addressable() const = 0;
+    // Element type of activations on the tape and in the workspace (fp32 on the CPU).
+    virtual DType activation_dtype() const = 0;
+
+    const KernelTable& kernels() const { return kernels_; }
+    const KernelContext& context() const { return context_; }
+
+protected:
+    KernelTable kernels_;
+    KernelContext context_;
+};
+
+// The process's CPU backend (OpenMP kernels of kernels/cpu/).
+Backend& cpu_backend();
+
+// One allocation in a backend's memory, released through it; move-only. Size 0 allocates nothing.
+class Arena {
+public:
+    Arena() = default;
+    Arena(Backend& backend, std::size_t bytes);
+    Arena(Arena&& other) noexcept { *this = std::move(other); }
+    Arena& operator=(Arena&& other) noexcept;
+    Arena(const Arena&) = delete;
+    Arena& operator=(const Arena&) = delete;
+    ~Arena() { reset(); }
+
+    void reset();  // releases the memory now
+    void* data() const { return data_; }
+    template <typename T>
+    T* as() const { return static_cast<T*>(data_); }
+    std::size_t bytes() const { return bytes_; }
+
+private:
+    Backend* backend_ = nullptr;
+    void* data_ = nullptr;
+    std::size_t bytes_ = 0;
+};
+
+}  // namespace adacc

@@ -1,0 +1,50 @@
+// The CPU backend: host memory (64-byte aligned, so AVX-512 loads of any tensor start on a cache
+// line) and the OpenMP kernels of kernels/cpu/, which run synchronously.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kernels/cpu/ops.h"
+#include "src/common/units.h"
+#include "src/engine/backend.h"
+
+namespace adacc {
+
+namespace {
+
+class CpuBackend final : public Backend {
+public:
+    CpuBackend() {
+#define ADACC_KERNEL(ret, name, ...) kernels_.name = &cpu::name;
+#include "kernels/ops.inc"
+#undef ADACC_KERNEL
+        context_ = cpu::default_context();
+    }
+    Device device() const override { return Device::cpu; }
+    void* allocate(std::size_t bytes) override {
+        const std::size_t size = align_up(bytes, kAlignment);
+        void* p = std::aligned_alloc(kAlignment, size);
+        if (!p) throw std::bad_alloc();
+        std::memset(p, 0, size);
+        return p;
+    }
+    void release(void* memory) override { std::free(memory); }
+    void memset(void* dst, int byte, std::size_t bytes) override { std::memset(dst, byte, bytes); }
+    void copy_to_device(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void synchronize() override {}
+    bool host_addressable() const override { return true; }
+    DType activation_dtype() const override { return DType::f32; }
+
+private:
+    static constexpr std::size_t kAlignment = 64;
+};
+
+}  // namespace
+
+Backend& cpu_backend() {
+    static CpuBackend backend;
+    return backend;
+}
+
+}  // namespace adacc

@@ -1,0 +1,399 @@
+#include "src/engine/driver.h"
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/rng.h"
+
+namespace adacc {
+
+Driver::Driver(Backend& backend, const ModelLayout& layout, ModelArenas& arenas)
+    : backend_(backend), k_(backend.kernels()), arenas_(arenas) {
+    rebind(layout);
+}
+
+void Driver::rebind(const ModelLayout& layout) {
+    layout_ = &layout;
+    ctx_ = backend_.context();
+    ctx_.scratch = arenas_.views.codec_scratch;
+    ctx_.scratch_bytes = layout.workspace().codec_scratch_bytes;
+    schedule_.clear();
+    schedule_.reserve(layout.max_tape_entries());
+    layer_mark_.assign(layout.config().n_layer + 1, {});
+}
+
+unsigned char* Driver::mask_view(TensorKind kind) const {
+    return dropout_active_ ? reinterpret_cast<unsigned char*>(view(kind)) : nullptr;
+}
+
+float Driver::dropout_p() const { return dropout_active_ ? layout_->config().dropout : 0.0f; }
+
+bool Driver::dropped(int layer, TensorKind kind) const {
+    return layout_->block().tensor(kind).saved && layout_->plan().at(layer, kind).policy == Policy::recompute;
+}
+
+// Backward's gradient buffers: the residual stream's gradient (dres) is shared by x, x2 and
+// out because residual additions pass it through unchanged; the rest alternate between two
+// N x C buffers so that each op reads one and writes the other.
+float* Driver::grad_buffer(TensorKind kind) const {
+    using K = TensorKind;
+    const WorkspaceViews& v = arenas_.views;
+    switch (kind) {
+        case K::x:
+        case K::x2:
+        case K::out: return v.dres;
+        case K::fcproj:
+        case K::attproj:
+        case K::ln1: return v.dc_a;
+        case K::ln2:
+        case K::atty: return v.dc_b;
+        case K::fch:
+        case K::fch_gelu: return v.dfc;
+        case K::qkv: return v.dqkv;
+        case K::att: return v.datt;
+        default: return nullptr;
+    }
+}
+
+std::uint64_t Driver::dropout_key(int layer, TensorKind kind) const {
+    return rng_key(dropout_.seed, dropout_.step, dropout_.micro, static_cast<std::uint64_t>(layer),
+                   static_cast<std::uint64_t>(kind));
+}
+
+// The next slot of the tape schedule, which must be (layer, kind): the walk below and
+// ModelLayout::tape_schedule describe the same pushes, and this keeps them honest.
+void* Driver::push_scheduled(int layer, TensorKind kind) {
+    if (next_entry_ >= schedule_.size() || schedule_[next_entry_].layer != layer ||
+        schedule_[next_entry_].kind != kind)
+        throw std::logic_error("tape schedule out of step: forward pushes " + std::string(tensor_kind_name(kind)) +
+                               " of layer " + std::to_string(layer) + " at entry " + std::to_string(next_entry_));
+    const TapeEntry& e = schedule_[next_entry_++];
+    return arenas_.tape.push(e.layer, e.kind, e.policy, e.bytes, e.full_bytes);
+}
+
+// ---- forward --------------------------------------------------------------------------------
+
+void Driver::run_op(const OpInfo& op, int layer, int B, int T) {
+    const GPTConfig& cfg = layout_->config();
+    const int N = B * T, C = cfg.n_embd, NH = cfg.n_head;
+    const float p = dropout_p();
+    const float* params = arenas_.params.as<float>();
+    const ParameterLayout& pl = layout_->parameters();
+    auto weight = [&](std::optional<ParamId> id) { return id ? pl.at(params, *id, layer) : nullptr; };
+    auto in = [&](int i) { return view(op.inputs[i]); };
+    auto out = [&](int i) { return view(op.outputs[i]); };
+    switch (op.kind) {
+        case OpKind::layernorm:
+            k_.layernorm_forward(ctx_, out(0), out(1), out(2), in(0), weight(op.weight), weight(op.bias), N, C);
+            break;
+        case OpKind::matmul:
+            k_.matmul_forward(ctx_, out(0), in(0), weight(op.weight), weight(op.bias), N, op.in_features,
+                              op.out_features);
+            break;
+        case OpKind::attention_softmax: k_.attention_softmax_forward(ctx_, out(0), in(0), B, T, C, NH); break;
+        case OpKind::dropout_mask:
+            k_.dropout_mask(ctx_, mask_view(op.outputs[0]), static_cast<long>(layout_->numel(op.outputs[0], B, T)), p,
+                            dropout_key(layer, op.outputs[0]));
+            break;
+        case OpKind::attention_value:
+            k_.attention_value_forward(ctx_, out(0), view(TensorKind::att), mask_view(TensorKind::att_mask), p,
+                                       view(TensorKind::qkv), B, T, C, NH);
+            break;
+        case OpKind::residual_dropout:
+            k_.residual_dropout_forward(ctx_, out(0), in(0), in(1),
+                                        op.inputs.size() > 2 ? mask_view(op.inputs[2]) : nullptr, p,
+                                        static_cast<long>(N) * C);
+            break;
+        case OpKind::gelu: k_.gelu_forward(ctx_, out(0), in(0), static_cast<long>(N) * 4 * C); break;
+    }
+}
+
+// Where op output `kind` of `layer` is written in forward: a kept tensor straight into its tape
+// slot, the block output into the next layer's input slot, anything else into its workspace
+// buffer (compressed after the op, or dropped and recorded as such).
+void Driver::place_output(int layer, TensorKind kind, int B, int T) {
+    if (layout_->use() == ModelUse::inference) {  // nothing is saved: one block's buffers serve every layer
+        view_slot(kind) = kind == TensorKind::out ? arenas_.views.residual[(layer + 1) % 2] : buffer(kind);
+        return;
+    }
+    if (kind == TensorKind::out) {
+        layer_mark_[layer + 1] = arenas_.tape.mark();
+        view_slot(kind) = static_cast<float*>(push_scheduled(layer + 1, TensorKind::x));
+        return;
+    }
+    if (!layout_->block().tensor(kind).saved) {
+        view_slot(kind) = buffer(kind);
+        return;
+    }
+    const Policy policy = layout_->plan().at(layer, kind).policy;
+    if (policy == Policy::keep) {
+        view_slot(kind) = static_cast<float*>(push_scheduled(layer, kind));
+        return;
+    }
+    view_slot(kind) = buffer(kind);
+    if (policy == Policy::recompute) push_scheduled(layer, kind);
+}
+
+// The blob goes straight into a slot reserved at the codec's bound, so its size need not be
+// known: nothing is read back from the device per tensor.
+void Driver::compress_output(int layer, TensorKind kind, int B, int T) {
+    const TensorPolicy& p = layout_->plan().at(layer, kind);
+    const std::size_t numel = layout_->numel(kind, B, T), rows = layout_->rows(kind, B, T);
+    void* blob = push_scheduled(layer, kind);
+    if (layout_->block().tensor(kind).dtype == DType::u8)
+        cpu::compress_mask(reinterpret_cast<unsigned char*>(view(kind)), numel, blob);
+    else
+        cpu::compress(p.codec, view(kind), rows, numel / rows, layout_->codec_params(), blob, ctx_.scratch);
+    if (observer_ && observer_->wants_compressed_tensors())
+        report_compressed(layer, kind, layout_->block().tensor(kind).dtype == DType::u8 ? cpu::Codec::bitpack : p.codec,
+                          blob, B, T);
+}
+
+// Sampling (the monitor's steps): the blob's exact size goes on the tape's record, and the
+// observer sees the tensor with an idle gradient buffer to decode into (backward's buffers are
+// unused during forward, so nothing is allocated).
+void Driver::report_compressed(int layer, TensorKind kind, cpu::Codec codec, const void* blob, int B, int T) {
+    CompressedTensor t;
+    t.layer = layer;
+    t.kind = kind;
+    t.codec = codec;
+    t.original = view(kind);
+    t.blob = blob;
+    t.rows = layout_->rows(kind, B, T);
+    t.cols = layout_->numel(kind, B, T) / t.rows;
+    t.exact_bytes = codec == cpu::Codec::bitpack  // headerless, and its size is fixed
+                        ? cpu::codec_bytes(codec, 1, t.rows * t.cols, layout_->codec_params())
+                        : cpu::codec_bytes(codec, t.rows, t.cols, layout_->codec_params(),
+                                           cpu::codec_outlier_channels(blob));
+    t.decode_buffer = is_attention_matrix(kind) ? arenas_.views.datt : arenas_.views.dfc;
+    arenas_.tape.set_measured_bytes(t.exact_bytes);
+    observer_->tensor_compressed(backend_, t);
+}
+
+void Driver::forward_block(int layer, int B, int T) {
+    const auto& ops = layout_->block().ops();
+    const bool timed = observer_ && observer_->wants_op_times();
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const OpInfo& op = ops[i];
+        if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
+        for (TensorKind t : op.outputs) place_output(layer, t, B, T);
+        const auto start = std::chrono::steady_clock::now();
+        run_op(op, layer, B, T);
+        if (timed) {
+            backend_.synchronize();
+            observer_->op_timed(i, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                                       .count());
+        }
+        if (layout_->use() == ModelUse::inference) continue;
+        for (TensorKind t : op.outputs)
+            if (layout_->block().tensor(t).saved && layout_->plan().at(layer, t).policy == Policy::compress)
+                compress_output(layer, t, B, T);
+    }
+}
+
+void Driver::forward(int B, int T, bool with_targets, const DropoutContext& dropout, float dloss) {
+    const GPTConfig& cfg = layout_->config();
+    const int N = B * T, C = cfg.n_embd, L = cfg.n_layer, V = cfg.vocab_size, Vp = cfg.padded_vocab_size();
+    const float* params = arenas_.params.as<float>();
+    const ParameterLayout& pl = layout_->parameters();
+    const WorkspaceViews& w = arenas_.views;
+    const bool inference = layout_->use() == ModelUse::inference;
+    TapeAllocator& tape = arenas_.tape;
+    // Without dropout in this pass, the driver skips the mask ops and gates with null masks.
+    dropout_active_ = dropout.training && layout_->block().has_dropout() && !inference;
+    dropout_ = dropout;
+    if (observer_) observer_->forward_started();
+    tape.release_to({});
+    tape.reset_peak();
+    if (!inference) layout_->tape_schedule(B, T, dropout_active_, schedule_);
+    next_entry_ = 0;
+
+    if (dropout_active_) emb_mask_ = static_cast<unsigned char*>(push_scheduled(kEmbeddingLayer, TensorKind::emb_mask));
+    layer_mark_[0] = tape.mark();
+    float* x = inference ? w.residual[0] : static_cast<float*>(push_scheduled(0, TensorKind::x));
+    k_.encoder_forward(ctx_, x, w.tokens, pl.at(params, ParamId::wte), pl.at(params, ParamId::wpe), B, T, C);
+    if (dropout_active_) {
+        // Keyed as (layer L, kind x) since before emb_mask had a kind of its own: masks stay bit-identical.
+        k_.dropout_mask(ctx_, emb_mask_, static_cast<long>(N) * C, cfg.dropout, dropout_key(L, TensorKind::x));
+        k_.dropout_forward(ctx_, x, x, emb_mask_, cfg.dropout, static_cast<long>(N) * C);
+    }
+    view_slot(TensorKind::x) = x;
+    for (int l = 0; l < L; ++l) {
+        forward_block(l, B, T);
+        view_slot(TensorKind::x) = view(TensorKind::out);
+    }
+    final_x_ = view(TensorKind::out);
+    if (inference) {
+        lnf_ = w.lnf, lnf_mean_ = w.lnf_mean, lnf_rstd_ = w.lnf_rstd;
+    } else {
+        lnf_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf));
+        lnf_mean_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf_mean));
+        lnf_rstd_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf_rstd));
+        if (next_entry_ != schedule_.size()) throw std::logic_error("tape schedule out of step: entries left over");
+    }
+    k_.layernorm_forward(ctx_, lnf_, lnf_mean_, lnf_rstd_, final_x_, pl.at(params, ParamId::lnfw),
+                         pl.at(params, ParamId::lnfb), N, C);
+    k_.matmul_forward(ctx_, w.logits, lnf_, pl.at(params, ParamId::wte), nullptr, N, C, Vp);
+    has_dlogits_ = false;
+    if (!with_targets) return;
+    k_.fused_classifier(ctx_, w.logits, w.losses, w.targets, N, V, Vp, dloss);
+    has_dlogits_ = dloss != 0.0f;
+}
+
+// ---- backward -------------------------------------------------------------------------------
+
+// Brings every tensor of `layer` that backward reads into view, in forward order: kept ones
+// from their tape slot, compressed ones decompressed into the workspace, dropped ones
+// recomputed by re-running their producing op (and the transient ops feeding it) from tensors
+// already in view. Outputs of a re-run op that are already in view go to a discard buffer, so
+// kept tensors are never overwritten.
+void Driver::materialize_block(int layer, int B, int T) {
+    const BlockGraph& block = layout_->block();
+    const ActivationPlan& plan = layout_->plan();
+    const TapeAllocator& tape = arenas_.tape;
+    const auto& ops = block.ops();
+    constexpr std::size_t kMaxOps = 32;
+    if (ops.size() > kMaxOps) throw std::logic_error("materialize_block: the block has more than 32 ops");
+    bool rerun[kMaxOps] = {};
+    for (std::size_t i = 0; i < ops.size(); ++i)
+        for (TensorKind t : ops[i].outputs)
+            if (dropped(layer, t)) rerun[i] = true;
+    for (std::size_t i = ops.size(); i-- > 0;)
+        if (rerun[i])
+            for (TensorKind in : ops[i].inputs)
+                if (!block.tensor(in).saved && in != TensorKind::x) rerun[block.producer(in) - ops.data()] = true;
+
+    view_slot(TensorKind::x) = static_cast<float*>(tape.data(*tape.find(layer, TensorKind::x)));
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const OpInfo& op = ops[i];
+        if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
+        float* discard = arenas_.views.discard;
+        for (TensorKind t : op.outputs) {
+            if (!block.tensor(t).saved) {
+                view_slot(t) = buffer(t);
+                continue;
+            }
+            const TensorPolicy& p = plan.at(layer, t);
+            if (p.policy == Policy::keep) view_slot(t) = static_cast<float*>(tape.data(*tape.find(layer, t)));
+            if (p.policy == Policy::compress) {
+                const void* blob = tape.data(*tape.find(layer, t));
+                const std::size_t numel = layout_->numel(t, B, T), rows = layout_->rows(t, B, T);
+                if (block.tensor(t).dtype == DType::u8)
+                    cpu::decompress_mask(blob, numel, reinterpret_cast<unsigned char*>(buffer(t)));
+                else
+                    cpu::decompress(p.codec, blob, rows, numel / rows, buffer(t));
+                view_slot(t) = buffer(t);
+            }
+        }
+        if (!rerun[i]) continue;
+        constexpr std::size_t kMaxOutputs = 4;
+        if (op.outputs.size() > kMaxOutputs) throw std::logic_error("materialize_block: an op with more than 4 outputs");
+        float* in_view[kMaxOutputs] = {};
+        for (std::size_t o = 0; o < op.outputs.size(); ++o) {
+            const TensorKind t = op.outputs[o];
+            in_view[o] = view(t);
+            if (!block.tensor(t).saved || dropped(layer, t)) {
+                view_slot(t) = buffer(t);
+            } else {
+                view_slot(t) = discard;
+                discard += static_cast<std::size_t>(B) * T;  // only layernorm statistics land here
+            }
+        }
+        run_op(op, layer, B, T);
+        for (std::size_t o = 0; o < op.outputs.size(); ++o) {
+            const TensorKind t = op.outputs[o];
+            if (block.tensor(t).saved && !dropped(layer, t)) view_slot(t) = in_view[o];
+        }
+    }
+}
+
+void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate) {
+    const GPTConfig& cfg = layout_->config();
+    const int N = B * T, C = cfg.n_embd, NH = cfg.n_head;
+    const float p = dropout_p();
+    const ParameterLayout& pl = layout_->parameters();
+    const WorkspaceViews& w = arenas_.views;
+    auto weight = [&](std::optional<ParamId> id) { return id ? pl.at(arenas_.params.as<float>(), *id, layer) : nullptr; };
+    auto dweight = [&](std::optional<ParamId> id) { return id ? pl.at(arenas_.grads.as<float>(), *id, layer) : nullptr; };
+    const float* att = view(TensorKind::att);
+    const float* qkv = view(TensorKind::qkv);
+    switch (op.kind) {
+        case OpKind::layernorm:
+            k_.layernorm_backward(ctx_, grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
+                                  grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight),
+                                  view(op.outputs[1]), view(op.outputs[2]), N, C);
+            break;
+        case OpKind::matmul:
+            k_.matmul_backward(ctx_, grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
+                               grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight), N, op.in_features,
+                               op.out_features, accumulate);
+            break;
+        case OpKind::attention_softmax:
+            k_.attention_softmax_backward(ctx_, w.dqkv, w.datt, att, qkv, B, T, C, NH);
+            break;
+        case OpKind::dropout_mask: break;  // masks are inputs only
+        case OpKind::attention_value:
+            k_.attention_value_backward(ctx_, w.datt, w.dqkv, grad_buffer(TensorKind::atty), att,
+                                        mask_view(TensorKind::att_mask), p, qkv, B, T, C, NH);
+            break;
+        case OpKind::residual_dropout:
+            // The residual input's gradient is the output's (same buffer, dres); only the branch needs work.
+            k_.residual_dropout_backward(ctx_, grad_buffer(op.inputs[1]), grad_buffer(op.outputs[0]),
+                                         op.inputs.size() > 2 ? mask_view(op.inputs[2]) : nullptr, p,
+                                         static_cast<long>(N) * C);
+            break;
+        case OpKind::gelu:
+            k_.gelu_backward(ctx_, grad_buffer(op.inputs[0]), view(op.inputs[0]), grad_buffer(op.outputs[0]),
+                             static_cast<long>(N) * 4 * C);
+            break;
+    }
+}
+
+// Gradients no matmul writes whole: layernorm parameters (accumulated over rows) and wpe (the
+// encoder adds into the rows of the positions used). wte is written whole by the classifier.
+void Driver::zero_non_matmul_grads() {
+    const ParameterLayout& pl = layout_->parameters();
+    for (ParamId id : {ParamId::wpe, ParamId::ln1w, ParamId::ln1b, ParamId::ln2w, ParamId::ln2b, ParamId::lnfw,
+                       ParamId::lnfb}) {
+        const ParamTensorInfo& info = pl.info(id);
+        backend_.memset(arenas_.grads.as<float>() + info.offset, 0, info.numel * sizeof(float));
+    }
+}
+
+void Driver::backward(int B, int T, bool accumulate) {
+    if (layout_->use() == ModelUse::inference) throw std::logic_error("GPTModel::backward on an inference model");
+    if (!has_dlogits_) throw std::logic_error("GPTModel::backward needs a forward with targets and dloss != 0");
+    const GPTConfig& cfg = layout_->config();
+    const int N = B * T, C = cfg.n_embd, Vp = cfg.padded_vocab_size(), L = cfg.n_layer;
+    const ParameterLayout& pl = layout_->parameters();
+    const float* params = arenas_.params.as<float>();
+    float* grads = arenas_.grads.as<float>();
+    const WorkspaceViews& w = arenas_.views;
+    TapeAllocator& tape = arenas_.tape;
+
+    if (!accumulate) zero_non_matmul_grads();
+    // Classifier (tied head): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf; then the final layernorm.
+    k_.matmul_backward(ctx_, w.dc_a, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_, pl.at(params, ParamId::wte),
+                       N, C, Vp, accumulate);
+    backend_.memset(w.dres, 0, sizeof(float) * N * C);
+    k_.layernorm_backward(ctx_, w.dres, pl.at(grads, ParamId::lnfw), pl.at(grads, ParamId::lnfb), w.dc_a, final_x_,
+                          pl.at(params, ParamId::lnfw), lnf_mean_, lnf_rstd_, N, C);
+    tape.release_to(layer_mark_[L]);
+
+    const auto& ops = layout_->block().ops();
+    for (int l = L - 1; l >= 0; --l) {
+        materialize_block(l, B, T);
+        for (auto op = ops.rbegin(); op != ops.rend(); ++op)
+            if (op->kind != OpKind::dropout_mask) backward_op(*op, l, B, T, accumulate);
+        tape.release_to(layer_mark_[l]);
+    }
+
+    if (dropout_active_)
+        k_.residual_dropout_backward(ctx_, w.dres, w.dres, emb_mask_, cfg.dropout, static_cast<long>(N) * C);
+    k_.encoder_backward(ctx_, pl.at(grads, ParamId::wte), pl.at(grads, ParamId::wpe), w.dres, w.tokens, B, T, C);
+    tape.release_to({});
+    has_dlogits_ = false;
+}
+
+}  // namespace adacc

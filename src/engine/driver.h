@@ -1,0 +1,82 @@
+// The forward / backward driver (DESIGN §4): walks the block description of models/gpt_block.h
+// layer by layer, calling the backend's kernels on the model's arenas. Forward pushes every
+// tensor backward needs onto the tape in the order of the layout's tape schedule and in the
+// form the ActivationPlan says (kept, compressed into a slot reserved at the codec's bound, or
+// recorded as dropped); backward first brings each block's tensors back (decompressing, or
+// re-running the ops of dropped ones) and releases the block's slots after its backward. The
+// driver allocates nothing: every buffer it touches is in ModelArenas.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "src/engine/backend.h"
+#include "src/engine/model_arenas.h"
+#include "src/engine/model_layout.h"
+#include "src/engine/model_observer.h"
+
+namespace adacc {
+
+// Identifies the dropout streams of one forward pass: masks are keyed by
+// (seed, step, micro-batch, layer, tensor), so the same context regenerates the same masks.
+struct DropoutContext {
+    std::uint64_t seed = 0;
+    std::uint64_t step = 0;
+    std::uint64_t micro = 0;
+    bool training = true;  // false: dropout off (validation, eval, sampling)
+};
+
+class Driver {
+public:
+    Driver(Backend& backend, const ModelLayout& layout, ModelArenas& arenas);
+    // After the layout or the arenas changed (a re-plan).
+    void rebind(const ModelLayout& layout);
+
+    // Forward over the tokens already in the workspace (views.tokens, views.targets); with
+    // targets, the fused classifier writes per-token losses and, with dloss != 0, dlogits.
+    void forward(int B, int T, bool with_targets, const DropoutContext& dropout, float dloss);
+    // Backward of the last forward, which must have had targets and dloss != 0.
+    void backward(int B, int T, bool accumulate);
+    bool has_dlogits() const { return has_dlogits_; }
+
+    void set_observer(ModelObserver* observer) { observer_ = observer; }
+
+private:
+    float* view(TensorKind kind) const { return view_[static_cast<int>(kind)]; }
+    float*& view_slot(TensorKind kind) { return view_[static_cast<int>(kind)]; }
+    float* buffer(TensorKind kind) const { return arenas_.views.buffer[static_cast<int>(kind)]; }
+    unsigned char* mask_view(TensorKind kind) const;  // null when this pass has no dropout
+    float dropout_p() const;                          // 0 when this pass has no dropout
+    float* grad_buffer(TensorKind kind) const;
+    std::uint64_t dropout_key(int layer, TensorKind kind) const;
+    bool dropped(int layer, TensorKind kind) const;
+    void* push_scheduled(int layer, TensorKind kind);
+
+    void forward_block(int layer, int B, int T);
+    void place_output(int layer, TensorKind kind, int B, int T);
+    void compress_output(int layer, TensorKind kind, int B, int T);
+    void report_compressed(int layer, TensorKind kind, cpu::Codec codec, const void* blob, int B, int T);
+    void materialize_block(int layer, int B, int T);
+    void run_op(const OpInfo& op, int layer, int B, int T);
+    void backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate);
+    void zero_non_matmul_grads();
+
+    Backend& backend_;
+    const KernelTable& k_;
+    KernelContext ctx_;  // the backend's, with this model's codec scratch
+    const ModelLayout* layout_;
+    ModelArenas& arenas_;
+
+    std::vector<TapeEntry> schedule_;  // this forward's tape pushes (reserved at construction)
+    std::size_t next_entry_ = 0;
+    float* view_[kNumTensorKinds] = {};  // the current block's tensors (tape or workspace)
+    std::vector<TapeAllocator::Mark> layer_mark_;  // tape mark before layer l's input x (l = L: the final layernorm)
+    float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *final_x_ = nullptr;
+    unsigned char* emb_mask_ = nullptr;
+    bool has_dlogits_ = false;
+    bool dropout_active_ = false;  // the last forward applied dropout
+    DropoutContext dropout_;       // the last forward's, to regenerate its masks
+    ModelObserver* observer_ = nullptr;
+};
+
+}  // namespace adacc

@@ -1,0 +1,57 @@
+#include "src/engine/model_arenas.h"
+
+namespace adacc {
+
+namespace {
+
+template <typename T>
+T* at_byte(const Arena& arena, std::size_t offset) {
+    return reinterpret_cast<T*>(arena.as<unsigned char>() + offset);
+}
+
+}  // namespace
+
+ModelArenas::ModelArenas(Backend& backend, const ModelLayout& layout)
+    : params(backend, layout.memory().parameters), grads(backend, layout.memory().gradients),
+      adam_m(backend, layout.memory().optimizer_state / 2), adam_v(backend, layout.memory().optimizer_state / 2),
+      workspace(backend, layout.memory().workspace()), tape(backend, layout.memory().tape) {
+    carve(layout);
+}
+
+void ModelArenas::reshape(Backend& backend, const ModelLayout& layout) {
+    workspace.reset();
+    tape = TapeAllocator(backend, 0);
+    tape = TapeAllocator(backend, layout.memory().tape);
+    workspace = Arena(backend, layout.memory().workspace());
+    carve(layout);
+}
+
+void ModelArenas::carve(const ModelLayout& layout) {
+    const WorkspaceLayout& w = layout.workspace();
+    WorkspaceViews v;
+    if (layout.use() == ModelUse::inference) {
+        v.residual[0] = at_byte<float>(workspace, w.residual[0]);
+        v.residual[1] = at_byte<float>(workspace, w.residual[1]);
+        v.lnf = at_byte<float>(workspace, w.lnf);
+        v.lnf_mean = at_byte<float>(workspace, w.lnf_mean);
+        v.lnf_rstd = at_byte<float>(workspace, w.lnf_rstd);
+    } else {
+        v.dres = at_byte<float>(workspace, w.dres);
+        v.dc_a = at_byte<float>(workspace, w.dc_a);
+        v.dc_b = at_byte<float>(workspace, w.dc_b);
+        v.dqkv = at_byte<float>(workspace, w.dqkv);
+        v.dfc = at_byte<float>(workspace, w.dfc);
+        v.datt = at_byte<float>(workspace, w.datt);
+        v.discard = at_byte<float>(workspace, w.discard);
+    }
+    for (int k = 0; k < kNumTensorKinds; ++k)
+        if (w.has_buffer[k]) v.buffer[k] = at_byte<float>(workspace, w.buffer[k]);
+    v.codec_scratch = w.codec_scratch_bytes ? at_byte<void>(workspace, w.codec_scratch) : nullptr;
+    v.logits = at_byte<float>(workspace, w.logits);
+    v.losses = at_byte<float>(workspace, w.losses);
+    v.tokens = at_byte<int>(workspace, w.tokens);
+    v.targets = at_byte<int>(workspace, w.targets);
+    views = v;
+}
+
+}  // namespace adacc

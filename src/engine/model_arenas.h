@@ -1,0 +1,39 @@
+// The memory a model owns, one backend allocation per arena (parameters, gradients, AdamW m and
+// v, workspace) plus the tape, sized by a ModelLayout; and the workspace carved into the
+// driver's buffers. Allocation happens here and only here.
+#pragma once
+
+#include "src/engine/backend.h"
+#include "src/engine/model_layout.h"
+#include "src/tape.h"
+
+namespace adacc {
+
+// Pointers into the workspace arena, one per buffer of WorkspaceLayout (null where the layout
+// has none: inference has no gradient buffers, training no residual ping-pong).
+struct WorkspaceViews {
+    float* buffer[kNumTensorKinds] = {};  // materialised tensors and transients
+    float* residual[2] = {};              // inference: the residual stream, alternating between layers
+    float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // inference: the final layernorm
+    float *dres = nullptr, *dc_a = nullptr, *dc_b = nullptr, *dqkv = nullptr, *dfc = nullptr, *datt = nullptr;
+    float* discard = nullptr;  // outputs a recompute must produce but that are already materialised
+    void* codec_scratch = nullptr;
+    float *logits = nullptr, *losses = nullptr;
+    int *tokens = nullptr, *targets = nullptr;
+};
+
+struct ModelArenas {
+    ModelArenas(Backend& backend, const ModelLayout& layout);
+    // The tape and workspace for another plan (parameters and optimizer state untouched); the old
+    // ones are freed before the new ones are allocated.
+    void reshape(Backend& backend, const ModelLayout& layout);
+
+    Arena params, grads, adam_m, adam_v, workspace;
+    TapeAllocator tape;
+    WorkspaceViews views;
+
+private:
+    void carve(const ModelLayout& layout);
+};
+
+}  // namespace adacc

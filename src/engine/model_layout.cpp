@@ -1,0 +1,168 @@
+#include "src/engine/model_layout.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "src/common/units.h"
+
+namespace adacc {
+
+namespace {
+
+constexpr std::size_t kAlign = 64;  // every tape slot and workspace buffer starts on a cache line
+
+// Hands out consecutive 64-byte-aligned byte ranges.
+struct Cursor {
+    std::size_t bytes = 0;
+    std::size_t take(std::size_t n) {
+        const std::size_t at = bytes;
+        bytes += align_up(n, kAlign);
+        return at;
+    }
+};
+
+// The largest scratch a compression of the plan needs (the outlier codec's statistics).
+std::size_t codec_scratch_bytes(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
+                                const cpu::CodecParams& codec_params, int B, int T) {
+    std::size_t scratch = 0;
+    for (const TensorInfo& t : block.tensors()) {
+        if (!t.saved || t.dtype != DType::f32) continue;
+        const std::size_t rows = tensor_rows(cfg, t.kind, B, T);
+        for (int l = 0; l < plan.n_layer(); ++l)
+            if (plan.at(l, t.kind).policy == Policy::compress)
+                scratch = std::max(scratch, cpu::codec_scratch_bytes(plan.at(l, t.kind).codec, rows, t.numel / rows,
+                                                                     codec_params));
+    }
+    return scratch;
+}
+
+WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
+                                 const cpu::CodecParams& codec_params, int B, int T, ModelUse use) {
+    WorkspaceLayout w;
+    const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, F = sizeof(float);
+    const bool inference = use == ModelUse::inference;
+    Cursor c;
+    for (const TensorInfo& t : block.tensors()) {
+        const int k = static_cast<int>(t.kind);
+        if (!t.saved || t.kind == TensorKind::x || !(inference || plan.materialized_anywhere(t.kind))) continue;
+        w.buffer[k] = c.take(t.bytes());
+        w.has_buffer[k] = true;
+    }
+    w.codec_scratch_bytes = codec_scratch_bytes(cfg, block, plan, codec_params, B, T);
+    w.codec_scratch = c.take(w.codec_scratch_bytes);
+    if (inference) {
+        w.residual[0] = c.take(N * C * F);
+        w.residual[1] = c.take(N * C * F);
+        w.lnf = c.take(N * C * F);
+        w.lnf_mean = c.take(N * F);
+        w.lnf_rstd = c.take(N * F);
+    }
+    w.materialize = c.bytes;
+    for (TensorKind t : {TensorKind::attproj, TensorKind::fcproj}) {
+        w.buffer[static_cast<int>(t)] = c.take(N * C * F);
+        w.has_buffer[static_cast<int>(t)] = true;
+    }
+    if (!inference) {  // backward's buffers
+        w.dres = c.take(N * C * F);
+        w.dc_a = c.take(N * C * F);
+        w.dc_b = c.take(N * C * F);
+        w.dqkv = c.take(N * 3 * C * F);
+        w.dfc = c.take(N * 4 * C * F);
+        w.datt = c.take(block.tensor(TensorKind::att).bytes());
+        w.discard = c.take(2 * N * F);
+    }
+    w.transients = c.bytes - w.materialize;
+    w.logits = c.take(N * cfg.padded_vocab_size() * F);
+    w.losses = c.take(N * F);
+    w.tokens = c.take(N * sizeof(int));
+    w.targets = c.take(N * sizeof(int));
+    w.logits_bytes = c.bytes - w.materialize - w.transients;
+    w.total = c.bytes;
+    return w;
+}
+
+}  // namespace
+
+ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
+                         const cpu::CodecParams& codec_params, ModelUse use)
+    : config_(config), parameters_(config), B_(B), T_(T), block_(config, B, T), plan_(plan),
+      codec_params_(codec_params), use_(use),
+      workspace_(workspace_layout(config, block_, plan, codec_params, B, T, use)) {
+    if (plan.n_layer() != config.n_layer) throw std::invalid_argument("activation plan has the wrong layer count");
+    const std::size_t param_bytes = parameters_.total() * sizeof(float);
+    const bool training = use == ModelUse::training;
+    memory_.parameters = param_bytes;
+    memory_.gradients = training ? param_bytes : 0;
+    memory_.optimizer_state = training ? 2 * param_bytes : 0;
+    if (training) {
+        std::vector<TapeEntry> schedule;
+        tape_schedule(B, T, block_.has_dropout(), schedule);
+        memory_.tape = tape_bytes(schedule);
+        max_tape_entries_ = schedule.size();
+    }
+    memory_.materialize = workspace_.materialize;
+    memory_.transients = workspace_.transients;
+    memory_.logits = workspace_.logits_bytes;
+}
+
+std::size_t ModelLayout::numel(TensorKind kind, int B, int T) const {
+    const std::size_t N = static_cast<std::size_t>(B) * T;
+    if (kind == TensorKind::out) return N * config_.n_embd;
+    if (block_.tensor(kind).numel == 0) return 0;
+    if (is_attention_matrix(kind)) return N * config_.n_head * T;
+    const std::size_t per_token = block_.tensor(kind).numel / block_.tensor(TensorKind::ln1_mean).numel;
+    return N * per_token;
+}
+
+std::size_t ModelLayout::bytes(TensorKind kind, int B, int T) const {
+    return numel(kind, B, T) * dtype_size(block_.tensor(kind).dtype);
+}
+
+// The pushes of Driver::forward, in its order: the embedding mask, layer 0's input, per layer
+// and op its saved outputs in their policy's form (the block output as the next layer's input),
+// then the final layernorm's output and statistics.
+void ModelLayout::tape_schedule(int B, int T, bool dropout, std::vector<TapeEntry>& out) const {
+    out.clear();
+    const std::size_t N = static_cast<std::size_t>(B) * T, act = N * config_.n_embd * sizeof(float);
+    auto keep = [&](int layer, TensorKind kind, std::size_t bytes) {
+        out.push_back({layer, kind, Policy::keep, cpu::Codec::group_int4, bytes, bytes});
+    };
+    if (dropout) keep(kEmbeddingLayer, TensorKind::emb_mask, N * config_.n_embd);
+    keep(0, TensorKind::x, act);
+    for (int l = 0; l < config_.n_layer; ++l)
+        for (const OpInfo& op : block_.ops()) {
+            if (op.kind == OpKind::dropout_mask && !dropout) continue;
+            // Kept and dropped outputs are placed before the op runs, compressed ones after it.
+            for (const bool compressed : {false, true})
+                for (TensorKind t : op.outputs) {
+                    if (t == TensorKind::out) {
+                        if (!compressed) keep(l + 1, TensorKind::x, act);
+                        continue;
+                    }
+                    const TensorInfo& info = block_.tensor(t);
+                    if (!info.saved) continue;
+                    const TensorPolicy& p = plan_.at(l, t);
+                    if ((p.policy == Policy::compress) != compressed) continue;
+                    const std::size_t full = bytes(t, B, T), rows = this->rows(t, B, T);
+                    const std::size_t reserved =
+                        p.policy == Policy::keep        ? full
+                        : p.policy == Policy::recompute ? 0
+                        : info.dtype == DType::u8
+                            ? cpu::codec_bytes(cpu::Codec::bitpack, 1, numel(t, B, T), codec_params_)
+                            : cpu::codec_max_bytes(p.codec, rows, numel(t, B, T) / rows, codec_params_);
+                    out.push_back({l, t, p.policy, p.codec, reserved, full});
+                }
+        }
+    const int L = config_.n_layer;
+    keep(L, TensorKind::lnf, act);
+    keep(L, TensorKind::lnf_mean, N * sizeof(float));
+    keep(L, TensorKind::lnf_rstd, N * sizeof(float));
+}
+
+std::size_t tape_bytes(const std::vector<TapeEntry>& schedule) {
+    std::size_t total = 0;
+    for (const TapeEntry& e : schedule) total += align_up(e.bytes, kAlign);
+    return total;
+}
+
+}  // namespace adacc

@@ -1,0 +1,106 @@
+// A model's memory as pure arithmetic (DESIGN §4): every arena's size, every workspace buffer's
+// place and the tape schedule — the ordered list of slots one forward pushes, each at its
+// reserved size (a compressed tensor at its codec's upper bound). The same schedule sizes the
+// tape before anything is allocated and drives the pushes at run time, so capacity and use
+// cannot drift apart. Nothing here allocates backend memory or runs a kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/codecs.h"
+#include "models/gpt_block.h"
+#include "models/gpt_config.h"
+#include "models/gpt_params.h"
+#include "src/activation_plan.h"
+
+namespace adacc {
+
+// Byte sizes of every allocation the model makes, known before any is made.
+struct ModelMemory {
+    std::size_t parameters = 0, gradients = 0, optimizer_state = 0;  // optimizer: m and v
+    std::size_t tape = 0;            // capacity: every saved activation at its reserved size (bounds for codecs)
+    std::size_t materialize = 0;     // workspace: full-size buffers for tensors not kept in some layer
+    std::size_t transients = 0;      // workspace: op outputs no backward needs, backward's gradient buffers
+    std::size_t logits = 0;          // workspace: logits / dlogits (N x Vp), per-token losses, tokens, targets
+    std::size_t workspace() const { return materialize + transients + logits; }
+    std::size_t static_bytes() const { return parameters + gradients + optimizer_state; }
+    std::size_t total() const { return static_bytes() + tape + workspace(); }
+};
+
+// Training allocates gradients, optimizer state and the tape; inference (eval, sampling)
+// allocates none of them: activations live in one block's workspace buffers, reused per layer.
+enum class ModelUse : std::uint8_t { training, inference };
+
+// Layer index of the tensors before the first block (the embedding dropout mask); the final
+// layernorm's slots carry layer n_layer.
+constexpr int kEmbeddingLayer = -1;
+
+// One slot of the tape schedule.
+struct TapeEntry {
+    int layer = 0;
+    TensorKind kind = TensorKind::x;
+    Policy policy = Policy::keep;
+    cpu::Codec codec = cpu::Codec::group_int4;  // Policy::compress only
+    std::size_t bytes = 0;       // reserved on the tape: full size, codec bound, or 0 (recompute)
+    std::size_t full_bytes = 0;  // the tensor's uncompressed size
+};
+
+// Byte offsets into the workspace arena (one allocation, carved into these buffers).
+struct WorkspaceLayout {
+    std::size_t buffer[kNumTensorKinds] = {};  // materialised tensors and transients
+    bool has_buffer[kNumTensorKinds] = {};
+    std::size_t residual[2] = {}, lnf = 0, lnf_mean = 0, lnf_rstd = 0;  // inference only
+    std::size_t dres = 0, dc_a = 0, dc_b = 0, dqkv = 0, dfc = 0, datt = 0, discard = 0;  // training only
+    std::size_t codec_scratch = 0, codec_scratch_bytes = 0;
+    std::size_t logits = 0, losses = 0, tokens = 0, targets = 0;
+    std::size_t materialize = 0, transients = 0, logits_bytes = 0, total = 0;
+};
+
+class ModelLayout {
+public:
+    // For micro-batches up to B x T (T <= config.max_seq_len) under `plan`.
+    ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan, const cpu::CodecParams& codec_params,
+                ModelUse use);
+
+    const GPTConfig& config() const { return config_; }
+    const ParameterLayout& parameters() const { return parameters_; }
+    const BlockGraph& block() const { return block_; }  // at the allocated B x T
+    const ActivationPlan& plan() const { return plan_; }
+    const cpu::CodecParams& codec_params() const { return codec_params_; }
+    ModelUse use() const { return use_; }
+    int max_batch() const { return B_; }
+    int max_seq_len() const { return T_; }
+    const ModelMemory& memory() const { return memory_; }
+    const WorkspaceLayout& workspace() const { return workspace_; }
+
+    // Sizes of tensor `kind` at B x T (<= the allocated shape).
+    std::size_t numel(TensorKind kind, int B, int T) const;
+    std::size_t bytes(TensorKind kind, int B, int T) const;
+    std::size_t rows(TensorKind kind, int B, int T) const { return tensor_rows(config_, kind, B, T); }
+
+    // The slots one training forward at B x T pushes, in push order, into `out` (cleared first;
+    // its capacity is kept, so a forward rebuilding it allocates nothing once it is reserved).
+    // Without dropout the masks are absent.
+    void tape_schedule(int B, int T, bool dropout, std::vector<TapeEntry>& out) const;
+    // Entries of the longest schedule (what `out` is reserved for).
+    std::size_t max_tape_entries() const { return max_tape_entries_; }
+
+private:
+    GPTConfig config_;
+    ParameterLayout parameters_;
+    int B_, T_;
+    BlockGraph block_;
+    ActivationPlan plan_;
+    cpu::CodecParams codec_params_;
+    ModelUse use_;
+    WorkspaceLayout workspace_;
+    ModelMemory memory_;
+    std::size_t max_tape_entries_ = 0;
+};
+
+// Sum of the schedule's slots as the tape lays them out (each 64-byte aligned).
+std::size_t tape_bytes(const std::vector<TapeEntry>& schedule);
+
+}  // namespace adacc

@@ -1,0 +1,42 @@
+// What a model reports to whoever watches it run (the profiler's op timing, the Adacc monitor's
+// codec sampling), so the model knows nothing of either: the driver calls these hooks when an
+// observer is set, and costs nothing when none is.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/cpu/codecs.h"
+#include "models/gpt_block.h"
+
+namespace adacc {
+
+class Backend;
+
+// A tensor the driver has just compressed in forward; every pointer is in backend memory.
+struct CompressedTensor {
+    int layer = 0;
+    TensorKind kind = TensorKind::x;
+    cpu::Codec codec = cpu::Codec::group_int4;
+    const void* original = nullptr;  // the tensor as the op wrote it (fp32, or mask bytes)
+    const void* blob = nullptr;      // its blob, in its tape slot
+    std::size_t rows = 0, cols = 0;
+    std::size_t exact_bytes = 0;     // the blob's exact size (read from its header)
+    float* decode_buffer = nullptr;  // idle workspace of >= rows * cols floats the observer may decode into
+};
+
+class ModelObserver {
+public:
+    virtual ~ModelObserver() = default;
+    // At the start of every forward.
+    virtual void forward_started() {}
+    // Op timing: when true, every block op of a forward is timed (wall clock on the CPU, after
+    // the backend synchronised) and reported through op_timed.
+    virtual bool wants_op_times() const { return false; }
+    virtual void op_timed(std::size_t op_index, double ms) {}
+    // Codec sampling: when true, every compression in forward measures its blob's exact size (the
+    // tape records it) and reports the tensor through tensor_compressed.
+    virtual bool wants_compressed_tensors() const { return false; }
+    virtual void tensor_compressed(Backend& backend, const CompressedTensor& tensor) {}
+};
+
+}  // namespace adacc
