@@ -161,21 +161,27 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
     const auto& t = config_.training;
     const double tokens = static_cast<double>(t.batch_size) * t.seq_len * t.grad_accum;
     const double gflops = model_->training_flops(t.batch_size, t.seq_len) * t.grad_accum / seconds / 1e9;
-    // The tape at its peak (end of forward): bytes held kept / compressed, and bytes recomputed instead.
+    // The tape at its peak (end of forward): bytes held kept / reserved for compressed blobs, and
+    // bytes recomputed instead; on sampled steps also the blobs' exact size.
     const TapeUsage& tape = model_->tape().peak();
     const std::size_t kept = tape.by_policy[int(Policy::keep)], compressed = tape.by_policy[int(Policy::compress)],
                       recomputed = tape.by_policy[int(Policy::recompute)];
+    const std::string measured =
+        tape.measured_slots ? ", blobs measured " + format_bytes(tape.measured_bytes) + " of " +
+                                  format_bytes(tape.measured_reserved) + " reserved"
+                            : "";
     if (step % config_.logging.print_every == 0 || step == t.steps)
         std::printf("step %6d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | "
-                    "tape %s (kept %s, compressed %s, recompute %s)\n",
+                    "tape %s (kept %s, compressed %s, recompute %s%s)\n",
                     step, t.steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, gflops,
                     format_bytes(tape.used).c_str(), format_bytes(kept).c_str(), format_bytes(compressed).c_str(),
-                    format_bytes(recomputed).c_str());
+                    format_bytes(recomputed).c_str(), measured.c_str());
     std::fflush(stdout);
     nlohmann::json record = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                               {"step_ms", seconds * 1e3}, {"tokens_per_s", tokens / seconds}, {"gflops", gflops},
                               {"tape_peak_bytes", tape.used}, {"tape_kept_bytes", kept},
                               {"tape_compressed_bytes", compressed}, {"tape_recompute_bytes", recomputed}};
+    if (tape.measured_slots) record["tape_compressed_measured_bytes"] = tape.measured_bytes;
     if (regulator_) record["monitor_ms_total"] = regulator_->monitor_ms();
     metrics_->write(record);
 }
