@@ -7,6 +7,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "kernels/cpu/codecs.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/rng.h"
 
@@ -33,7 +34,7 @@ std::size_t numel_at(const BlockGraph& block, const GPTConfig& cfg, TensorKind k
 // The tape capacity for one forward at B x T: the same walk as GPTModel::forward, summing the
 // aligned size each push reserves (codecs at their exact upper bound).
 std::size_t tape_capacity(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
-                          const cpu::CodecParams& codec_params, int B, int T) {
+                          const CodecParams& codec_params, int B, int T) {
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, F = sizeof(float);
     std::size_t total = 0;
     if (block.has_dropout()) total += align_up(N * C);  // embedding dropout mask
@@ -51,9 +52,7 @@ std::size_t tape_capacity(const GPTConfig& cfg, const BlockGraph& block, const A
                 const std::size_t rows = is_attention_matrix(t) ? N * cfg.n_head : N;
                 if (p.policy == Policy::keep) total += align_up(info.bytes());
                 if (p.policy == Policy::compress)
-                    total += align_up(info.dtype == DType::u8
-                                          ? cpu::codec_bytes(cpu::Codec::bitpack, 1, info.numel, codec_params)
-                                          : cpu::codec_max_bytes(p.codec, rows, info.numel / rows, codec_params));
+                    total += align_up(codec_max_bytes(p.codec, rows, info.numel / rows, codec_params));
             }
     total += align_up(N * C * F) + 2 * align_up(N * F);  // final layernorm output, mean, rstd
     return total;
@@ -79,7 +78,7 @@ struct Cursor {
 };
 
 WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
-                                 const cpu::CodecParams& codec_params, int B, int T, ModelUse use) {
+                                 const CodecParams& codec_params, int B, int T, ModelUse use) {
     WorkspaceLayout w;
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, F = sizeof(float);
     const bool inference = use == ModelUse::inference;
@@ -92,9 +91,9 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
         w.has_buffer[k] = true;
         const std::size_t rows = is_attention_matrix(t.kind) ? N * cfg.n_head : N;
         for (int l = 0; l < plan.n_layer(); ++l)
-            if (plan.at(l, t.kind).policy == Policy::compress && t.dtype == DType::f32)
-                scratch = std::max(scratch, cpu::codec_scratch_bytes(plan.at(l, t.kind).codec, rows,
-                                                                     t.numel / rows, codec_params));
+            if (plan.at(l, t.kind).policy == Policy::compress)
+                scratch = std::max(scratch, codec_scratch_bytes(plan.at(l, t.kind).codec, rows,
+                                                                t.numel / rows, codec_params));
     }
     w.codec_scratch = c.take(scratch);
     if (inference) {
@@ -144,7 +143,7 @@ FloatArena::FloatArena(std::size_t floats) : size_(floats) {
 void FloatArena::Free::operator()(float* p) const { std::free(p); }
 
 ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T, const ActivationPlan& plan,
-                                  const cpu::CodecParams& codec_params, ModelUse use) {
+                                  const CodecParams& codec_params, ModelUse use) {
     const BlockGraph block(cfg, B, T);
     const WorkspaceLayout w = workspace_layout(cfg, block, plan, codec_params, B, T, use);
     const std::size_t param_bytes = ParameterLayout(cfg).total() * sizeof(float);
@@ -164,7 +163,7 @@ GPTModel::GPTModel(const GPTConfig& config, int B, int T)
     : GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer)) {}
 
 GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                   const cpu::CodecParams& codec_params, ModelUse use)
+                   const CodecParams& codec_params, ModelUse use)
     : config_(config), layout_(config), B_(B), T_(T), block_(config, B, T), plan_(plan), codec_params_(codec_params),
       memory_(plan_memory(config, B, T, plan, codec_params, use)), params_(layout_.total()),
       grads_(memory_.gradients / sizeof(float)), m_(memory_.optimizer_state / 2 / sizeof(float)),
@@ -178,7 +177,7 @@ GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T) {
     return GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer), {}, ModelUse::inference);
 }
 
-void GPTModel::set_plan(const ActivationPlan& plan, const cpu::CodecParams& codec_params) {
+void GPTModel::set_plan(const ActivationPlan& plan, const CodecParams& codec_params) {
     if (plan.n_layer() != config_.n_layer) throw std::invalid_argument("activation plan has the wrong layer count");
     plan_ = plan;
     codec_params_ = codec_params;
@@ -344,18 +343,14 @@ void GPTModel::place_output(int layer, TensorKind kind, int B, int T) {
 void GPTModel::compress_output(int layer, TensorKind kind, int B, int T) {
     const TensorPolicy& p = plan_.at(layer, kind);
     const std::size_t numel = numel_at(block_, config_, kind, B, T), rows = rows_of(kind, B, T);
-    const bool mask = block_.tensor(kind).dtype == DType::u8;
-    const std::size_t bound = mask ? cpu::codec_bytes(cpu::Codec::bitpack, 1, numel, codec_params_)
-                                   : cpu::codec_max_bytes(p.codec, rows, numel / rows, codec_params_);
+    const std::size_t bound = codec_max_bytes(p.codec, rows, numel / rows, codec_params_);
     void* blob = tape_.top(layer, kind, bound);
-    const std::size_t bytes = mask ? cpu::compress_mask(reinterpret_cast<unsigned char*>(view(kind)), numel, blob)
-                                   : cpu::compress(p.codec, view(kind), rows, numel / rows, codec_params_, blob,
-                                                   codec_scratch_);
+    const std::size_t bytes = cpu::compress(p.codec, view(kind), rows, numel / rows, codec_params_, blob, codec_scratch_);
     tape_.push(layer, kind, Policy::compress, bytes, numel * dtype_size(block_.tensor(kind).dtype));
     if (samples_) sample_codec(kind, p.codec, blob, bytes, B, T);
 }
 
-void GPTModel::sample_codec(TensorKind kind, cpu::Codec codec, const void* blob, std::size_t bytes, int B, int T) {
+void GPTModel::sample_codec(TensorKind kind, Codec codec, const void* blob, std::size_t bytes, int B, int T) {
     const auto start = std::chrono::steady_clock::now();
     CodecSample* entry = nullptr;
     for (auto& s : *samples_)
@@ -366,15 +361,15 @@ void GPTModel::sample_codec(TensorKind kind, cpu::Codec codec, const void* blob,
         entry = &samples_->back();
     }
     entry->bytes = std::max(entry->bytes, bytes);
-    if (block_.tensor(kind).dtype == DType::u8) return;  // bit-packing is lossless
+    if (codec_is_lossless(codec)) return;  // bit-packing: nothing to measure
     const std::size_t numel = numel_at(block_, config_, kind, B, T), rows = rows_of(kind, B, T);
     float* decoded = is_attention_matrix(kind) ? datt_ : dfc_;
     cpu::decompress(codec, blob, rows, numel / rows, decoded);
-    const cpu::CodecStats stats = cpu::measure_error(view(kind), decoded, numel);
+    const CodecStats stats = cpu::measure_error(view(kind), decoded, numel);
     entry->relative_error = std::max(entry->relative_error, stats.relative_l2);
     const std::size_t outliers = cpu::codec_outlier_channels(blob), cols = numel / rows;
     entry->outlier_fraction = std::max(entry->outlier_fraction, double(outliers) / double(cols));
-    if (codec == cpu::Codec::outlier_int4 && outliers >= cpu::outlier_channel_cap(cols, codec_params_))
+    if (codec == Codec::outlier_int4 && outliers >= outlier_channel_cap(cols, codec_params_))
         entry->outlier_cap_reached = true;
     sampling_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
@@ -479,10 +474,7 @@ void GPTModel::materialize_block(int layer, int B, int T) {
             if (p.policy == Policy::compress) {
                 const void* blob = tape_.data(*tape_.find(layer, t));
                 const std::size_t numel = numel_at(block_, config_, t, B, T), rows = rows_of(t, B, T);
-                if (block_.tensor(t).dtype == DType::u8)
-                    cpu::decompress_mask(blob, numel, reinterpret_cast<unsigned char*>(buffer_[k]));
-                else
-                    cpu::decompress(p.codec, blob, rows, numel / rows, buffer_[k]);
+                cpu::decompress(p.codec, blob, rows, numel / rows, buffer_[k]);
                 view_[k] = buffer_[k];
             }
         }

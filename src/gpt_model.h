@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/codecs.h"
+#include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
 #include "models/gpt_params.h"
@@ -70,10 +70,10 @@ public:
     // (default: keep everything).
     GPTModel(const GPTConfig& config, int B, int T);
     GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-             const cpu::CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
+             const CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
     static GPTModel for_inference(const GPTConfig& config, int B, int T);
     static ModelMemory plan_memory(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                                   const cpu::CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
+                                   const CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
 
     const GPTConfig& config() const { return config_; }
     const ParameterLayout& layout() const { return layout_; }
@@ -92,7 +92,7 @@ public:
 
     // Switches to another plan between steps (the Adacc regulator's re-plan): the tape and the
     // workspace are re-sized for it; parameters and optimizer state are untouched.
-    void set_plan(const ActivationPlan& plan, const cpu::CodecParams& codec_params);
+    void set_plan(const ActivationPlan& plan, const CodecParams& codec_params);
 
     // GPT-2 init: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L), zero biases,
     // unit layernorm weights, zero padded embedding rows. Deterministic in `seed`.
@@ -142,7 +142,7 @@ private:
     void forward_block(int layer, int B, int T);
     void place_output(int layer, TensorKind kind, int B, int T);
     void compress_output(int layer, TensorKind kind, int B, int T);
-    void sample_codec(TensorKind kind, cpu::Codec codec, const void* blob, std::size_t bytes, int B, int T);
+    void sample_codec(TensorKind kind, Codec codec, const void* blob, std::size_t bytes, int B, int T);
     void materialize_block(int layer, int B, int T);
     void run_op(const OpInfo& op, int layer, int B, int T);
     void backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate);
@@ -154,7 +154,7 @@ private:
     int B_, T_;
     BlockGraph block_;  // at the allocated B x T
     ActivationPlan plan_;
-    cpu::CodecParams codec_params_;
+    CodecParams codec_params_;
     ModelMemory memory_;
     FloatArena params_, grads_, m_, v_, workspace_;
     TapeAllocator tape_;
