@@ -23,6 +23,7 @@
 
 namespace {
 
+using namespace adacc;
 using namespace adacc::cpu;
 using Clock = std::chrono::steady_clock;
 
@@ -136,8 +137,8 @@ Row bench_mask(const std::vector<unsigned char>& mask, int threads, int reps) {
     Aligned blob(codec_max_bytes(Codec::bitpack, 1, n, CodecParams{}));
     std::vector<unsigned char> back(n);
     std::size_t bytes = 0;
-    const double tc = best_seconds(reps, [&] { bytes = compress_mask(mask.data(), n, blob.as<void>()); });
-    const double td = best_seconds(reps, [&] { decompress_mask(blob.as<void>(), n, back.data()); });
+    const double tc = best_seconds(reps, [&] { bytes = compress(Codec::bitpack, mask.data(), 1, n, CodecParams{}, blob.as<void>(), nullptr); });
+    const double td = best_seconds(reps, [&] { decompress(Codec::bitpack, blob.as<void>(), 1, n, back.data()); });
     if (back != mask) std::fprintf(stderr, "error: bitpack round trip differs\n");
     return Row{"bitpack", std::to_string(n >> 20) + "M bytes", threads, n / tc / 1e9, n / td / 1e9,
                static_cast<double>(n) / bytes, tc * 1e3, 0.0, 0.0};

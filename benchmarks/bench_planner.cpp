@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/codecs.h"
+#include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
 #include "src/activation_plan.h"
@@ -36,7 +36,7 @@ struct Synthetic {
 BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B, const Synthetic& s,
                                long outlier_channels) {
     const std::size_t N = static_cast<std::size_t>(B) * (g.tensor(TensorKind::ln1_mean).numel / B);
-    const cpu::CodecParams params;
+    const CodecParams params;
     BlockProblem p;
     int index[kNumTensorKinds];
     std::fill(index, index + kNumTensorKinds, -1);
@@ -69,18 +69,13 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
             const OpInfo* op = g.producer(t.kind);
             expand(*op, pt.inputs, pt.recompute_ms);
             pt.compressible = true;
-            if (t.dtype == DType::u8) {
-                pt.compressed_bytes = cpu::codec_bytes(cpu::Codec::bitpack, 1, t.numel, params);
-            } else {
-                const bool attn = t.kind == TensorKind::att;
-                const std::size_t rows = attn ? N * cfg.n_head : N, cols = t.numel / rows;
-                const cpu::Codec codec = adacc_codec(t.kind);
-                pt.compressed_bytes = codec == cpu::Codec::outlier_int4 && outlier_channels >= 0
-                                          ? cpu::codec_bytes(codec, rows, cols, params,
-                                                             std::min<std::size_t>(outlier_channels,
-                                                                                   cpu::outlier_channel_cap(cols, params)))
-                                          : cpu::codec_max_bytes(codec, rows, cols, params);
-            }
+            const bool attn = t.kind == TensorKind::att;
+            const std::size_t rows = attn ? N * cfg.n_head : N, cols = t.numel / rows;
+            const Codec codec = adacc_codec(t.kind);
+            pt.compressed_bytes = codec == Codec::outlier_int4 && outlier_channels >= 0
+                                      ? codec_bytes(codec, rows, cols, params,
+                                                    std::min<std::size_t>(outlier_channels, outlier_channel_cap(cols, params)))
+                                      : codec_max_bytes(codec, rows, cols, params);
             pt.compressed_bytes = align64(pt.compressed_bytes);
             pt.compress_ms = 2.0 * static_cast<double>(pt.bytes + pt.compressed_bytes) / (s.gbs * 1e9) * 1e3;
         }

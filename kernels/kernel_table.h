@@ -5,6 +5,7 @@
 
 #include <cstddef>
 
+#include "kernels/codec_format.h"
 #include "kernels/kernel_context.h"
 
 namespace adacc {

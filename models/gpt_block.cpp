@@ -85,20 +85,6 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T) : has_dropout_(cfg.dr
                     {K::out}, {}, {}, 0, 0, 2.0 * n * c});
 }
 
-std::vector<TensorKind> BlockGraph::saved_tensors() const {
-    std::vector<TensorKind> out;
-    for (const auto& t : tensors_)
-        if (t.saved) out.push_back(t.kind);
-    return out;
-}
-
-std::size_t BlockGraph::saved_bytes() const {
-    std::size_t total = 0;
-    for (const auto& t : tensors_)
-        if (t.saved) total += t.bytes();
-    return total;
-}
-
 const OpInfo* BlockGraph::producer(TensorKind k) const {
     for (const auto& op : ops_)
         for (auto o : op.outputs)

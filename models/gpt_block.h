@@ -1,6 +1,6 @@
 // The GPT-2 block described as data (DESIGN §3): an ordered list of ops, each naming its
 // inputs, outputs and parameters, plus every tensor's size and whether backward needs it.
-// The forward/backward driver (src/gpt_model.cpp), the memory accounting and the planner all
+// The forward/backward driver (src/engine/driver.cpp), the memory accounting and the planner all
 // read this one description, so adding an op or a block type changes one place.
 #pragma once
 
@@ -91,10 +91,6 @@ public:
     const TensorInfo& tensor(TensorKind k) const { return tensors_[static_cast<int>(k)]; }
     const std::vector<TensorInfo>& tensors() const { return tensors_; }
     bool has_dropout() const { return has_dropout_; }
-    // Tensors backward reads, in forward order.
-    std::vector<TensorKind> saved_tensors() const;
-    // Sum of saved tensors' bytes for one block (no alignment).
-    std::size_t saved_bytes() const;
     // The op whose outputs include `k` (every tensor but x has exactly one producer).
     const OpInfo* producer(TensorKind k) const;
     double forward_flops() const;  // one block, forward only

@@ -1,6 +1,7 @@
 #include "src/activation_plan.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "src/errors.h"
 
@@ -43,26 +44,32 @@ std::vector<MemoryMode> fixed_memory_modes() {
     return {MemoryMode::none, MemoryMode::full, MemoryMode::selective, MemoryMode::quant};
 }
 
-cpu::Codec adacc_codec(TensorKind kind) {
+Codec adacc_codec(TensorKind kind) {
     switch (kind) {
-        case TensorKind::qkv: return cpu::Codec::channel_int4;
-        case TensorKind::att: return cpu::Codec::asym_int4;
+        case TensorKind::qkv: return Codec::channel_int4;
+        case TensorKind::att: return Codec::asym_int4;
         case TensorKind::att_mask:
         case TensorKind::res1_mask:
-        case TensorKind::res2_mask: return cpu::Codec::bitpack;
-        default: return cpu::Codec::outlier_int4;
+        case TensorKind::res2_mask: return Codec::bitpack;
+        default: return Codec::outlier_int4;
     }
 }
 
 ActivationPlan::ActivationPlan(const BlockGraph& block, int n_layer)
-    : n_layer_(n_layer), plannable_(kNumTensorKinds, false),
+    : n_layer_(n_layer), plannable_(kNumTensorKinds, false), element_bytes_(kNumTensorKinds, 0),
       policies_(static_cast<std::size_t>(n_layer) * kNumTensorKinds) {
-    for (const auto& t : block.tensors())
+    for (const auto& t : block.tensors()) {
         plannable_[static_cast<int>(t.kind)] = t.saved && !t.tiny && t.kind != TensorKind::x;
+        element_bytes_[static_cast<int>(t.kind)] = dtype_size(t.dtype);
+    }
 }
 
 void ActivationPlan::set(int layer, TensorKind kind, TensorPolicy policy) {
-    if (plannable_[static_cast<int>(kind)]) policies_[index(layer, kind)] = policy;
+    if (!plannable_[static_cast<int>(kind)]) return;
+    if (policy.policy == Policy::compress && codec_element_bytes(policy.codec) != element_bytes_[static_cast<int>(kind)])
+        throw std::invalid_argument(std::string("codec ") + codec_name(policy.codec) + " cannot compress tensor " +
+                                    tensor_kind_name(kind) + " (masks take bitpack, fp32 tensors a float codec)");
+    policies_[index(layer, kind)] = policy;
 }
 
 bool ActivationPlan::materialized_anywhere(TensorKind kind) const {
@@ -75,7 +82,6 @@ ActivationPlan ActivationPlan::for_mode(MemoryMode mode, const BlockGraph& block
     ActivationPlan plan(block, n_layer);
     for (int l = 0; l < n_layer; ++l)
         for (const auto& t : block.tensors()) {
-            const bool mask = t.dtype == DType::u8;
             switch (mode) {
                 case MemoryMode::none: break;
                 case MemoryMode::full: plan.set(l, t.kind, {Policy::recompute}); break;
@@ -86,7 +92,8 @@ ActivationPlan ActivationPlan::for_mode(MemoryMode mode, const BlockGraph& block
                         plan.set(l, t.kind, {Policy::recompute});
                     break;
                 case MemoryMode::quant:
-                    plan.set(l, t.kind, {Policy::compress, mask ? cpu::Codec::bitpack : cpu::Codec::group_int4});
+                    // group_int4 for every fp32 tensor; the byte masks can only be bit-packed.
+                    plan.set(l, t.kind, {Policy::compress, t.dtype == DType::u8 ? Codec::bitpack : Codec::group_int4});
                     break;
                 case MemoryMode::adacc:
                 case MemoryMode::recompute_opt:

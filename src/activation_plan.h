@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/codecs.h"
+#include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 
 namespace adacc {
@@ -16,7 +16,7 @@ const char* policy_name(Policy p);
 
 struct TensorPolicy {
     Policy policy = Policy::keep;
-    cpu::Codec codec = cpu::Codec::group_int4;  // meaningful for Policy::compress
+    Codec codec = Codec::group_int4;  // meaningful for Policy::compress (bitpack for the u8 masks)
     bool operator==(const TensorPolicy&) const = default;
 };
 
@@ -30,7 +30,7 @@ bool is_planned(MemoryMode mode);
 std::vector<MemoryMode> fixed_memory_modes();  // none, full, selective, quant
 
 // DESIGN §3's table: the codec Adacc uses when it compresses tensor `kind`.
-cpu::Codec adacc_codec(TensorKind kind);
+Codec adacc_codec(TensorKind kind);
 
 class ActivationPlan {
 public:
@@ -41,7 +41,9 @@ public:
 
     const TensorPolicy& at(int layer, TensorKind kind) const { return policies_[index(layer, kind)]; }
     // Sets one tensor's policy; the block input x and layernorm statistics stay kept whatever
-    // is asked (the checkpoint anchor and tiny tensors), and transients have no policy.
+    // is asked (the checkpoint anchor and tiny tensors), and transients have no policy. A compress
+    // policy's codec must take the tensor's element type (bitpack for the u8 masks, a float codec
+    // otherwise): std::invalid_argument if not.
     void set(int layer, TensorKind kind, TensorPolicy policy);
     int n_layer() const { return n_layer_; }
     // True when some layer does not keep `kind` (it then needs a workspace buffer).
@@ -54,6 +56,7 @@ private:
     }
     int n_layer_;
     std::vector<bool> plannable_;  // per kind: saved, not x, not tiny
+    std::vector<std::size_t> element_bytes_;  // per kind: dtype_size (a codec must match it)
     std::vector<TensorPolicy> policies_;
 };
 

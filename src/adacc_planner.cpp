@@ -35,10 +35,9 @@ void collect_inputs(const BlockGraph& block, const Profile& profile, const OpInf
 }
 
 std::size_t compressed_bound(const GPTConfig& config, const TensorInfo& t, int B, int T,
-                             const cpu::CodecParams& params) {
+                             const CodecParams& params) {
     const std::size_t rows = static_cast<std::size_t>(B) * T * (is_attention_matrix(t.kind) ? config.n_head : 1);
-    return t.dtype == DType::u8 ? cpu::codec_bytes(cpu::Codec::bitpack, 1, t.numel, params)
-                                : cpu::codec_max_bytes(adacc_codec(t.kind), rows, t.numel / rows, params);
+    return codec_max_bytes(adacc_codec(t.kind), rows, t.numel / rows, params);
 }
 
 ActivationPlan to_activation_plan(const BlockGraph& block, int n_layer, const std::vector<TensorKind>& kinds,
@@ -47,12 +46,11 @@ ActivationPlan to_activation_plan(const BlockGraph& block, int n_layer, const st
     for (int l = 0; l < n_layer; ++l)
         for (std::size_t i = 0; i < kinds.size(); ++i) {
             const TensorKind k = kinds[i];
-            const bool mask = block.tensor(k).dtype == DType::u8;
             switch (result.per_layer[l][i]) {
                 case Decision::keep: break;
                 case Decision::recompute: plan.set(l, k, {Policy::recompute}); break;
                 case Decision::compress:
-                    plan.set(l, k, {Policy::compress, mask ? cpu::Codec::bitpack : adacc_codec(k)});
+                    plan.set(l, k, {Policy::compress, adacc_codec(k)});
                     break;
             }
         }
@@ -61,11 +59,11 @@ ActivationPlan to_activation_plan(const BlockGraph& block, int n_layer, const st
 
 }  // namespace
 
-cpu::CodecParams codec_params_for(const Profile& profile, const GPTConfig& config) {
-    cpu::CodecParams params = profile.codec_params;
+CodecParams codec_params_for(const Profile& profile, const GPTConfig& config) {
+    CodecParams params = profile.codec_params;
     double most = 0;
     for (const auto& t : profile.tensors) {
-        if (t.codec != cpu::Codec::outlier_int4) continue;
+        if (t.codec != Codec::outlier_int4) continue;
         const double cols = t.kind == TensorKind::fch || t.kind == TensorKind::fch_gelu ? 4.0 * config.n_embd : config.n_embd;
         most = std::max(most, std::round(t.outlier_fraction * cols));
     }
@@ -76,7 +74,7 @@ cpu::CodecParams codec_params_for(const Profile& profile, const GPTConfig& confi
 BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
                                  std::vector<TensorKind>* kinds_out) {
     const BlockGraph block(config, B, T);
-    const cpu::CodecParams params = codec_params_for(profile, config);
+    const CodecParams params = codec_params_for(profile, config);
     BlockProblem problem;
     std::vector<TensorKind> kinds;
     auto index_of = [&](TensorKind k) { return static_cast<int>(std::find(kinds.begin(), kinds.end(), k) - kinds.begin()); };
@@ -136,7 +134,7 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
     ActivationPlan widest(block, config.n_layer);
     for (int l = 0; l < config.n_layer; ++l)
         for (TensorKind k : out.kinds)
-            widest.set(l, k, {Policy::compress, block.tensor(k).dtype == DType::u8 ? cpu::Codec::bitpack : adacc_codec(k)});
+            widest.set(l, k, {Policy::compress, adacc_codec(k)});
     std::size_t workspace = GPTModel::plan_memory(config, B, T, widest, out.codec_params).workspace();
     bool have_plan = false;
     for (int round = 0; round < 4; ++round) {
@@ -190,7 +188,7 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
     };
     auto codec_text = [&](TensorKind k, Decision d) -> std::string {
         if (d != Decision::compress) return "";
-        return block.tensor(k).dtype == DType::u8 ? "bitpack" : cpu::codec_name(adacc_codec(k));
+        return codec_name(adacc_codec(k));
     };
     if (format == "json") {
         nlohmann::json j;

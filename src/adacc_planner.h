@@ -19,7 +19,7 @@ namespace adacc {
 
 struct AdaccPlan {
     ActivationPlan plan;
-    cpu::CodecParams codec_params;
+    CodecParams codec_params;
     PlanResult result;              // the solver's answer (status, solve_ms, objective, ...)
     ModelMemory memory;             // every arena under this plan, as the model will allocate it
     std::vector<TensorKind> kinds;  // the block's planned tensors, in problem order
@@ -43,6 +43,6 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
 
 // Codec parameters for a profile: the outlier-channel cap is twice the most outlier channels any
 // tensor showed (at least 4), so the tape's bound is tight but has room for drift.
-cpu::CodecParams codec_params_for(const Profile& profile, const GPTConfig& config);
+CodecParams codec_params_for(const Profile& profile, const GPTConfig& config);
 
 }  // namespace adacc

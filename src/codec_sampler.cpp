@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "kernels/cpu/codecs.h"
+#include "src/engine/backend.h"
 
 namespace adacc {
 
@@ -18,14 +18,16 @@ void CodecSampler::tensor_compressed(Backend& backend, const CompressedTensor& t
         entry = &samples_.back();
     }
     entry->bytes = std::max(entry->bytes, t.exact_bytes);
-    if (t.codec == cpu::Codec::bitpack) return;  // bit-packing is lossless
-    const std::size_t numel = t.rows * t.cols;
-    cpu::decompress(t.codec, t.blob, t.rows, t.cols, t.decode_buffer);
-    const cpu::CodecStats stats = cpu::measure_error(static_cast<const float*>(t.original), t.decode_buffer, numel);
+    if (codec_is_lossless(t.codec)) return;  // bit-packing
+    const KernelTable& k = backend.kernels();
+    const KernelContext& ctx = backend.context();
+    k.codec_decompress(ctx, t.codec, t.blob, t.rows, t.cols, t.decode_buffer);
+    const CodecStats stats = k.codec_error(ctx, static_cast<const float*>(t.original), t.decode_buffer,
+                                           t.rows * t.cols);
     entry->relative_error = std::max(entry->relative_error, stats.relative_l2);
-    const std::size_t outliers = cpu::codec_outlier_channels(t.blob);
+    const std::size_t outliers = k.codec_outlier_count(ctx, t.codec, t.blob);
     entry->outlier_fraction = std::max(entry->outlier_fraction, double(outliers) / double(t.cols));
-    if (t.codec == cpu::Codec::outlier_int4 && outliers >= cpu::outlier_channel_cap(t.cols, params_))
+    if (t.codec == Codec::outlier_int4 && outliers >= outlier_channel_cap(t.cols, params_))
         entry->outlier_cap_reached = true;
     ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }

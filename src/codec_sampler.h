@@ -13,10 +13,10 @@ namespace adacc {
 
 class CodecSampler final : public ModelObserver {
 public:
-    explicit CodecSampler(const cpu::CodecParams& params = {}) : params_(params) {
+    explicit CodecSampler(const CodecParams& params = {}) : params_(params) {
         samples_.reserve(kNumTensorKinds);  // one per kind: sampling never reallocates inside a step
     }
-    void set_codec_params(const cpu::CodecParams& params) { params_ = params; }
+    void set_codec_params(const CodecParams& params) { params_ = params; }
 
     // The last forward's statistics, one entry per compressed tensor kind.
     const std::vector<CodecSample>& samples() const { return samples_; }
@@ -28,7 +28,7 @@ public:
     void tensor_compressed(Backend& backend, const CompressedTensor& tensor) override;
 
 private:
-    cpu::CodecParams params_;
+    CodecParams params_;
     std::vector<CodecSample> samples_;
     double ms_ = 0;
 };

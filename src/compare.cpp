@@ -50,7 +50,7 @@ std::vector<int> first_batch(const RunConfig& config, int B) {
 
 // `steps` optimizer steps of one (plan, batch) from the config's seed and the data's start. With
 // a regulator (planned modes), its monitor runs as in training.
-RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const cpu::CodecParams& codec_params, int B,
+RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const CodecParams& codec_params, int B,
                       int steps, int warmup, AdaccRegulator* regulator = nullptr) {
     const int T = config.training.seq_len;
     GPTModel model(config.model, B, T, plan, codec_params);
@@ -100,7 +100,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
             row.seq = T;
             std::optional<AdaccRegulator> regulator;
             ActivationPlan plan(BlockGraph(config.model, B, T), config.model.n_layer);
-            cpu::CodecParams codec_params;
+            CodecParams codec_params;
             if (is_planned(mode)) {
                 if (!options.budget)
                     throw UserError(std::string("mode ") + row.mode + " plans for a memory budget: pass --memory-budget SIZE");

@@ -371,7 +371,7 @@ TrainingEvaluator::TrainingEvaluator(const RunConfig& config) : config_(config) 
     model_ = std::make_unique<GPTModel>(config.model, config.training.batch_size, seq_len,
                                         ActivationPlan(BlockGraph(config.model, config.training.batch_size, seq_len),
                                                        config.model.n_layer),
-                                        cpu::CodecParams{}, ModelUse::inference);
+                                        CodecParams{}, ModelUse::inference);
 }
 
 TrainingEvaluator::~TrainingEvaluator() = default;

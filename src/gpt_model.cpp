@@ -8,7 +8,7 @@
 namespace adacc {
 
 ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T, const ActivationPlan& plan,
-                                  const cpu::CodecParams& codec_params, ModelUse use) {
+                                  const CodecParams& codec_params, ModelUse use) {
     return ModelLayout(cfg, B, T, plan, codec_params, use).memory();
 }
 
@@ -16,7 +16,7 @@ GPTModel::GPTModel(const GPTConfig& config, int B, int T)
     : GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer)) {}
 
 GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                   const cpu::CodecParams& codec_params, ModelUse use, Backend& backend)
+                   const CodecParams& codec_params, ModelUse use, Backend& backend)
     : backend_(&backend), layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use)),
       arenas_(backend, *layout_), driver_(backend, *layout_, arenas_),
       host_losses_(static_cast<std::size_t>(B) * T) {}
@@ -26,7 +26,7 @@ GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, Backend&
                     backend);
 }
 
-void GPTModel::set_plan(const ActivationPlan& plan, const cpu::CodecParams& codec_params) {
+void GPTModel::set_plan(const ActivationPlan& plan, const CodecParams& codec_params) {
     auto layout = std::make_unique<ModelLayout>(config(), max_batch(), max_seq_len(), plan, codec_params, layout_->use());
     layout_ = std::move(layout);
     arenas_.reshape(*backend_, *layout_);

@@ -32,14 +32,14 @@ public:
     // (default: keep everything), on `backend`.
     GPTModel(const GPTConfig& config, int B, int T);
     GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-             const cpu::CodecParams& codec_params = {}, ModelUse use = ModelUse::training,
+             const CodecParams& codec_params = {}, ModelUse use = ModelUse::training,
              Backend& backend = cpu_backend());
     // Not movable: the driver points into the arenas (for_inference returns by guaranteed elision).
     GPTModel(const GPTModel&) = delete;
     GPTModel& operator=(const GPTModel&) = delete;
     static GPTModel for_inference(const GPTConfig& config, int B, int T, Backend& backend = cpu_backend());
     static ModelMemory plan_memory(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                                   const cpu::CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
+                                   const CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
 
     const GPTConfig& config() const { return layout_->config(); }
     const ParameterLayout& layout() const { return layout_->parameters(); }
@@ -75,7 +75,7 @@ public:
 
     // Switches to another plan between steps (the Adacc regulator's re-plan): the tape and the
     // workspace are re-sized for it; parameters and optimizer state are untouched.
-    void set_plan(const ActivationPlan& plan, const cpu::CodecParams& codec_params);
+    void set_plan(const ActivationPlan& plan, const CodecParams& codec_params);
 
     // GPT-2 init: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L), zero biases,
     // unit layernorm weights, zero padded embedding rows. Deterministic in `seed`.

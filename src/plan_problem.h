@@ -9,7 +9,7 @@
 //   * The block input x: must_keep (it is the checkpoint every recompute chain may end at).
 //     Layernorm statistics (TensorInfo::tiny): must_keep; their bytes count toward the block.
 //   * `bytes` / `compressed_bytes`: what the tape's slot takes, i.e. 64-byte aligned, and for
-//     compression the codec's exact bound (cpu::codec_max_bytes, or bitpack's size for masks).
+//     compression the codec's exact bound (codec_max_bytes, bitpack's exact size for masks).
 //   * `recompute_ms`: the forward time of the op producing it; `inputs`: the saved tensors that op
 //     reads. Ops with several outputs (layernorm: y, mean, rstd) are listed once per planned
 //     output; only y is planned (the statistics are must_keep), so nothing is counted twice.

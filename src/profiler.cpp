@@ -17,45 +17,41 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 
 // Compresses and decompresses tensor `kind` of every layer from the tape of a kept-everything
-// forward, timing both and measuring size, error and outliers.
-TensorProfile profile_tensor(const GPTModel& model, TensorKind kind, int B, int T, const cpu::CodecParams& params) {
+// forward, timing both and measuring size, error and outliers; the blob, the decoded copy and
+// the codec's scratch are backend memory of their own.
+TensorProfile profile_tensor(const GPTModel& model, TensorKind kind, int B, int T, const CodecParams& params) {
     const TensorInfo& info = model.block().tensor(kind);
     const std::size_t numel = info.numel * B / model.max_batch();  // the block graph is at the allocated batch
-    const std::size_t rows = static_cast<std::size_t>(B) * T * (is_attention_matrix(kind) ? model.config().n_head : 1);
-    const std::size_t cols = numel / rows;
-    const bool mask = info.dtype == DType::u8;
+    const std::size_t rows = tensor_rows(model.config(), kind, B, T), cols = numel / rows;
     TensorProfile p;
     p.kind = kind;
     p.name = info.name;
-    p.codec = mask ? cpu::Codec::bitpack : adacc_codec(kind);
-    p.compressed_bound = mask ? cpu::codec_bytes(cpu::Codec::bitpack, 1, numel, params)
-                              : cpu::codec_max_bytes(p.codec, rows, cols, params);
-    std::vector<unsigned char> blob(p.compressed_bound + 64);
-    void* aligned = blob.data() + (64 - reinterpret_cast<std::uintptr_t>(blob.data()) % 64) % 64;
-    std::vector<unsigned char> scratch(std::max<std::size_t>(cpu::codec_scratch_bytes(p.codec, rows, cols, params), 8));
-    std::vector<float> decoded(mask ? 0 : numel);
-    std::vector<unsigned char> decoded_mask(mask ? numel : 0);
+    p.codec = adacc_codec(kind);
+    p.compressed_bound = codec_max_bytes(p.codec, rows, cols, params);
+    Backend& backend = model.backend();
+    const Arena blob(backend, p.compressed_bound), decoded(backend, numel * codec_element_bytes(p.codec)),
+        scratch(backend, codec_scratch_bytes(p.codec, rows, cols, params));
+    KernelContext ctx = backend.context();
+    ctx.scratch = scratch.data();
+    ctx.scratch_bytes = scratch.bytes();
+    const KernelTable& k = backend.kernels();
     const int L = model.config().n_layer;
     for (int l = 0; l < L; ++l) {
-        const TapeSlot* slot = model.tape().find(l, kind);
-        const void* data = model.tape().data(*slot);
+        const void* data = model.tape().data(*model.tape().find(l, kind));
         auto t0 = Clock::now();
-        const std::size_t bytes =
-            mask ? cpu::compress_mask(static_cast<const unsigned char*>(data), numel, aligned)
-                 : cpu::compress(p.codec, static_cast<const float*>(data), rows, cols, params, aligned, scratch.data());
+        k.codec_compress(ctx, p.codec, data, rows, cols, params, blob.data());
+        backend.synchronize();
         p.compress_ms += ms_since(t0) / L;
         t0 = Clock::now();
-        if (mask)
-            cpu::decompress_mask(aligned, numel, decoded_mask.data());
-        else
-            cpu::decompress(p.codec, aligned, rows, cols, decoded.data());
+        k.codec_decompress(ctx, p.codec, blob.data(), rows, cols, decoded.data());
+        backend.synchronize();
         p.decompress_ms += ms_since(t0) / L;
-        p.compressed_bytes = std::max(p.compressed_bytes, bytes);
-        if (!mask) {
-            const cpu::CodecStats stats = cpu::measure_error(static_cast<const float*>(data), decoded.data(), numel);
+        const std::size_t outliers = k.codec_outlier_count(ctx, p.codec, blob.data());
+        p.compressed_bytes = std::max(p.compressed_bytes, codec_bytes(p.codec, rows, cols, params, outliers));
+        if (!codec_is_lossless(p.codec)) {  // bitpack: no error, no outliers
+            const CodecStats stats = k.codec_error(ctx, static_cast<const float*>(data), decoded.as<float>(), numel);
             p.relative_error = std::max(p.relative_error, stats.relative_l2);
-            p.outlier_fraction =
-                std::max(p.outlier_fraction, double(cpu::codec_outlier_channels(aligned)) / static_cast<double>(cols));
+            p.outlier_fraction = std::max(p.outlier_fraction, double(outliers) / static_cast<double>(cols));
         }
     }
     return p;
@@ -81,7 +77,7 @@ const TensorProfile* Profile::find(TensorKind kind) const {
 }
 
 Profile profile_block(const GPTConfig& config, int batch, int measured_batch, int T, const std::vector<int>& tokens,
-                      const float* weights, std::uint64_t seed, const cpu::CodecParams& codec_params, int repeats) {
+                      const float* weights, std::uint64_t seed, const CodecParams& codec_params, int repeats) {
     const int Bm = measured_batch;
     GPTModel model(config, Bm, T);
     if (weights)
@@ -112,9 +108,7 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
         p.bytes = planned.tensor(t.kind).bytes();
         p.compressed_bytes = static_cast<std::size_t>(double(p.compressed_bytes) * scale);
         const std::size_t rows = static_cast<std::size_t>(batch) * T * (is_attention_matrix(t.kind) ? config.n_head : 1);
-        p.compressed_bound = t.dtype == DType::u8
-                                 ? cpu::codec_bytes(cpu::Codec::bitpack, 1, planned.tensor(t.kind).numel, codec_params)
-                                 : cpu::codec_max_bytes(p.codec, rows, planned.tensor(t.kind).numel / rows, codec_params);
+        p.compressed_bound = codec_max_bytes(p.codec, rows, planned.tensor(t.kind).numel / rows, codec_params);
         p.compress_ms *= scale;
         p.decompress_ms *= scale;
         profile.tensors.push_back(p);
@@ -133,9 +127,7 @@ Profile rescale_profile(const Profile& profile, const GPTConfig& config, int bat
         const std::size_t rows = static_cast<std::size_t>(batch) * profile.seq * (is_attention_matrix(t.kind) ? config.n_head : 1);
         t.bytes = info.bytes();
         t.compressed_bytes = static_cast<std::size_t>(double(t.compressed_bytes) * scale);
-        t.compressed_bound = info.dtype == DType::u8
-                                 ? cpu::codec_bytes(cpu::Codec::bitpack, 1, info.numel, profile.codec_params)
-                                 : cpu::codec_max_bytes(t.codec, rows, info.numel / rows, profile.codec_params);
+        t.compressed_bound = codec_max_bytes(t.codec, rows, info.numel / rows, profile.codec_params);
         t.compress_ms *= scale;
         t.decompress_ms *= scale;
     }
@@ -154,7 +146,7 @@ nlohmann::json Profile::to_json() const {
     j["tensors"] = nlohmann::json::array();
     for (const auto& t : tensors)
         j["tensors"].push_back({{"name", t.name}, {"kind", static_cast<int>(t.kind)}, {"bytes", t.bytes},
-                                {"codec", cpu::codec_name(t.codec)}, {"codec_id", static_cast<int>(t.codec)},
+                                {"codec", codec_name(t.codec)}, {"codec_id", static_cast<int>(t.codec)},
                                 {"compressed_bytes", t.compressed_bytes}, {"compressed_bound", t.compressed_bound},
                                 {"outlier_fraction", t.outlier_fraction}, {"relative_error", t.relative_error},
                                 {"compress_ms", t.compress_ms}, {"decompress_ms", t.decompress_ms}});
@@ -178,7 +170,7 @@ Profile Profile::from_json(const nlohmann::json& j) {
         tp.name = t.at("name");
         tp.kind = static_cast<TensorKind>(t.at("kind").get<int>());
         tp.bytes = t.at("bytes");
-        tp.codec = static_cast<cpu::Codec>(t.at("codec_id").get<int>());
+        tp.codec = static_cast<Codec>(t.at("codec_id").get<int>());
         tp.compressed_bytes = t.at("compressed_bytes");
         tp.compressed_bound = t.at("compressed_bound");
         tp.outlier_fraction = t.at("outlier_fraction");

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/codecs.h"
+#include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "src/gpt_model.h"
 
@@ -20,7 +20,7 @@ struct TensorProfile {
     TensorKind kind = TensorKind::x;
     std::string name;
     std::size_t bytes = 0;             // full size per layer at the planned batch
-    cpu::Codec codec = cpu::Codec::group_int4;
+    Codec codec = Codec::group_int4;
     std::size_t compressed_bytes = 0;  // measured, the largest over layers
     std::size_t compressed_bound = 0;  // the codec's upper bound (what the tape reserves)
     double outlier_fraction = 0;       // largest over layers (outlier codec)
@@ -35,7 +35,7 @@ struct Profile {
     std::vector<std::string> op_names; // the block's ops, in order
     std::vector<double> op_ms;         // forward time per op per layer, at `batch`
     std::vector<TensorProfile> tensors;  // saved tensors of one block (not x, not layernorm statistics)
-    cpu::CodecParams codec_params;
+    CodecParams codec_params;
 
     const TensorProfile* find(TensorKind kind) const;
     nlohmann::json to_json() const;
@@ -53,7 +53,7 @@ Profile rescale_profile(const Profile& profile, const GPTConfig& config, int bat
 // and scales times and sizes linearly from measured_batch to `batch`. `weights` (the model's
 // parameters, ParameterLayout order) may be null: then the model is initialised from `seed`.
 Profile profile_block(const GPTConfig& config, int batch, int measured_batch, int T, const std::vector<int>& tokens,
-                      const float* weights, std::uint64_t seed, const cpu::CodecParams& codec_params,
+                      const float* weights, std::uint64_t seed, const CodecParams& codec_params,
                       int repeats = 2);
 
 }  // namespace adacc

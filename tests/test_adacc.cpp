@@ -80,7 +80,7 @@ TEST(AdaccTraining, MonitorReplansWhenOutliersAppear) {
     ActivationPlan everything_compressed(block, cfg.n_layer);
     for (int l = 0; l < cfg.n_layer; ++l)
         for (const auto& t : block.tensors())
-            everything_compressed.set(l, t.kind, {Policy::compress, t.dtype == DType::u8 ? cpu::Codec::bitpack : adacc_codec(t.kind)});
+            everything_compressed.set(l, t.kind, {Policy::compress, adacc_codec(t.kind)});
     const std::uint64_t budget =
         GPTModel::plan_memory(cfg, B, T, everything_compressed, codec_params_for(profile, cfg)).total() + 4096;
 

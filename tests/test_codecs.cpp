@@ -1,4 +1,4 @@
-// Activation compression codecs (kernels/cpu/codecs.h) against references written here from the
+// Activation compression codecs (kernels/codec_format.h, kernels/cpu/codecs.h) against references written here from the
 // specification alone: a scalar quantizer with its own round-half-even, a brute-force double
 // Z-score outlier selection, and the byte formulas spelled out independently. Every INT4 codec
 // must decode to exactly the reference's values, stay within half a step of its own group or
@@ -621,7 +621,7 @@ TEST(Codecs, BitpackIsLosslessOnRandomMasks) {
             std::vector<unsigned char> mask(n);
             for (auto& m : mask) m = (gen() % 10) < 9 ? 1 : 0;  // dropout p = 0.1
             Blob blob(codec_max_bytes(Codec::bitpack, 1, n, CodecParams{}));
-            const std::size_t bytes = compress_mask(mask.data(), n, blob.data);
+            const std::size_t bytes = compress(Codec::bitpack, mask.data(), 1, n, CodecParams{}, blob.data, nullptr);
             EXPECT_EQ(bytes, align64((n + 7) / 8));
             EXPECT_EQ(bytes, codec_bytes(Codec::bitpack, 1, n, CodecParams{}));
             EXPECT_TRUE(blob.untouched_after(bytes));
@@ -629,17 +629,21 @@ TEST(Codecs, BitpackIsLosslessOnRandomMasks) {
             for (std::size_t i = 0; i < n; ++i) ASSERT_EQ((blob.data[i / 8] >> (i % 8)) & 1, mask[i]) << i;
             for (std::size_t i = n; i < 8 * bytes; ++i) ASSERT_EQ((blob.data[i / 8] >> (i % 8)) & 1, 0) << i;
             std::vector<unsigned char> back(n + 64, 0xEE);
-            decompress_mask(blob.data, n, back.data());
+            decompress(Codec::bitpack, blob.data, 1, n, back.data());
             EXPECT_TRUE(std::equal(mask.begin(), mask.end(), back.begin())) << "n = " << n;
             for (std::size_t i = n; i < back.size(); ++i) ASSERT_EQ(back[i], 0xEE) << "wrote past the mask";
+            // Only rows * cols matters: the same mask as n x 1 packs to the same bytes.
+            Blob tall(codec_max_bytes(Codec::bitpack, n, 1, CodecParams{}));
+            ASSERT_EQ(compress(Codec::bitpack, mask.data(), n, 1, CodecParams{}, tall.data, nullptr), bytes);
+            EXPECT_EQ(std::memcmp(tall.data, blob.data, bytes), 0) << "n = " << n;
         }
     }
     // Any nonzero byte packs as 1.
     std::vector<unsigned char> mask = {0, 2, 255, 0, 1, 0, 0, 128, 7};
     Blob blob(64);
-    compress_mask(mask.data(), mask.size(), blob.data);
+    compress(Codec::bitpack, mask.data(), 1, mask.size(), CodecParams{}, blob.data, nullptr);
     std::vector<unsigned char> back(mask.size());
-    decompress_mask(blob.data, mask.size(), back.data());
+    decompress(Codec::bitpack, blob.data, 1, mask.size(), back.data());
     EXPECT_EQ(back, (std::vector<unsigned char>{0, 1, 1, 0, 1, 0, 0, 1, 1}));
 }
 
@@ -695,8 +699,8 @@ TEST(Codecs, CompressAndDecompressDoNotAllocate) {
             compress(codecs[c], x.data(), rows, cols, p, blobs[c].data, scratch.data());
             decompress(codecs[c], blobs[c].data, rows, cols, y.data());
         }
-        compress_mask(mask.data(), mask.size(), mask_blob.data);
-        decompress_mask(mask_blob.data, mask.size(), back.data());
+        compress(Codec::bitpack, mask.data(), rows, cols, p, mask_blob.data, nullptr);
+        decompress(Codec::bitpack, mask_blob.data, rows, cols, back.data());
         measure_error(x.data(), y.data(), x.size());
     };
     // Two threads: libgomp mallocs a fresh team for every parallel region of a 1-thread run
@@ -721,7 +725,13 @@ TEST(Codecs, RejectsBadParametersAndMismatchedBlobs) {
     EXPECT_THROW(compress(Codec::group_int4, x.data(), rows, cols, bad, blob.data, nullptr), std::invalid_argument);
     bad.group_size = kMaxGroupSize + 1;
     EXPECT_THROW(codec_bytes(Codec::group_int4, rows, cols, bad), std::invalid_argument);
-    EXPECT_THROW(compress(Codec::bitpack, x.data(), rows, cols, CodecParams{}, blob.data, nullptr), std::invalid_argument);
+    // Bitpack reads no parameter but refuses bad ones like every codec; its headerless blob is
+    // no float codec's.
+    std::vector<unsigned char> mask(rows * cols, 1);
+    EXPECT_THROW(compress(Codec::bitpack, mask.data(), rows, cols, bad, blob.data, nullptr), std::invalid_argument);
+    Blob bits(codec_max_bytes(Codec::bitpack, rows, cols, CodecParams{}));
+    compress(Codec::bitpack, mask.data(), rows, cols, CodecParams{}, bits.data, nullptr);
+    EXPECT_THROW(decompress(Codec::group_int4, bits.data, rows, cols, y.data()), std::invalid_argument);
     Vec wide(rows * 32, 1.0f);  // 32 columns: the outlier cap is 2, so scratch is needed
     EXPECT_THROW(compress(Codec::outlier_int4, wide.data(), rows, 32, CodecParams{}, blob.data, nullptr),
                  std::invalid_argument);
@@ -738,7 +748,9 @@ TEST(Codecs, EmptyTensors) {
         EXPECT_EQ(compress(codec, nullptr, 0, 5, CodecParams{}, blob.data, nullptr), codec_bytes(codec, 0, 5, CodecParams{}));
         decompress(codec, blob.data, 0, 5, nullptr);
     }
-    EXPECT_EQ(compress_mask(nullptr, 0, blob.data), 0u);
+    EXPECT_EQ(compress(Codec::bitpack, nullptr, 0, 5, CodecParams{}, blob.data, nullptr), 0u);
+    EXPECT_EQ(compress(Codec::bitpack, nullptr, 1, 0, CodecParams{}, blob.data, nullptr), 0u);
+    decompress(Codec::bitpack, blob.data, 0, 5, nullptr);
 }
 
 }  // namespace

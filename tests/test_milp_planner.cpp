@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/codecs.h"
+#include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
 #include "src/activation_plan.h"
@@ -481,7 +481,7 @@ TEST(MilpPlanner, EdgeCases) {
 // fcproj) folded into their consumer's op; otherwise listed with transient = true.
 BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B, int T, bool collapse) {
     const std::size_t N = static_cast<std::size_t>(B) * T;
-    const cpu::CodecParams params;
+    const CodecParams params;
     auto align64 = [](std::size_t b) { return (b + 63) / 64 * 64; };
     auto op_ms = [&](const OpInfo& op) {
         std::size_t out_bytes = 0;
@@ -525,13 +525,8 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
             } else {
                 pt.bytes = align64(t.bytes());
                 pt.compressible = true;
-                if (t.dtype == DType::u8) {
-                    pt.compressed_bytes = cpu::codec_bytes(cpu::Codec::bitpack, 1, t.numel, params);
-                } else {
-                    const std::size_t rows = t.kind == TensorKind::att ? N * cfg.n_head : N;
-                    pt.compressed_bytes = cpu::codec_max_bytes(adacc_codec(t.kind), rows, t.numel / rows, params);
-                }
-                pt.compressed_bytes = align64(pt.compressed_bytes);
+                const std::size_t rows = t.kind == TensorKind::att ? N * cfg.n_head : N;
+                pt.compressed_bytes = align64(codec_max_bytes(adacc_codec(t.kind), rows, t.numel / rows, params));
                 pt.compress_ms = 2.0 * static_cast<double>(pt.bytes + pt.compressed_bytes) / 10e9 * 1e3;
             }
         }

@@ -51,10 +51,11 @@ Expected expected_tape(const GPTConfig& cfg, int B, int T, const ActivationPlan&
             if (p.policy == Policy::recompute) e.recomputed += t.bytes();
             if (p.policy == Policy::compress) {
                 const std::size_t rows = (t.kind == TensorKind::att || t.kind == TensorKind::att_mask) ? N * cfg.n_head : N;
-                const std::size_t bytes = t.dtype == DType::u8 ? (t.numel + 7) / 8 /* bits, padded to 64 */
-                                                               : cpu::codec_bytes(p.codec, rows, t.numel / rows, {});
+                const bool mask = p.codec == Codec::bitpack;
+                const std::size_t bytes = mask ? (t.numel + 7) / 8 /* bits, padded to 64 */
+                                               : codec_bytes(p.codec, rows, t.numel / rows, {});
                 e.used += a64(bytes);
-                e.compressed += t.dtype == DType::u8 ? a64(bytes) : bytes;
+                e.compressed += mask ? a64(bytes) : bytes;
             }
         }
         keep(N * C * 4);  // the block's output: the next layer's x (or the final layernorm's input)
@@ -114,6 +115,28 @@ TEST(TapeAccounting, ModesOrderAsExpected) {
     EXPECT_LT(tape(MemoryMode::full), tape(MemoryMode::selective));
     EXPECT_LT(tape(MemoryMode::selective), tape(MemoryMode::none));
     EXPECT_LT(tape(MemoryMode::quant), tape(MemoryMode::none) / 3);
+}
+
+// The codec decides the element type compress reads: a mask compressed with a float codec (or an
+// fp32 tensor bit-packed) is refused when the plan is made, not discovered on the tape.
+TEST(ActivationPlan, CompressCodecMustFitTheTensorsElementType) {
+    const GPTConfig cfg = config_with("gpt-tiny", 2, 0.1f);
+    const BlockGraph block(cfg, 2, 16);
+    ActivationPlan plan(block, cfg.n_layer);
+    EXPECT_THROW(plan.set(0, TensorKind::att_mask, {Policy::compress, Codec::group_int4}), std::invalid_argument);
+    EXPECT_THROW(plan.set(0, TensorKind::fch, {Policy::compress, Codec::bitpack}), std::invalid_argument);
+    EXPECT_EQ(plan, ActivationPlan(block, cfg.n_layer)) << "a refused policy leaves the plan as it was";
+    plan.set(0, TensorKind::att_mask, {Policy::compress, Codec::bitpack});
+    plan.set(0, TensorKind::att_mask, {Policy::recompute, Codec::group_int4});  // the codec only matters for compress
+    plan.set(1, TensorKind::fch, {Policy::compress, Codec::outlier_int4});
+    EXPECT_EQ(plan.at(1, TensorKind::fch).codec, Codec::outlier_int4);
+    for (MemoryMode mode : fixed_memory_modes()) {
+        const ActivationPlan fixed = ActivationPlan::for_mode(mode, block, cfg.n_layer);
+        for (const TensorInfo& t : block.tensors())
+            if (fixed.at(0, t.kind).policy == Policy::compress) {
+                EXPECT_EQ(fixed.at(0, t.kind).codec == Codec::bitpack, t.dtype == DType::u8) << t.name;
+            }
+    }
 }
 
 TEST(TapeAllocator, OverflowNamesTheSlot) {

@@ -13,8 +13,6 @@
 namespace adacc::cpu::codec_detail {
 namespace {
 
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
-
 // min and max over x[0, n), n >= 1.
 void min_max(const float* x, std::size_t n, float& lo, float& hi) {
 #if ADACC_CODEC_AVX512

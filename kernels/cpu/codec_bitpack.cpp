@@ -1,11 +1,12 @@
 // Bit-packing for dropout masks (DESIGN §6), lossless: the mask's bytes hold 0 or 1, so one bit
 // per element is all it needs (8x smaller). Bit i % 8 of byte i / 8 is element i; any nonzero
 // byte packs as 1 and unpacks as 1. The blob is A(ceil(n / 8)) bytes, padding zeroed, no header.
+// Reached through compress / decompress with Codec::bitpack (n = rows * cols).
 #include <cstring>
 
 #include "kernels/cpu/codecs.h"
 
-namespace adacc::cpu {
+namespace adacc::cpu::codec_detail {
 namespace {
 
 // Eight mask bytes -> one byte of bits, and back (the scalar path and the tails).
@@ -20,7 +21,7 @@ void unpack8(std::uint8_t b, unsigned char* m, std::size_t n) {
 
 }  // namespace
 
-std::size_t compress_mask(const unsigned char* mask, std::size_t n, void* dst) {
+std::size_t compress_bitpack(const unsigned char* mask, std::size_t n, void* dst) {
     auto* bits = static_cast<std::uint8_t*>(dst);
     const std::size_t blocks = n / 64;  // 64 mask bytes -> 8 bytes of bits
 #pragma omp parallel for schedule(static)
@@ -35,11 +36,11 @@ std::size_t compress_mask(const unsigned char* mask, std::size_t n, void* dst) {
 #endif
     }
     for (std::size_t i = 64 * blocks; i < n; i += 8) bits[i / 8] = pack8(mask + i, n - i < 8 ? n - i : 8);
-    codec_detail::zero_padding(bits, (n + 7) / 8);
-    return codec_detail::align64((n + 7) / 8);
+    zero_padding(bits, (n + 7) / 8);
+    return align64((n + 7) / 8);
 }
 
-void decompress_mask(const void* blob, std::size_t n, unsigned char* mask) {
+void decompress_bitpack(const void* blob, std::size_t n, unsigned char* mask) {
     const auto* bits = static_cast<const std::uint8_t*>(blob);
     const std::size_t blocks = n / 64;
 #pragma omp parallel for schedule(static)
@@ -55,4 +56,4 @@ void decompress_mask(const void* blob, std::size_t n, unsigned char* mask) {
     for (std::size_t i = 64 * blocks; i < n; i += 8) unpack8(bits[i / 8], mask + i, n - i < 8 ? n - i : 8);
 }
 
-}  // namespace adacc::cpu
+}  // namespace adacc::cpu::codec_detail

@@ -10,8 +10,6 @@
 namespace adacc::cpu::codec_detail {
 namespace {
 
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
-
 // m[j] = max_i |x_ij| for columns [begin, end), streaming the rows in order (m stays in L1).
 // Explicit vectors: GCC turns the obvious `omp simd` loop into gathers here.
 void column_abs_max(const float* src, std::size_t rows, std::size_t cols, std::size_t begin, std::size_t end,

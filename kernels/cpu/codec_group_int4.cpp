@@ -1,15 +1,12 @@
 // Group INT4: the naive symmetric group codec (mode `quant`) and the outlier-separated one for
 // Linear/LayerNorm inputs (DESIGN §6), which quantizes its non-outlier channels with the very
-// same group kernel. This file also holds what every codec shares: the blob layouts and sizes
-// (the formulas documented in codecs.h), the header, the dispatching entry points and the error
-// measurement.
+// same group kernel. The blob layouts, sizes and header are kernels/codec_format.cpp's; the
+// entry points that dispatch to each family are in codecs.cpp.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <stdexcept>
-#include <string>
 
 #include "kernels/cpu/codecs.h"
 
@@ -18,16 +15,6 @@ namespace adacc::cpu {
 using namespace codec_detail;
 
 namespace {
-
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
-
-void check_params(const CodecParams& params) {
-    if (params.group_size < 1 || params.group_size > kMaxGroupSize)
-        throw std::invalid_argument("codec group_size must be in [1, " + std::to_string(kMaxGroupSize) +
-                                    "], got " + std::to_string(params.group_size));
-    if (params.max_outlier_channels < 0)
-        throw std::invalid_argument("codec max_outlier_channels must be >= 0");
-}
 
 // ---- The symmetric group kernel (shared by both codecs of this file). ----
 
@@ -181,132 +168,6 @@ void scatter_group(const float* buf, std::size_t n, const std::int32_t* idx, std
 
 }  // namespace
 
-// ---- Blob format (codecs.h documents the formulas). ----
-
-namespace codec_detail {
-
-void zero_padding(void* section, std::size_t used) {
-    std::memset(static_cast<std::uint8_t*>(section) + used, 0, align64(used) - used);
-}
-
-void write_header(void* blob, Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params,
-                  std::size_t outlier_channels) {
-    check_params(params);
-    BlobHeader h;
-    std::memset(&h, 0, sizeof h);
-    h.magic = kBlobMagic;
-    h.codec = static_cast<std::uint8_t>(codec);
-    h.version = kBlobVersion;
-    h.group_size = static_cast<std::uint32_t>(params.group_size);
-    h.outlier_channels = static_cast<std::uint32_t>(outlier_channels);
-    h.rows = rows;
-    h.cols = cols;
-    std::memcpy(blob, &h, sizeof h);
-}
-
-const BlobHeader& read_header(const void* blob, Codec codec, std::size_t rows, std::size_t cols) {
-    const auto& h = *static_cast<const BlobHeader*>(blob);
-    if (h.magic != kBlobMagic || h.version != kBlobVersion)
-        throw std::invalid_argument("not a codec blob (bad magic or version)");
-    if (h.codec != static_cast<std::uint8_t>(codec))
-        throw std::invalid_argument(std::string("blob holds codec ") + codec_name(static_cast<Codec>(h.codec)) +
-                                    ", not " + codec_name(codec));
-    if (h.rows != rows || h.cols != cols)
-        throw std::invalid_argument("blob shape " + std::to_string(h.rows) + "x" + std::to_string(h.cols) +
-                                    " does not match " + std::to_string(rows) + "x" + std::to_string(cols));
-    if (h.group_size < 1 || h.group_size > static_cast<std::uint32_t>(kMaxGroupSize) || h.outlier_channels > cols)
-        throw std::invalid_argument("corrupt codec blob header");
-    return h;
-}
-
-CodecParams header_params(const BlobHeader& header) {
-    CodecParams p;
-    p.group_size = static_cast<int>(header.group_size);
-    return p;
-}
-
-}  // namespace codec_detail
-
-const char* codec_name(Codec codec) {
-    switch (codec) {
-    case Codec::group_int4: return "group_int4";
-    case Codec::outlier_int4: return "outlier_int4";
-    case Codec::channel_int4: return "channel_int4";
-    case Codec::asym_int4: return "asym_int4";
-    case Codec::bitpack: return "bitpack";
-    }
-    return "unknown";
-}
-
-std::size_t outlier_channel_cap(std::size_t cols, const CodecParams& params) {
-    const std::size_t cap = params.max_outlier_channels > 0 ? static_cast<std::size_t>(params.max_outlier_channels)
-                                                            : cols / 16;
-    return std::min(cap, cols);
-}
-
-CodecLayout codec_layout(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params,
-                         std::size_t outlier_channels) {
-    check_params(params);
-    CodecLayout L;
-    std::size_t at = codec == Codec::bitpack ? 0 : sizeof(BlobHeader);
-    auto section = [&at](std::size_t bytes) {
-        if (bytes == 0) return std::size_t(0);
-        const std::size_t offset = at;
-        at += align64(bytes);
-        return offset;
-    };
-    const std::size_t G = static_cast<std::size_t>(params.group_size);
-    switch (codec) {
-    case Codec::group_int4:
-        L.scales = section(4 * rows * ceil_div(cols, G));
-        L.codes = section(rows * ceil_div(cols, 2));
-        break;
-    case Codec::outlier_int4: {
-        if (outlier_channels > cols) throw std::invalid_argument("more outlier channels than columns");
-        const std::size_t k = outlier_channels, c = cols - k;
-        L.indices = section(4 * k);
-        L.outliers = section(4 * rows * k);
-        L.scales = section(4 * rows * ceil_div(c, G));
-        L.codes = section(rows * ceil_div(c, 2));
-        break;
-    }
-    case Codec::channel_int4:
-        L.scales = section(4 * cols);
-        L.codes = section(rows * ceil_div(cols, 2));
-        break;
-    case Codec::asym_int4:
-        L.scales = section(4 * rows * ceil_div(cols, G));
-        L.offsets = section(4 * rows * ceil_div(cols, G));
-        L.codes = section(rows * ceil_div(cols, 2));
-        break;
-    case Codec::bitpack:
-        L.codes = section(ceil_div(rows * cols, 8));
-        break;
-    }
-    L.total = at;
-    return L;
-}
-
-std::size_t codec_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params,
-                        std::size_t outlier_channels) {
-    return codec_layout(codec, rows, cols, params, outlier_channels).total;
-}
-
-std::size_t codec_max_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params) {
-    if (codec != Codec::outlier_int4) return codec_bytes(codec, rows, cols, params);
-    // Each outlier adds 4 * rows bytes of fp32 but saves codes and sometimes a scale column, so
-    // the size is not monotone in k for tiny G: take the maximum over every k the codec may pick.
-    std::size_t most = 0;
-    for (std::size_t k = 0; k <= outlier_channel_cap(cols, params); ++k)
-        most = std::max(most, codec_bytes(codec, rows, cols, params, k));
-    return most;
-}
-
-std::size_t codec_scratch_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params) {
-    if (codec != Codec::outlier_int4) return 0;
-    return align64(8 * cols) + align64(4 * cols);  // Sh / Z per channel (double), candidate channels
-}
-
 // ---- group_int4 ----
 
 namespace codec_detail {
@@ -426,51 +287,4 @@ void decompress_outlier_int4(const void* blob_ptr, std::size_t rows, std::size_t
 }
 
 }  // namespace codec_detail
-
-// ---- Entry points. ----
-
-std::size_t compress(Codec codec, const float* src, std::size_t rows, std::size_t cols, const CodecParams& params,
-                     void* dst, void* scratch) {
-    switch (codec) {
-    case Codec::group_int4: return compress_group_int4(src, rows, cols, params, dst);
-    case Codec::outlier_int4: return compress_outlier_int4(src, rows, cols, params, dst, scratch);
-    case Codec::channel_int4: return compress_channel_int4(src, rows, cols, params, dst);
-    case Codec::asym_int4: return compress_asym_int4(src, rows, cols, params, dst);
-    case Codec::bitpack: break;
-    }
-    throw std::invalid_argument("compress: bitpack takes a byte mask (compress_mask)");
-}
-
-void decompress(Codec codec, const void* blob, std::size_t rows, std::size_t cols, float* dst) {
-    switch (codec) {
-    case Codec::group_int4: return decompress_group_int4(blob, rows, cols, dst);
-    case Codec::outlier_int4: return decompress_outlier_int4(blob, rows, cols, dst);
-    case Codec::channel_int4: return decompress_channel_int4(blob, rows, cols, dst);
-    case Codec::asym_int4: return decompress_asym_int4(blob, rows, cols, dst);
-    case Codec::bitpack: break;
-    }
-    throw std::invalid_argument("decompress: bitpack blobs decode to bytes (decompress_mask)");
-}
-
-std::size_t codec_outlier_channels(const void* blob) {
-    const auto& h = *static_cast<const BlobHeader*>(blob);
-    if (h.magic != kBlobMagic) throw std::invalid_argument("not a codec blob (bad magic)");
-    return h.codec == static_cast<std::uint8_t>(Codec::outlier_int4) ? h.outlier_channels : 0;
-}
-
-CodecStats measure_error(const float* original, const float* decoded, std::size_t n) {
-    double err2 = 0.0, ref2 = 0.0, max_err = 0.0;
-#pragma omp parallel for simd schedule(static) reduction(+ : err2, ref2) reduction(max : max_err)
-    for (std::size_t i = 0; i < n; ++i) {
-        const double x = original[i], d = x - static_cast<double>(decoded[i]);
-        err2 += d * d;
-        ref2 += x * x;
-        max_err = std::max(max_err, std::fabs(d));
-    }
-    CodecStats stats;
-    stats.relative_l2 = ref2 > 0.0 ? std::sqrt(err2 / ref2) : (err2 > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
-    stats.max_abs_error = static_cast<float>(max_err);
-    return stats;
-}
-
 }  // namespace adacc::cpu

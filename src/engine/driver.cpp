@@ -141,19 +141,14 @@ void Driver::compress_output(int layer, TensorKind kind, int B, int T) {
     const TensorPolicy& p = layout_->plan().at(layer, kind);
     const std::size_t numel = layout_->numel(kind, B, T), rows = layout_->rows(kind, B, T);
     void* blob = push_scheduled(layer, kind);
-    if (layout_->block().tensor(kind).dtype == DType::u8)
-        cpu::compress_mask(reinterpret_cast<unsigned char*>(view(kind)), numel, blob);
-    else
-        cpu::compress(p.codec, view(kind), rows, numel / rows, layout_->codec_params(), blob, ctx_.scratch);
-    if (observer_ && observer_->wants_compressed_tensors())
-        report_compressed(layer, kind, layout_->block().tensor(kind).dtype == DType::u8 ? cpu::Codec::bitpack : p.codec,
-                          blob, B, T);
+    k_.codec_compress(ctx_, p.codec, view(kind), rows, numel / rows, layout_->codec_params(), blob);
+    if (observer_ && observer_->wants_compressed_tensors()) report_compressed(layer, kind, p.codec, blob, B, T);
 }
 
 // Sampling (the monitor's steps): the blob's exact size goes on the tape's record, and the
 // observer sees the tensor with an idle gradient buffer to decode into (backward's buffers are
 // unused during forward, so nothing is allocated).
-void Driver::report_compressed(int layer, TensorKind kind, cpu::Codec codec, const void* blob, int B, int T) {
+void Driver::report_compressed(int layer, TensorKind kind, Codec codec, const void* blob, int B, int T) {
     CompressedTensor t;
     t.layer = layer;
     t.kind = kind;
@@ -162,10 +157,8 @@ void Driver::report_compressed(int layer, TensorKind kind, cpu::Codec codec, con
     t.blob = blob;
     t.rows = layout_->rows(kind, B, T);
     t.cols = layout_->numel(kind, B, T) / t.rows;
-    t.exact_bytes = codec == cpu::Codec::bitpack  // headerless, and its size is fixed
-                        ? cpu::codec_bytes(codec, 1, t.rows * t.cols, layout_->codec_params())
-                        : cpu::codec_bytes(codec, t.rows, t.cols, layout_->codec_params(),
-                                           cpu::codec_outlier_channels(blob));
+    t.exact_bytes = codec_bytes(codec, t.rows, t.cols, layout_->codec_params(), k_.codec_outlier_count(ctx_, codec,
+                                blob));
     t.decode_buffer = is_attention_matrix(kind) ? arenas_.views.datt : arenas_.views.dfc;
     arenas_.tape.set_measured_bytes(t.exact_bytes);
     observer_->tensor_compressed(backend_, t);
@@ -279,10 +272,7 @@ void Driver::materialize_block(int layer, int B, int T) {
             if (p.policy == Policy::compress) {
                 const void* blob = tape.data(*tape.find(layer, t));
                 const std::size_t numel = layout_->numel(t, B, T), rows = layout_->rows(t, B, T);
-                if (block.tensor(t).dtype == DType::u8)
-                    cpu::decompress_mask(blob, numel, reinterpret_cast<unsigned char*>(buffer(t)));
-                else
-                    cpu::decompress(p.codec, blob, rows, numel / rows, buffer(t));
+                k_.codec_decompress(ctx_, p.codec, blob, rows, numel / rows, buffer(t));
                 view_slot(t) = buffer(t);
             }
         }
@@ -314,8 +304,10 @@ void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumul
     const float p = dropout_p();
     const ParameterLayout& pl = layout_->parameters();
     const WorkspaceViews& w = arenas_.views;
-    auto weight = [&](std::optional<ParamId> id) { return id ? pl.at(arenas_.params.as<float>(), *id, layer) : nullptr; };
-    auto dweight = [&](std::optional<ParamId> id) { return id ? pl.at(arenas_.grads.as<float>(), *id, layer) : nullptr; };
+    auto weight = [&](std::optional<ParamId> id) { return id ? pl.at(arenas_.params.as<float>(), *id,
+                      layer) : nullptr; };
+    auto dweight = [&](std::optional<ParamId> id) { return id ? pl.at(arenas_.grads.as<float>(), *id,
+                       layer) : nullptr; };
     const float* att = view(TensorKind::att);
     const float* qkv = view(TensorKind::qkv);
     switch (op.kind) {

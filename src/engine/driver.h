@@ -55,7 +55,7 @@ private:
     void forward_block(int layer, int B, int T);
     void place_output(int layer, TensorKind kind, int B, int T);
     void compress_output(int layer, TensorKind kind, int B, int T);
-    void report_compressed(int layer, TensorKind kind, cpu::Codec codec, const void* blob, int B, int T);
+    void report_compressed(int layer, TensorKind kind, Codec codec, const void* blob, int B, int T);
     void materialize_block(int layer, int B, int T);
     void run_op(const OpInfo& op, int layer, int B, int T);
     void backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate);

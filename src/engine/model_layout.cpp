@@ -23,21 +23,21 @@ struct Cursor {
 
 // The largest scratch a compression of the plan needs (the outlier codec's statistics).
 std::size_t codec_scratch_bytes(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
-                                const cpu::CodecParams& codec_params, int B, int T) {
+                                const CodecParams& codec_params, int B, int T) {
     std::size_t scratch = 0;
     for (const TensorInfo& t : block.tensors()) {
-        if (!t.saved || t.dtype != DType::f32) continue;
+        if (!t.saved) continue;
         const std::size_t rows = tensor_rows(cfg, t.kind, B, T);
         for (int l = 0; l < plan.n_layer(); ++l)
             if (plan.at(l, t.kind).policy == Policy::compress)
-                scratch = std::max(scratch, cpu::codec_scratch_bytes(plan.at(l, t.kind).codec, rows, t.numel / rows,
+                scratch = std::max(scratch, codec_scratch_bytes(plan.at(l, t.kind).codec, rows, t.numel / rows,
                                                                      codec_params));
     }
     return scratch;
 }
 
 WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
-                                 const cpu::CodecParams& codec_params, int B, int T, ModelUse use) {
+                                 const CodecParams& codec_params, int B, int T, ModelUse use) {
     WorkspaceLayout w;
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, F = sizeof(float);
     const bool inference = use == ModelUse::inference;
@@ -84,7 +84,7 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
 }  // namespace
 
 ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                         const cpu::CodecParams& codec_params, ModelUse use)
+                         const CodecParams& codec_params, ModelUse use)
     : config_(config), parameters_(config), B_(B), T_(T), block_(config, B, T), plan_(plan),
       codec_params_(codec_params), use_(use),
       workspace_(workspace_layout(config, block_, plan, codec_params, B, T, use)) {
@@ -125,7 +125,7 @@ void ModelLayout::tape_schedule(int B, int T, bool dropout, std::vector<TapeEntr
     out.clear();
     const std::size_t N = static_cast<std::size_t>(B) * T, act = N * config_.n_embd * sizeof(float);
     auto keep = [&](int layer, TensorKind kind, std::size_t bytes) {
-        out.push_back({layer, kind, Policy::keep, cpu::Codec::group_int4, bytes, bytes});
+        out.push_back({layer, kind, Policy::keep, Codec::group_int4, bytes, bytes});
     };
     if (dropout) keep(kEmbeddingLayer, TensorKind::emb_mask, N * config_.n_embd);
     keep(0, TensorKind::x, act);
@@ -147,9 +147,8 @@ void ModelLayout::tape_schedule(int B, int T, bool dropout, std::vector<TapeEntr
                     const std::size_t reserved =
                         p.policy == Policy::keep        ? full
                         : p.policy == Policy::recompute ? 0
-                        : info.dtype == DType::u8
-                            ? cpu::codec_bytes(cpu::Codec::bitpack, 1, numel(t, B, T), codec_params_)
-                            : cpu::codec_max_bytes(p.codec, rows, numel(t, B, T) / rows, codec_params_);
+                                                        : codec_max_bytes(p.codec, rows, numel(t, B, T) / rows,
+                                                                          codec_params_);
                     out.push_back({l, t, p.policy, p.codec, reserved, full});
                 }
         }

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/codecs.h"
+#include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
 #include "models/gpt_params.h"
@@ -42,7 +42,7 @@ struct TapeEntry {
     int layer = 0;
     TensorKind kind = TensorKind::x;
     Policy policy = Policy::keep;
-    cpu::Codec codec = cpu::Codec::group_int4;  // Policy::compress only
+    Codec codec = Codec::group_int4;  // Policy::compress only
     std::size_t bytes = 0;       // reserved on the tape: full size, codec bound, or 0 (recompute)
     std::size_t full_bytes = 0;  // the tensor's uncompressed size
 };
@@ -61,14 +61,14 @@ struct WorkspaceLayout {
 class ModelLayout {
 public:
     // For micro-batches up to B x T (T <= config.max_seq_len) under `plan`.
-    ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan, const cpu::CodecParams& codec_params,
+    ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan, const CodecParams& codec_params,
                 ModelUse use);
 
     const GPTConfig& config() const { return config_; }
     const ParameterLayout& parameters() const { return parameters_; }
     const BlockGraph& block() const { return block_; }  // at the allocated B x T
     const ActivationPlan& plan() const { return plan_; }
-    const cpu::CodecParams& codec_params() const { return codec_params_; }
+    const CodecParams& codec_params() const { return codec_params_; }
     ModelUse use() const { return use_; }
     int max_batch() const { return B_; }
     int max_seq_len() const { return T_; }
@@ -93,7 +93,7 @@ private:
     int B_, T_;
     BlockGraph block_;
     ActivationPlan plan_;
-    cpu::CodecParams codec_params_;
+    CodecParams codec_params_;
     ModelUse use_;
     WorkspaceLayout workspace_;
     ModelMemory memory_;

@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "kernels/cpu/codecs.h"
+#include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 
 namespace adacc {
@@ -16,7 +16,7 @@ class Backend;
 struct CompressedTensor {
     int layer = 0;
     TensorKind kind = TensorKind::x;
-    cpu::Codec codec = cpu::Codec::group_int4;
+    Codec codec = Codec::group_int4;
     const void* original = nullptr;  // the tensor as the op wrote it (fp32, or mask bytes)
     const void* blob = nullptr;      // its blob, in its tape slot
     std::size_t rows = 0, cols = 0;
