@@ -8,11 +8,10 @@
 
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
+#include "src/engine/policy.h"
 
 namespace adacc {
 
-enum class Policy : std::uint8_t { keep, recompute, compress };
-const char* policy_name(Policy p);
 
 struct TensorPolicy {
     Policy policy = Policy::keep;

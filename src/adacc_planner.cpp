@@ -47,9 +47,9 @@ ActivationPlan to_activation_plan(const BlockGraph& block, int n_layer, const st
         for (std::size_t i = 0; i < kinds.size(); ++i) {
             const TensorKind k = kinds[i];
             switch (result.per_layer[l][i]) {
-                case Decision::keep: break;
-                case Decision::recompute: plan.set(l, k, {Policy::recompute}); break;
-                case Decision::compress:
+                case Policy::keep: break;
+                case Policy::recompute: plan.set(l, k, {Policy::recompute}); break;
+                case Policy::compress:
                     plan.set(l, k, {Policy::compress, adacc_codec(k)});
                     break;
             }
@@ -167,7 +167,7 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
     // Layer classes of the answer: runs of layers with the same decisions.
     struct Group {
         int first, last;
-        std::vector<Decision> decisions;
+        std::vector<Policy> decisions;
     };
     std::vector<Group> groups;
     for (int l = 0; l < config.n_layer; ++l) {
@@ -180,14 +180,14 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
     auto layers_text = [](const Group& g) {
         return g.first == g.last ? std::to_string(g.first) : std::to_string(g.first) + "-" + std::to_string(g.last);
     };
-    auto stored_bytes = [&](TensorKind k, Decision d) -> std::size_t {
+    auto stored_bytes = [&](TensorKind k, Policy d) -> std::size_t {
         const TensorInfo& info = block.tensor(k);
-        if (d == Decision::keep) return info.bytes();
-        if (d == Decision::recompute) return 0;
+        if (d == Policy::keep) return info.bytes();
+        if (d == Policy::recompute) return 0;
         return compressed_bound(config, info, B, T, plan.codec_params);
     };
-    auto codec_text = [&](TensorKind k, Decision d) -> std::string {
-        if (d != Decision::compress) return "";
+    auto codec_text = [&](TensorKind k, Policy d) -> std::string {
+        if (d != Policy::compress) return "";
         return codec_name(adacc_codec(k));
     };
     if (format == "json") {
@@ -203,9 +203,9 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
         for (std::size_t g = 0; g < groups.size(); ++g)
             for (std::size_t i = 0; i < plan.kinds.size(); ++i) {
                 const TensorKind k = plan.kinds[i];
-                const Decision d = groups[g].decisions[i];
+                const Policy d = groups[g].decisions[i];
                 j["decisions"].push_back({{"layer_class", g}, {"layers", layers_text(groups[g])},
-                                          {"tensor", tensor_kind_name(k)}, {"decision", decision_name(d)},
+                                          {"tensor", tensor_kind_name(k)}, {"decision", policy_name(d)},
                                           {"codec", codec_text(k, d)}, {"bytes", stored_bytes(k, d)}});
             }
         return j.dump(2) + "\n";
@@ -225,9 +225,9 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
     for (std::size_t g = 0; g < groups.size(); ++g)
         for (std::size_t i = 0; i < plan.kinds.size(); ++i) {
             const TensorKind k = plan.kinds[i];
-            const Decision d = groups[g].decisions[i];
+            const Policy d = groups[g].decisions[i];
             std::snprintf(line, sizeof line, "%-8zu %-10s %-10s %-11s %-13s %12s\n", g, layers_text(groups[g]).c_str(),
-                          tensor_kind_name(k), decision_name(d), codec_text(k, d).c_str(),
+                          tensor_kind_name(k), policy_name(d), codec_text(k, d).c_str(),
                           format_bytes(stored_bytes(k, d)).c_str());
             out += line;
         }

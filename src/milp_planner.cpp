@@ -74,15 +74,6 @@ namespace adacc {
 
 // ---------------------------------------------------------------- plan_problem.h
 
-const char* decision_name(Decision d) {
-    switch (d) {
-        case Decision::keep: return "keep";
-        case Decision::compress: return "compress";
-        case Decision::recompute: return "recompute";
-    }
-    return "?";
-}
-
 void validate_problem(const BlockProblem& problem) {
     const auto& ts = problem.tensors;
     for (std::size_t i = 0; i < ts.size(); ++i) {
@@ -101,18 +92,18 @@ void validate_problem(const BlockProblem& problem) {
     }
 }
 
-bool decision_allowed(const PlanTensor& t, Decision d) {
-    if (t.transient) return d == Decision::recompute;
-    if (t.must_keep) return d == Decision::keep;
+bool policy_allowed(const PlanTensor& t, Policy d) {
+    if (t.transient) return d == Policy::recompute;
+    if (t.must_keep) return d == Policy::keep;
     switch (d) {
-        case Decision::keep: return true;
-        case Decision::compress: return t.compressible;
-        case Decision::recompute: return t.can_recompute;
+        case Policy::keep: return true;
+        case Policy::compress: return t.compressible;
+        case Policy::recompute: return t.can_recompute;
     }
     return false;
 }
 
-BlockCost evaluate_block(const BlockProblem& problem, const std::vector<Decision>& plan) {
+BlockCost evaluate_block(const BlockProblem& problem, const std::vector<Policy>& plan) {
     const auto& ts = problem.tensors;
     if (plan.size() != ts.size())
         throw std::invalid_argument("evaluate_block: plan has " + std::to_string(plan.size()) + " decisions for " +
@@ -120,23 +111,23 @@ BlockCost evaluate_block(const BlockProblem& problem, const std::vector<Decision
     BlockCost cost;
     cost.reruns.assign(ts.size(), false);
     for (std::size_t i = 0; i < ts.size(); ++i) {
-        if (!decision_allowed(ts[i], plan[i]))
+        if (!policy_allowed(ts[i], plan[i]))
             throw std::invalid_argument("evaluate_block: tensor '" + ts[i].name + "' cannot be " +
-                                        decision_name(plan[i]));
-        if (plan[i] == Decision::recompute && !ts[i].transient) cost.reruns[i] = true;
+                                        policy_name(plan[i]));
+        if (plan[i] == Policy::recompute && !ts[i].transient) cost.reruns[i] = true;
     }
     // Inputs are earlier tensors, so one backward sweep closes the chains.
     for (std::size_t i = ts.size(); i-- > 0;)
         if (cost.reruns[i])
             for (int p : ts[i].inputs)
-                if (plan[p] == Decision::recompute) cost.reruns[p] = true;
+                if (plan[p] == Policy::recompute) cost.reruns[p] = true;
     for (std::size_t i = 0; i < ts.size(); ++i) {
         if (cost.reruns[i]) cost.extra_ms += ts[i].recompute_ms;
-        if (plan[i] == Decision::compress) {
+        if (plan[i] == Policy::compress) {
             cost.extra_ms += ts[i].compress_ms;
             cost.bytes += ts[i].compressed_bytes;
         }
-        if (plan[i] == Decision::keep) cost.bytes += ts[i].bytes;
+        if (plan[i] == Policy::keep) cost.bytes += ts[i].bytes;
     }
     return cost;
 }
@@ -144,22 +135,22 @@ BlockCost evaluate_block(const BlockProblem& problem, const std::vector<Decision
 namespace {
 
 // The smallest-bytes decision of one tensor (ties: the cheaper one taken alone).
-Decision smallest_decision(const PlanTensor& t) {
-    if (t.transient) return Decision::recompute;
-    if (t.must_keep) return Decision::keep;
-    Decision best = Decision::keep;
+Policy smallest_decision(const PlanTensor& t) {
+    if (t.transient) return Policy::recompute;
+    if (t.must_keep) return Policy::keep;
+    Policy best = Policy::keep;
     std::size_t best_bytes = t.bytes;
     double best_ms = 0;
-    auto consider = [&](Decision d, std::size_t b, double ms) {
+    auto consider = [&](Policy d, std::size_t b, double ms) {
         if (b < best_bytes || (b == best_bytes && ms < best_ms)) best = d, best_bytes = b, best_ms = ms;
     };
-    if (t.compressible) consider(Decision::compress, t.compressed_bytes, t.compress_ms);
-    if (t.can_recompute) consider(Decision::recompute, 0, t.recompute_ms);
+    if (t.compressible) consider(Policy::compress, t.compressed_bytes, t.compress_ms);
+    if (t.can_recompute) consider(Policy::recompute, 0, t.recompute_ms);
     return best;
 }
 
-std::vector<Decision> smallest_plan(const BlockProblem& problem) {
-    std::vector<Decision> plan;
+std::vector<Policy> smallest_plan(const BlockProblem& problem) {
+    std::vector<Policy> plan;
     for (const auto& t : problem.tensors) plan.push_back(smallest_decision(t));
     return plan;
 }
@@ -283,8 +274,8 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
             Col keep{0, 1, true, 0, b}, comp{0, 1, true, t.compress_ms, cb}, drop{0, 1, true, 0, 0};
             if (t.must_keep) keep.lb = 1;
             if (t.transient) keep.ub = 0, drop.lb = 1;
-            if (!decision_allowed(t, Decision::compress)) comp.ub = 0;
-            if (!decision_allowed(t, Decision::recompute)) drop.ub = 0;
+            if (!policy_allowed(t, Policy::compress)) comp.ub = 0;
+            if (!policy_allowed(t, Policy::recompute)) drop.ub = 0;
             m.keep_col[i] = add_col(m, keep);
             m.comp_col[i] = add_col(m, comp);
             m.drop_col[i] = add_col(m, drop);
@@ -307,9 +298,9 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
         }
         const double b = static_cast<double>(t.bytes) / unit;
         m.const_bytes += b;  // kept unless a column below says otherwise
-        if (decision_allowed(t, Decision::compress))
+        if (policy_allowed(t, Policy::compress))
             m.comp_col[i] = add_col(m, Col{0, 1, true, t.compress_ms, static_cast<double>(t.compressed_bytes) / unit - b});
-        if (decision_allowed(t, Decision::recompute)) run[i] = m.drop_col[i] = add_col(m, Col{0, 1, true, t.recompute_ms, -b});
+        if (policy_allowed(t, Policy::recompute)) run[i] = m.drop_col[i] = add_col(m, Col{0, 1, true, t.recompute_ms, -b});
         if (m.comp_col[i] >= 0 && m.drop_col[i] >= 0) m.rows.push_back({{m.comp_col[i], m.drop_col[i]}, {1, 1}, LE, 1});
     }
     for (std::size_t i = 0; i < n; ++i) {
@@ -320,19 +311,19 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
     return m;
 }
 
-std::vector<Decision> decode(const BlockProblem& problem, const BlockModel& m, const double* x) {
-    std::vector<Decision> plan;
+std::vector<Policy> decode(const BlockProblem& problem, const BlockModel& m, const double* x) {
+    std::vector<Policy> plan;
     for (std::size_t i = 0; i < problem.tensors.size(); ++i) {
         const PlanTensor& t = problem.tensors[i];
-        Decision d = Decision::keep;
+        Policy d = Policy::keep;
         if (t.transient)
-            d = Decision::recompute;
+            d = Policy::recompute;
         else if (t.must_keep)
-            d = Decision::keep;
+            d = Policy::keep;
         else if (m.drop_col[i] >= 0 && x[m.drop_col[i]] > 0.5)
-            d = Decision::recompute;
+            d = Policy::recompute;
         else if (m.comp_col[i] >= 0 && x[m.comp_col[i]] > 0.5)
-            d = Decision::compress;
+            d = Policy::compress;
         plan.push_back(d);
     }
     return plan;
@@ -795,7 +786,7 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
     r.budget_bytes = budget_bytes;
     r.min_possible_bytes = static_bytes + transient_bytes + min_act;
     r.per_class.resize(classes.size());
-    auto set_plans = [&](const std::vector<std::vector<Decision>>& plans) {
+    auto set_plans = [&](const std::vector<std::vector<Policy>>& plans) {
         for (std::size_t c = 0; c < classes.size(); ++c) {
             r.per_class[c].clear();
             if (classes[c].layer_count == 0) continue;
@@ -803,7 +794,7 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
             r.per_class[c].push_back({plans[c], classes[c].layer_count, cost.extra_ms, cost.bytes});
         }
     };
-    auto total_bytes = [&](const std::vector<std::vector<Decision>>& plans) {
+    auto total_bytes = [&](const std::vector<std::vector<Policy>>& plans) {
         std::size_t total = 0;
         for (std::size_t c = 0; c < classes.size(); ++c)
             total += static_cast<std::size_t>(classes[c].layer_count) * evaluate_block(classes[c].problem, plans[c]).bytes;
@@ -824,7 +815,7 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
                                                      : "lp_solve reported infeasible although a plan fits";
                 break;
             }
-            std::vector<std::vector<Decision>> plans;
+            std::vector<std::vector<Policy>> plans;
             for (std::size_t c = 0; c < classes.size(); ++c)
                 plans.push_back(decode(classes[c].problem, models[c], x.data() + offset[c]));
             const std::size_t total = total_bytes(plans);
@@ -841,12 +832,12 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
     } else {
         solved = true;  // nothing to decide
         r.status = PlanResult::optimal;
-        std::vector<std::vector<Decision>> plans;
+        std::vector<std::vector<Policy>> plans;
         for (const auto& c : classes) plans.push_back(smallest_plan(c.problem));
         set_plans(plans);
     }
     if (!solved) {  // a plan fits (checked above): fall back to the smallest one
-        std::vector<std::vector<Decision>> plans;
+        std::vector<std::vector<Policy>> plans;
         for (const auto& c : classes) plans.push_back(smallest_plan(c.problem));
         set_plans(plans);
         r.status = PlanResult::suboptimal;
@@ -993,7 +984,7 @@ PlanResult MilpPlanner::solve_global(const std::vector<LayerClass>& classes, std
         for (std::size_t c = 0; c < classes.size(); ++c) {
             r.per_class[c].clear();
             const int L = classes[c].layer_count;
-            std::vector<std::vector<Decision>> layer(L, std::vector<Decision>(classes[c].problem.tensors.size()));
+            std::vector<std::vector<Policy>> layer(L, std::vector<Policy>(classes[c].problem.tensors.size()));
             for (std::size_t k = 0; k < groups.size(); ++k) {
                 if (groups[k].cls != c) continue;
                 for (int l = 0; l < L; ++l)

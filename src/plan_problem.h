@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "src/engine/policy.h"
+
 namespace adacc {
 
 struct PlanTensor {
@@ -54,10 +56,9 @@ struct BlockProblem {
     std::vector<PlanTensor> tensors;
 };
 
-// What a plan does with one tensor of one layer. Transient tensors always read `recompute`
-// (they are never stored; whether their op actually re-runs follows from the others).
-enum class Decision : std::uint8_t { keep, compress, recompute };
-const char* decision_name(Decision d);
+// What a plan does with one tensor of one layer is a Policy (src/engine/policy.h). Transient
+// tensors always read `recompute` (they are never stored; whether their op actually re-runs
+// follows from the others).
 
 // Throws std::invalid_argument naming the tensor when the problem is malformed: an input index
 // not earlier than the tensor, a negative or non-finite cost, a transient that is must_keep or
@@ -66,7 +67,7 @@ void validate_problem(const BlockProblem& problem);
 
 // Whether `d` is allowed for tensor t: must_keep -> keep only; transient -> recompute only;
 // compress needs compressible; recompute needs can_recompute; keep is always allowed otherwise.
-bool decision_allowed(const PlanTensor& t, Decision d);
+bool policy_allowed(const PlanTensor& t, Policy d);
 
 // The exact cost of one block under a plan, independent of any solver: the ops that re-run are
 // the dropped tensors' producers plus, transitively, the producers of every dropped or transient
@@ -77,7 +78,7 @@ struct BlockCost {
     std::size_t bytes = 0;     // sum over kept of bytes + over compressed of compressed_bytes
     std::vector<bool> reruns;  // per tensor: its producing op re-runs in backward
 };
-BlockCost evaluate_block(const BlockProblem& problem, const std::vector<Decision>& plan);
+BlockCost evaluate_block(const BlockProblem& problem, const std::vector<Policy>& plan);
 
 // The fewest tape bytes any plan of the block reaches (each tensor at its smallest allowed form;
 // always reachable, since a recompute chain can always reach the block's first tensors).

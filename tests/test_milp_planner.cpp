@@ -27,20 +27,20 @@ namespace {
 struct Point {
     double t;
     std::size_t b;
-    std::vector<Decision> plan;
+    std::vector<Policy> plan;
 };
 
 // Every valid plan of the block with its exact cost (evaluate_block is the model's definition:
 // re-runs by closure over dropped and transient inputs).
 std::vector<Point> all_plans(const BlockProblem& p) {
     const auto& ts = p.tensors;
-    std::vector<std::vector<Decision>> options(ts.size());
+    std::vector<std::vector<Policy>> options(ts.size());
     for (std::size_t i = 0; i < ts.size(); ++i)
-        for (Decision d : {Decision::keep, Decision::compress, Decision::recompute})
-            if (decision_allowed(ts[i], d)) options[i].push_back(d);
+        for (Policy d : {Policy::keep, Policy::compress, Policy::recompute})
+            if (policy_allowed(ts[i], d)) options[i].push_back(d);
     std::vector<Point> out;
     std::vector<std::size_t> digit(ts.size(), 0);
-    std::vector<Decision> plan(ts.size());
+    std::vector<Policy> plan(ts.size());
     while (true) {
         for (std::size_t i = 0; i < ts.size(); ++i) plan[i] = options[i][digit[i]];
         const BlockCost c = evaluate_block(p, plan);
@@ -452,7 +452,7 @@ TEST(MilpPlanner, RejectsMalformedProblemsAndOptions) {
     EXPECT_THROW(MilpPlanner{o}, std::invalid_argument);
     EXPECT_EQ(parse_plan_granularity("global"), PlanGranularity::global);
     EXPECT_THROW(parse_plan_granularity("layer"), std::invalid_argument);
-    EXPECT_THROW(evaluate_block(p, {Decision::keep}), std::invalid_argument);
+    EXPECT_THROW(evaluate_block(p, {Policy::keep}), std::invalid_argument);
 }
 
 TEST(MilpPlanner, EdgeCases) {
