@@ -79,7 +79,8 @@ std::string AdaccRegulator::describe() const {
     char line[512];
     std::snprintf(line, sizeof line,
                   "plan (%s): %s in %.1f ms; predicted total %s of budget %s, tape %s, added %.1f ms per step%s",
-                  options_.allow_compress ? "adacc" : "recompute-opt", plan_status_name(plan_.result.status),
+                  memory_mode_name(options_.allow_compress ? MemoryMode::adacc : MemoryMode::recompute_opt),
+                  plan_status_name(plan_.result.status),
                   plan_.result.solve_ms, format_bytes(plan_.memory.total()).c_str(), format_bytes(budget_).c_str(),
                   format_bytes(plan_.memory.tape).c_str(), plan_.result.extra_ms, scaled.c_str());
     return line;

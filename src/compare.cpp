@@ -95,7 +95,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
         std::optional<double> none_loss;
         for (MemoryMode mode : options.modes) {
             CompareRow row;
-            row.mode = memory_mode_name(mode);
+            row.mode = mode;
             row.batch = B;
             row.seq = T;
             std::optional<AdaccRegulator> regulator;
@@ -103,11 +103,11 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
             cpu::CodecParams codec_params;
             if (is_planned(mode)) {
                 if (!options.budget)
-                    throw UserError(std::string("mode ") + row.mode + " plans for a memory budget: pass --memory-budget SIZE");
+                    throw UserError(std::string("mode ") + memory_mode_name(mode) + " plans for a memory budget: pass --memory-budget SIZE");
                 try {
                     regulator.emplace(at_batch, options.budget, regulator_options(mode), first_batch(at_batch, B), nullptr);
                 } catch (const UserError& e) {
-                    std::fprintf(stderr, "compare: %s batch %d: %s\n", row.mode.c_str(), B, e.what());
+                    std::fprintf(stderr, "compare: %s batch %d: %s\n", memory_mode_name(mode), B, e.what());
                     row.fits = false;
                     rows.push_back(row);
                     continue;
@@ -121,7 +121,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
             row.fits = options.budget == 0 || row.total_bytes <= options.budget;
             // none is the reference every other mode is measured against: run it even over budget.
             if (row.fits || mode == MemoryMode::none) {
-                std::fprintf(stderr, "compare: %s batch %d ...\n", row.mode.c_str(), B);
+                std::fprintf(stderr, "compare: %s batch %d ...\n", memory_mode_name(mode), B);
                 const RunResult r = train_steps(at_batch, plan, codec_params, B, options.steps, warmup,
                                                 regulator ? &*regulator : nullptr);
                 row.ran = true;
@@ -141,21 +141,21 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
 
 std::string format_recovery(const std::vector<CompareRow>& rows) {
     std::string out;
-    auto find = [&](int B, const char* mode) -> const CompareRow* {
+    auto find = [&](int B, MemoryMode mode) -> const CompareRow* {
         for (const auto& r : rows)
             if (r.batch == B && r.mode == mode && r.ran) return &r;
         return nullptr;
     };
     for (const auto& r : rows) {
-        if (r.mode != "adacc" && r.mode != "recompute-opt") continue;
-        const CompareRow *none = find(r.batch, "none"), *full = find(r.batch, "full");
+        if (!is_planned(r.mode)) continue;
+        const CompareRow *none = find(r.batch, MemoryMode::none), *full = find(r.batch, MemoryMode::full);
         if (!r.ran || !none || !full || full->step_ms <= none->step_ms) continue;
         char line[256];
         std::snprintf(line, sizeof line,
                       "batch %d: %s wins back R = %.2f of full recomputation's overhead "
                       "(t_none %.1f ms, t_full %.1f ms, t_%s %.1f ms); %.2fx full's tokens/s\n",
-                      r.batch, r.mode.c_str(), (full->step_ms - r.step_ms) / (full->step_ms - none->step_ms),
-                      none->step_ms, full->step_ms, r.mode.c_str(), r.step_ms, full->step_ms / r.step_ms);
+                      r.batch, memory_mode_name(r.mode), (full->step_ms - r.step_ms) / (full->step_ms - none->step_ms),
+                      none->step_ms, full->step_ms, memory_mode_name(r.mode), r.step_ms, full->step_ms / r.step_ms);
         out += line;
     }
     return out;
@@ -187,13 +187,13 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
     int none_batch = 0;
     for (MemoryMode mode : modes) {
         MaxBatchRow row;
-        row.mode = memory_mode_name(mode);
+        row.mode = mode;
         row.max_batch = is_planned(mode) ? largest_planned_batch(config, mode, budget)
                                          : largest_batch(config.model, T, mode, budget);
         if (row.max_batch > 0) {
             RunConfig at_batch = config;
             at_batch.training.batch_size = row.max_batch;
-            std::fprintf(stderr, "max-batch: verifying %s at batch %d ...\n", row.mode.c_str(), row.max_batch);
+            std::fprintf(stderr, "max-batch: verifying %s at batch %d ...\n", memory_mode_name(mode), row.max_batch);
             if (is_planned(mode)) {
                 AdaccRegulator regulator(at_batch, budget, regulator_options(mode), first_batch(at_batch, row.max_batch),
                                          nullptr);
@@ -225,8 +225,8 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
     if (format == "json") {
         nlohmann::json out = nlohmann::json::array();
         for (const auto& r : rows)
-            out.push_back({{"mode", r.mode}, {"batch", r.batch}, {"seq", r.seq}, {"fits", r.fits}, {"ran", r.ran},
-                           {"tape_peak_bytes", r.tape_peak_bytes}, {"total_bytes", r.total_bytes},
+            out.push_back({{"mode", memory_mode_name(r.mode)}, {"batch", r.batch}, {"seq", r.seq}, {"fits", r.fits},
+                           {"ran", r.ran}, {"tape_peak_bytes", r.tape_peak_bytes}, {"total_bytes", r.total_bytes},
                            {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"loss", r.loss},
                            {"loss_delta_pct", r.loss_delta_pct ? nlohmann::json(*r.loss_delta_pct) : nlohmann::json()}});
         return out.dump(2) + "\n";
@@ -242,19 +242,20 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
         out += line;
     }
     for (const auto& r : rows) {
+        const char* mode = memory_mode_name(r.mode);
         const std::string delta = r.loss_delta_pct ? fixed(*r.loss_delta_pct, 3) : "";
         if (csv) {
-            out += r.mode + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) + "," +
+            out += std::string(mode) + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) + "," +
                    (r.ran ? std::to_string(r.tape_peak_bytes) : "") + "," + std::to_string(r.total_bytes) + "," +
                    (r.ran ? fixed(r.step_ms, 2) + "," + fixed(r.tokens_per_s, 1) + "," + fixed(r.loss, 5) : ",,") +
                    "," + delta + "," + (r.fits ? "yes" : "no") + "\n";
             continue;
         }
         if (!r.ran)
-            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   does not fit the budget\n", r.mode.c_str(),
+            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   does not fit the budget\n", mode,
                           r.batch, r.seq, "-", r.total_bytes ? format_bytes(r.total_bytes).c_str() : "-");
         else
-            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s %10.1f %12.1f %9.4f %14s%s\n", r.mode.c_str(),
+            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s %10.1f %12.1f %9.4f %14s%s\n", mode,
                           r.batch, r.seq, format_bytes(r.tape_peak_bytes).c_str(), format_bytes(r.total_bytes).c_str(),
                           r.step_ms, r.tokens_per_s, r.loss, delta.c_str(), r.fits ? "" : "  (over budget: reference)");
         out += line;
@@ -266,7 +267,7 @@ std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::
     if (format == "json") {
         nlohmann::json out = nlohmann::json::array();
         for (const auto& r : rows)
-            out.push_back({{"mode", r.mode}, {"max_batch", r.max_batch}, {"total_bytes", r.total_bytes},
+            out.push_back({{"mode", memory_mode_name(r.mode)}, {"max_batch", r.max_batch}, {"total_bytes", r.total_bytes},
                            {"verified", r.verified}, {"ratio_vs_none", r.ratio_vs_none}});
         return out.dump(2) + "\n";
     }
@@ -279,10 +280,10 @@ std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::
     }
     for (const auto& r : rows) {
         if (format == "csv")
-            std::snprintf(line, sizeof line, "%s,%d,%zu,%s,%.3f\n", r.mode.c_str(), r.max_batch, r.total_bytes,
+            std::snprintf(line, sizeof line, "%s,%d,%zu,%s,%.3f\n", memory_mode_name(r.mode), r.max_batch, r.total_bytes,
                           r.verified ? "yes" : "no", r.ratio_vs_none);
         else
-            std::snprintf(line, sizeof line, "%-13s %10d %14s %9s %14.2f\n", r.mode.c_str(), r.max_batch,
+            std::snprintf(line, sizeof line, "%-13s %10d %14s %9s %14.2f\n", memory_mode_name(r.mode), r.max_batch,
                           format_bytes(r.total_bytes).c_str(), r.verified ? "yes" : "no", r.ratio_vs_none);
         out += line;
     }

@@ -14,7 +14,7 @@
 namespace adacc {
 
 struct CompareRow {
-    std::string mode;
+    MemoryMode mode = MemoryMode::none;
     int batch = 0, seq = 0;
     bool fits = true;                 // false: over the budget (none is still run, as the reference)
     bool ran = false;
@@ -42,7 +42,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
 std::string format_recovery(const std::vector<CompareRow>& rows);
 
 struct MaxBatchRow {
-    std::string mode;
+    MemoryMode mode = MemoryMode::none;
     int max_batch = 0;                // by exact accounting
     std::size_t total_bytes = 0;      // at that batch
     bool verified = false;            // allocated and ran one step at that batch

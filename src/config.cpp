@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "src/errors.h"
+#include "src/memory_mode.h"
 
 namespace adacc {
 namespace {
@@ -382,7 +383,7 @@ const std::vector<KeySpec>& registry() {
                                                "seeded permutation of sequence windows"),
 
         field<&R::memory, &MemorySection::mode>(
-            "memory", "mode", one_of({"none", "full", "selective", "quant", "adacc", "recompute-opt"}),
+            "memory", "mode", one_of(memory_mode_names()),
             "activation memory policy"),
         field<&R::memory, &MemorySection::budget>("memory", "budget", size_or_empty(),
                                                   "device memory the run may use"),

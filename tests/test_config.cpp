@@ -9,6 +9,7 @@
 
 #include "src/config.h"
 #include "src/errors.h"
+#include "src/memory_mode.h"
 #include "tests/test_support.h"
 
 namespace adacc {
@@ -410,6 +411,22 @@ TEST(Config, ReferenceDescribesEveryKey) {
     const auto reference = format_config_reference();
     EXPECT_NE(reference.find("memory.mode"), std::string::npos);
     EXPECT_NE(reference.find("one of none, full, selective, quant, adacc, recompute-opt"), std::string::npos);
+}
+
+// kMemoryModes is the one list of mode names: each parses back to its mode, the fixed modes are
+// those without a planner, and a wrong name is refused with the whole list.
+TEST(MemoryModes, NamesComeFromOneTable) {
+    for (const auto& m : kMemoryModes) {
+        EXPECT_EQ(parse_memory_mode(m.name), m.mode);
+        EXPECT_STREQ(memory_mode_name(m.mode), m.name);
+        EXPECT_EQ(is_planned(m.mode), m.planned);
+    }
+    EXPECT_EQ(fixed_memory_modes(),
+              (std::vector<MemoryMode>{MemoryMode::none, MemoryMode::full, MemoryMode::selective, MemoryMode::quant}));
+    EXPECT_EQ(join_memory_mode_names(fixed_memory_modes()), "none, full, selective, quant");
+    const auto message = error_of([] { parse_memory_mode("fast"); });
+    EXPECT_NE(message.find("memory.mode 'fast' is unknown; use one of none, full, selective, quant, adacc, recompute-opt"),
+              std::string::npos) << message;
 }
 
 TEST(Size, ParsesBytesAndUnits) {

@@ -6,6 +6,7 @@
 #include "src/commands/commands.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "src/memory_mode.h"
 #include "src/memory_report.h"
 
 namespace adacc {
@@ -47,7 +48,9 @@ void add_memory_command(CLI::App& app) {
     cmd->add_option("--config", args->config, "TOML run config")->required();
     cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
     cmd->add_option("--memory-budget", args->budget, "memory budget (e.g. 24GiB): adds the largest batch per mode");
-    cmd->add_option("--modes", args->modes, "modes to show (default: all)")->delimiter(',');
+    cmd->add_option("--modes", args->modes,
+                    "fixed modes to show (default: " + join_memory_mode_names(fixed_memory_modes()) + ")")
+        ->delimiter(',');
     cmd->callback([args] { run_memory(*args); });
 }
 
