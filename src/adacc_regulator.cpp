@@ -3,16 +3,11 @@
 #include <chrono>
 #include <cstdio>
 
-#include "src/config.h"
+#include "src/common/units.h"
 #include "src/errors.h"
 #include "src/memory_report.h"
 
 namespace adacc {
-
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-}  // namespace
 
 AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_bytes, RegulatorOptions options,
                                const std::vector<int>& tokens, const float* weights)
@@ -42,7 +37,7 @@ AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_byt
 // weights.
 void AdaccRegulator::solve(const std::vector<int>& tokens, const float* weights) {
     const int B = config_.training.batch_size, T = config_.training.seq_len;
-    const auto start = Clock::now();
+    const auto start = std::chrono::steady_clock::now();
     const bool have_profile = !profile_.tensors.empty();
     if (!have_profile || weights) {
         Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens, weights, config_.training.seed, {});
@@ -98,7 +93,7 @@ std::optional<ReplanEvent> AdaccRegulator::after_step(int step, GPTModel& model)
     if (!sampling_) return std::nullopt;
     sampling_ = false;
     model.set_codec_sampling(nullptr);
-    const auto start = Clock::now();
+    const auto start = std::chrono::steady_clock::now();
     const auto reason = monitor_.observe(step, samples_, plan_.memory.total(), budget_);
     monitor_ms_ += ms_since(start) + model.take_sampling_ms();
     if (!reason) return std::nullopt;

@@ -7,7 +7,7 @@
 
 #include "data/dataloader.h"
 #include "data/token_shard.h"
-#include "src/config.h"
+#include "src/common/units.h"
 #include "src/errors.h"
 #include "src/gpt_model.h"
 #include "src/memory_report.h"
@@ -69,7 +69,7 @@ RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const
         model.backward(inputs.data(), B, T, /*accumulate=*/false);
         adamw_step(model, config.optimizer, learning_rate(config.lr, step, config.training.steps), step);
         if (regulator) regulator->after_step(step, model);
-        if (step > warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+        if (step > warmup) times.push_back(ms_since(start));
         result.tape_peak = std::max(result.tape_peak, model.tape().peak().used);
     }
     std::sort(times.begin(), times.end());

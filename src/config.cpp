@@ -717,20 +717,6 @@ std::uint64_t parse_size(std::string_view text) {
     return parsed.bytes;
 }
 
-std::string format_bytes(std::uint64_t bytes) {
-    static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    if (bytes < kKiB) return std::to_string(bytes) + " B";
-    double value = static_cast<double>(bytes) / kKiB;
-    std::size_t unit = 0;
-    while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
-        value /= 1024.0;
-        ++unit;
-    }
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
-    return text;
-}
-
 void apply_override(RunConfig& config, std::string_view assignment) {
     const std::string where = "--set " + std::string(assignment);
     const auto equals = assignment.find('=');

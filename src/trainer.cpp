@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "data/token_shard.h"
+#include "src/common/units.h"
 #include "src/config.h"
 #include "src/cpu_threads.h"
 #include "src/checkpoint.h"
@@ -225,7 +226,7 @@ int Trainer::run() {
         const float grad_norm = gradient_norm(*model_);
         const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
         if (finite) adamw_step(*model_, config_.optimizer, lr, step, grad_norm);
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double seconds = seconds_since(start);
         progress_.step = step;
         progress_.train_data = train_data_->state();
         if (finite) log_step(step, loss, lr, grad_norm, seconds);

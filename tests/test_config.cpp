@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "src/common/units.h"
 #include "src/config.h"
 #include "src/errors.h"
 #include "src/memory_mode.h"
@@ -455,6 +456,14 @@ TEST(Size, RejectsMalformedSizesWithAHint) {
     }
     EXPECT_NE(error_of([] { parse_size("12 parsecs"); }).find("such as \"24GiB\""), std::string::npos);
     EXPECT_NE(error_of([] { parse_size("99999999999T"); }).find("too large"), std::string::npos);
+}
+
+TEST(Size, AlignsUp) {
+    EXPECT_EQ(align_up(0, 64), 0u);
+    EXPECT_EQ(align_up(1, 64), 64u);
+    EXPECT_EQ(align_up(64, 64), 64u);
+    EXPECT_EQ(align_up(65, 64), 128u);
+    EXPECT_EQ(align_up(4097, 4096), 8192u);
 }
 
 TEST(Size, FormatsInBinaryUnits) {

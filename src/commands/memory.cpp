@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "src/commands/commands.h"
+#include "src/common/units.h"
 #include "src/config.h"
 #include "src/errors.h"
 #include "src/memory_mode.h"
