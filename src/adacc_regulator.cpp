@@ -9,6 +9,16 @@
 
 namespace adacc {
 
+RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode) {
+    RegulatorOptions options;
+    options.allow_compress = mode == MemoryMode::adacc;
+    options.planner.granularity = parse_plan_granularity(config.memory.granularity);
+    options.monitor.max_interval = config.memory.monitor_max_interval;
+    options.monitor.min_steps_between_replans = config.memory.min_replan_steps;
+    if (!config.memory.profile.empty()) options.profile_file = config.memory.profile;
+    return options;
+}
+
 AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_bytes, RegulatorOptions options,
                                const std::vector<int>& tokens, const float* weights)
     : config_(config), budget_(budget_bytes), options_(std::move(options)),

@@ -77,12 +77,6 @@ RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const
     return result;
 }
 
-RegulatorOptions regulator_options(MemoryMode mode) {
-    RegulatorOptions options;
-    options.allow_compress = mode == MemoryMode::adacc;
-    return options;
-}
-
 }  // namespace
 
 std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOptions& options) {
@@ -103,9 +97,11 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
             cpu::CodecParams codec_params;
             if (is_planned(mode)) {
                 if (!options.budget)
-                    throw UserError(std::string("mode ") + memory_mode_name(mode) + " plans for a memory budget: pass --memory-budget SIZE");
+                    throw UserError(std::string("mode ") + memory_mode_name(mode) +
+                                    " plans for a memory budget: pass --memory-budget SIZE");
                 try {
-                    regulator.emplace(at_batch, options.budget, regulator_options(mode), first_batch(at_batch, B), nullptr);
+                    regulator.emplace(at_batch, options.budget, regulator_options(at_batch, mode),
+                                      first_batch(at_batch, B), nullptr);
                 } catch (const UserError& e) {
                     std::fprintf(stderr, "compare: %s batch %d: %s\n", memory_mode_name(mode), B, e.what());
                     row.fits = false;
@@ -167,7 +163,7 @@ int largest_planned_batch(const RunConfig& config, MemoryMode mode, std::uint64_
     const int T = config.training.seq_len;
     const std::vector<int> tokens = first_batch(config, 1);
     const Profile base = profile_block(config.model, 1, 1, T, tokens, nullptr, config.training.seed, {});
-    const RegulatorOptions options = regulator_options(mode);
+    const RegulatorOptions options = regulator_options(config, mode);
     auto fits = [&](int B) {
         try {
             plan_adacc(config.model, B, T, rescale_profile(base, config.model, B), budget, options.allow_compress,
@@ -195,8 +191,8 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
             at_batch.training.batch_size = row.max_batch;
             std::fprintf(stderr, "max-batch: verifying %s at batch %d ...\n", memory_mode_name(mode), row.max_batch);
             if (is_planned(mode)) {
-                AdaccRegulator regulator(at_batch, budget, regulator_options(mode), first_batch(at_batch, row.max_batch),
-                                         nullptr);
+                AdaccRegulator regulator(at_batch, budget, regulator_options(at_batch, mode),
+                                         first_batch(at_batch, row.max_batch), nullptr);
                 row.total_bytes = regulator.plan().memory.total();
                 train_steps(at_batch, regulator.plan().plan, regulator.plan().codec_params, row.max_batch, 1, 0);
             } else {

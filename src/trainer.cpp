@@ -100,12 +100,7 @@ void Trainer::make_model(int B, int T) {
     if (!budget)
         throw UserError("memory.mode " + config_.memory.mode + " plans for a memory budget: set memory.budget " +
                         "(or --memory-budget SIZE)");
-    RegulatorOptions options;
-    options.allow_compress = mode == MemoryMode::adacc;
-    options.planner.granularity = parse_plan_granularity(config_.memory.granularity);
-    options.monitor.max_interval = config_.memory.monitor_max_interval;
-    options.monitor.min_steps_between_replans = config_.memory.min_replan_steps;
-    if (!config_.memory.profile.empty()) options.profile_file = config_.memory.profile;
+    RegulatorOptions options = regulator_options(config_, mode);
     options.save_profile = run_dir_ / "profile.json";
     // Profile on the first training batch, from a loader of its own so training's position is untouched.
     auto profiling_data = open_loader(config_.data.train, config_, false, "data.train");
