@@ -5,8 +5,6 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "data/dataloader.h"
-#include "data/token_shard.h"
 #include "src/common/units.h"
 #include "src/errors.h"
 #include "src/gpt_model.h"
@@ -14,6 +12,7 @@
 #include "src/adacc_regulator.h"
 #include "src/optimizer.h"
 #include "src/profiler.h"
+#include "src/train/token_loader.h"
 
 namespace adacc {
 
@@ -21,32 +20,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-DataLoader open_training_data(const RunConfig& config, int B, int T) {
-    if (config.data.train.empty())
-        throw UserError("data.train is not set: compare trains on real tokens; make shards with `adacc prepare` and "
-                        "pass --set data.train=DIR/train_*.bin");
-    DataLoaderOptions options;
-    options.batch_size = B;
-    options.seq_len = T;
-    options.seed = config.training.seed;
-    options.vocab_size = static_cast<std::uint32_t>(config.model.vocab_size);
-    return DataLoader(expand_shard_pattern(config.data.train), options);
-}
-
 struct RunResult {
     std::size_t tape_peak = 0;
     double median_step_ms = 0;
     float last_loss = 0;
 };
-
-// One batch of the training data (what planned modes profile with).
-std::vector<int> first_batch(const RunConfig& config, int B) {
-    const int T = config.training.seq_len;
-    DataLoader data = open_training_data(config, B, T);
-    std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
-    data.next_batch(inputs, targets);
-    return inputs;
-}
 
 // `steps` optimizer steps of one (plan, batch) from the config's seed and the data's start. With
 // a regulator (planned modes), its monitor runs as in training.
@@ -55,7 +33,7 @@ RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const
     const int T = config.training.seq_len;
     GPTModel model(config.model, B, T, plan, codec_params);
     model.init_weights(config.training.seed);
-    DataLoader data = open_training_data(config, B, T);
+    DataLoader data = open_token_loader(config, TokenSplit::train, /*shuffle=*/false);
     std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
     RunResult result;
     std::vector<double> times;
@@ -101,7 +79,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
                                     " plans for a memory budget: pass --memory-budget SIZE");
                 try {
                     regulator.emplace(at_batch, options.budget, regulator_options(at_batch, mode),
-                                      first_batch(at_batch, B), nullptr);
+                                      first_training_batch(at_batch), nullptr);
                 } catch (const UserError& e) {
                     std::fprintf(stderr, "compare: %s batch %d: %s\n", memory_mode_name(mode), B, e.what());
                     row.fits = false;
@@ -161,7 +139,9 @@ std::string format_recovery(const std::vector<CompareRow>& rows) {
 // planner's feasibility at each candidate batch (doubling, then bisection).
 int largest_planned_batch(const RunConfig& config, MemoryMode mode, std::uint64_t budget) {
     const int T = config.training.seq_len;
-    const std::vector<int> tokens = first_batch(config, 1);
+    RunConfig at_one = config;
+    at_one.training.batch_size = 1;
+    const std::vector<int> tokens = first_training_batch(at_one);
     const Profile base = profile_block(config.model, 1, 1, T, tokens, nullptr, config.training.seed, {});
     const RegulatorOptions options = regulator_options(config, mode);
     auto fits = [&](int B) {
@@ -192,7 +172,7 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
             std::fprintf(stderr, "max-batch: verifying %s at batch %d ...\n", memory_mode_name(mode), row.max_batch);
             if (is_planned(mode)) {
                 AdaccRegulator regulator(at_batch, budget, regulator_options(at_batch, mode),
-                                         first_batch(at_batch, row.max_batch), nullptr);
+                                         first_training_batch(at_batch), nullptr);
                 row.total_bytes = regulator.plan().memory.total();
                 train_steps(at_batch, regulator.plan().plan, regulator.plan().codec_params, row.max_batch, 1, 0);
             } else {

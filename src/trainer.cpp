@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include "data/token_shard.h"
 #include "src/common/units.h"
 #include "src/config.h"
 #include "src/cpu_threads.h"
@@ -15,24 +14,11 @@
 #include "src/optimizer.h"
 #include "src/run_folder.h"
 #include "src/stop_signals.h"
+#include "src/train/token_loader.h"
 
 namespace adacc {
 
 namespace {
-
-std::unique_ptr<DataLoader> open_loader(const std::string& pattern, const RunConfig& cfg, bool shuffle,
-                                        const char* key) {
-    if (pattern.empty())
-        throw UserError(std::string(key) + " is not set: point it at token shards (file or glob), e.g. " +
-                        "--set " + key + "=data/corpus/train_*.bin; make shards with `adacc prepare`");
-    DataLoaderOptions options;
-    options.batch_size = cfg.training.batch_size;
-    options.seq_len = cfg.training.seq_len;
-    options.shuffle = shuffle;
-    options.seed = cfg.training.seed;
-    options.vocab_size = static_cast<std::uint32_t>(cfg.model.vocab_size);
-    return std::make_unique<DataLoader>(expand_shard_pattern(pattern), options);
-}
 
 void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
     const GPTConfig& m = cfg.model;
@@ -64,10 +50,11 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     std::printf("%s", format_config_table(config_).c_str());
 
     const int B = config_.training.batch_size, T = config_.training.seq_len;
-    train_data_ = open_loader(config_.data.train, config_, config_.data.shuffle, "data.train");
+    train_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::train, config_.data.shuffle));
     make_model(B, T);
     print_model_summary(config_, *model_);
-    if (!config_.data.val.empty()) val_data_ = open_loader(config_.data.val, config_, false, "data.val");
+    if (!config_.data.val.empty())
+        val_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::val, /*shuffle=*/false));
     if (TrainingEvaluator::enabled(config_)) evaluator_ = std::make_unique<TrainingEvaluator>(config_);
     inputs_.resize(static_cast<std::size_t>(B) * T);
     targets_.resize(inputs_.size());
@@ -103,11 +90,7 @@ void Trainer::make_model(int B, int T) {
     RegulatorOptions options = regulator_options(config_, mode);
     options.save_profile = run_dir_ / "profile.json";
     // Profile on the first training batch, from a loader of its own so training's position is untouched.
-    auto profiling_data = open_loader(config_.data.train, config_, false, "data.train");
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
-    profiling_data->next_batch(tokens, targets);
-    regulator_ = std::make_unique<AdaccRegulator>(config_, budget, options, std::vector<int>(tokens.begin(), tokens.end()),
-                                                  nullptr);
+    regulator_ = std::make_unique<AdaccRegulator>(config_, budget, options, first_training_batch(config_), nullptr);
     std::printf("%s\n", regulator_->describe().c_str());
     const auto& planned = regulator_->plan();
     // A planned mode's budget may exceed the machine; its batch is then compared with full's.

@@ -71,6 +71,12 @@ TEST_F(Cli, MissingShard) {
     expect_user_error("train --config " + config("", (dir / "nothing_*.bin").string()), {"nothing_", "adacc prepare"});
 }
 
+// Training, compare and plan open data.train the same way, with the same message when it is unset.
+TEST_F(Cli, UnsetTrainingData) {
+    expect_user_error("train --config " + config() + " --set data.train=", {"data.train is not set", "adacc prepare"});
+    expect_user_error("compare --config " + config() + " --set data.train=", {"data.train is not set", "adacc prepare"});
+}
+
 TEST_F(Cli, ShardWithWrongMagic) {
     std::ofstream(dir / "junk.bin") << std::string(2000, 'x');
     expect_user_error("train --config " + config("", (dir / "junk.bin").string()), {"junk.bin", "magic"});

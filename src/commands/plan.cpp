@@ -6,12 +6,11 @@
 #include <cstdio>
 #include <random>
 
-#include "data/dataloader.h"
-#include "data/token_shard.h"
 #include "src/adacc_regulator.h"
 #include "src/commands/commands.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "src/train/token_loader.h"
 
 namespace adacc {
 
@@ -22,24 +21,16 @@ struct PlanArgs {
     bool no_compress = false;
 };
 
-// One batch of training tokens when data.train is readable, else seeded random tokens.
+// The batch training profiles with when data.train is readable, else seeded random tokens.
 std::vector<int> profiling_tokens(const RunConfig& config) {
-    const int B = config.training.batch_size, T = config.training.seq_len;
-    std::vector<int> tokens(static_cast<std::size_t>(B) * T);
     if (!config.data.train.empty()) {
         try {
-            DataLoaderOptions options;
-            options.batch_size = B;
-            options.seq_len = T;
-            options.vocab_size = static_cast<std::uint32_t>(config.model.vocab_size);
-            DataLoader data(expand_shard_pattern(config.data.train), options);
-            std::vector<std::int32_t> targets(tokens.size());
-            data.next_batch(tokens, targets);
-            return tokens;
+            return first_training_batch(config);
         } catch (const UserError& e) {
             std::fprintf(stderr, "plan: profiling on random tokens (%s)\n", e.what());
         }
     }
+    std::vector<int> tokens(static_cast<std::size_t>(config.training.batch_size) * config.training.seq_len);
     std::mt19937 gen(static_cast<std::uint32_t>(config.training.seed));
     for (auto& t : tokens) t = static_cast<int>(gen() % config.model.vocab_size);
     return tokens;
