@@ -21,14 +21,21 @@ struct CompareArgs {
     bool max_batch = false;
 };
 
-void run_compare(const CompareArgs& args) {
+void run_compare(CompareArgs& args) {
+    // As in train: --memory-budget is --set memory.budget=..., validated with the other keys.
+    if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
     RunConfig config = load_config(args.config, args.overrides);
-    if (!args.budget.empty()) config.memory.budget = args.budget;
     const std::uint64_t budget = config.memory.budget.empty() ? 0 : parse_size(config.memory.budget);
     CompareOptions options;
     for (const auto& m : args.modes) options.modes.push_back(parse_memory_mode(m));
     if (options.modes.empty()) options.modes = fixed_memory_modes();
     options.batches = args.batches.empty() ? std::vector<int>{config.training.batch_size} : args.batches;
+    // Each --batch stands in for training.batch_size, so it is checked as that key would be.
+    for (int B : options.batches) {
+        RunConfig at_batch = config;
+        at_batch.training.batch_size = B;
+        validate_config(at_batch, "with --batch " + std::to_string(B));
+    }
     options.steps = args.steps;
     options.warmup = args.warmup;
     options.budget = budget;

@@ -18,9 +18,10 @@ struct MemoryArgs {
     std::vector<std::string> overrides, modes;
 };
 
-void run_memory(const MemoryArgs& args) {
+void run_memory(MemoryArgs& args) {
+    // As in train: --memory-budget is --set memory.budget=..., validated with the other keys.
+    if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
     RunConfig config = load_config(args.config, args.overrides);
-    if (!args.budget.empty()) config.memory.budget = args.budget;
     const std::uint64_t budget = config.memory.budget.empty() ? 0 : parse_size(config.memory.budget);
     std::vector<MemoryMode> modes;
     for (const auto& m : args.modes) {

@@ -36,14 +36,14 @@ std::vector<int> profiling_tokens(const RunConfig& config) {
     return tokens;
 }
 
-void run_plan(const PlanArgs& args) {
-    // --granularity and --profile stand for --set memory.granularity / memory.profile: the plan
-    // is the one training with this config would start from.
-    std::vector<std::string> overrides = args.overrides;
-    if (!args.granularity.empty()) overrides.push_back("memory.granularity=" + args.granularity);
-    if (!args.profile.empty()) overrides.push_back("memory.profile=" + args.profile);
-    RunConfig config = load_config(args.config, overrides);
-    if (!args.budget.empty()) config.memory.budget = args.budget;
+void run_plan(PlanArgs& args) {
+    // --memory-budget, --granularity and --profile stand for --set memory.budget / granularity /
+    // profile, validated with the other keys: the plan is the one training with this config would
+    // start from.
+    if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
+    if (!args.granularity.empty()) args.overrides.push_back("memory.granularity=" + args.granularity);
+    if (!args.profile.empty()) args.overrides.push_back("memory.profile=" + args.profile);
+    RunConfig config = load_config(args.config, args.overrides);
     if (config.memory.budget.empty())
         throw UserError("adacc plan needs a memory budget: pass --memory-budget SIZE (e.g. 24GiB) or set memory.budget");
     const std::uint64_t budget = parse_size(config.memory.budget);
