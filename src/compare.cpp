@@ -1,7 +1,6 @@
 #include "src/compare.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -10,15 +9,13 @@
 #include "src/gpt_model.h"
 #include "src/memory_report.h"
 #include "src/adacc_regulator.h"
-#include "src/optimizer.h"
 #include "src/profiler.h"
 #include "src/train/token_loader.h"
+#include "src/train/training_step.h"
 
 namespace adacc {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct RunResult {
     std::size_t tape_peak = 0;
@@ -26,29 +23,24 @@ struct RunResult {
     float last_loss = 0;
 };
 
-// `steps` optimizer steps of one (plan, batch) from the config's seed and the data's start. With
-// a regulator (planned modes), its monitor runs as in training.
-RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const cpu::CodecParams& codec_params, int B,
+// The first `steps` training steps of one (plan, batch), from the config's seed and the data's
+// start, each taken as training takes it (TrainingStep). With a regulator (planned modes), its
+// monitor runs as in training.
+RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const cpu::CodecParams& codec_params,
                       int steps, int warmup, AdaccRegulator* regulator = nullptr) {
-    const int T = config.training.seq_len;
-    GPTModel model(config.model, B, T, plan, codec_params);
+    GPTModel model(config.model, config.training.batch_size, config.training.seq_len, plan, codec_params);
     model.init_weights(config.training.seed);
-    DataLoader data = open_token_loader(config, TokenSplit::train, /*shuffle=*/false);
-    std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
+    DataLoader data = open_token_loader(config, TokenSplit::train, config.data.shuffle);
+    TrainingStep training_step(config, model, data, regulator);
     RunResult result;
     std::vector<double> times;
     for (int step = 1; step <= steps; ++step) {
-        data.next_batch(inputs, targets);
-        const auto start = Clock::now();
-        if (regulator) regulator->before_step(step, model);
-        result.last_loss = model.forward(inputs.data(), targets.data(), B, T,
-                                         DropoutContext{config.training.seed, std::uint64_t(step), 0, true},
-                                         1.0f / (B * T));
-        model.backward(inputs.data(), B, T, /*accumulate=*/false);
-        adamw_step(model, config.optimizer, learning_rate(config.lr, step, config.training.steps), step);
-        if (regulator) regulator->after_step(step, model);
-        if (step > warmup) times.push_back(ms_since(start));
+        const StepResult r = training_step.run(step);
+        result.last_loss = r.loss;
+        if (step > warmup) times.push_back(r.seconds * 1e3);
+        // Read before the monitor, as training's step line is: a new plan starts on a fresh tape.
         result.tape_peak = std::max(result.tape_peak, model.tape().peak().used);
+        training_step.after(step);
     }
     std::sort(times.begin(), times.end());
     result.median_step_ms = times.empty() ? 0.0 : times[times.size() / 2];
@@ -96,12 +88,13 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
             // none is the reference every other mode is measured against: run it even over budget.
             if (row.fits || mode == MemoryMode::none) {
                 std::fprintf(stderr, "compare: %s batch %d ...\n", memory_mode_name(mode), B);
-                const RunResult r = train_steps(at_batch, plan, codec_params, B, options.steps, warmup,
+                const RunResult r = train_steps(at_batch, plan, codec_params, options.steps, warmup,
                                                 regulator ? &*regulator : nullptr);
                 row.ran = true;
                 row.tape_peak_bytes = r.tape_peak;
                 row.step_ms = r.median_step_ms;
-                row.tokens_per_s = r.median_step_ms > 0 ? B * T / (r.median_step_ms / 1e3) : 0;
+                const double tokens = static_cast<double>(B) * T * config.training.grad_accum;  // per step
+                row.tokens_per_s = r.median_step_ms > 0 ? tokens / (r.median_step_ms / 1e3) : 0;
                 row.loss = r.last_loss;
                 if (mode == MemoryMode::none) none_loss = row.loss;
             }
@@ -169,16 +162,18 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
         if (row.max_batch > 0) {
             RunConfig at_batch = config;
             at_batch.training.batch_size = row.max_batch;
+            // One micro-batch allocates and exercises every arena; grad_accum would only repeat it.
+            at_batch.training.grad_accum = 1;
             std::fprintf(stderr, "max-batch: verifying %s at batch %d ...\n", memory_mode_name(mode), row.max_batch);
             if (is_planned(mode)) {
                 AdaccRegulator regulator(at_batch, budget, regulator_options(at_batch, mode),
                                          first_training_batch(at_batch), nullptr);
                 row.total_bytes = regulator.plan().memory.total();
-                train_steps(at_batch, regulator.plan().plan, regulator.plan().codec_params, row.max_batch, 1, 0);
+                train_steps(at_batch, regulator.plan().plan, regulator.plan().codec_params, 1, 0);
             } else {
                 const ActivationPlan plan = plan_for_mode(config.model, row.max_batch, T, mode);
                 row.total_bytes = GPTModel::plan_memory(config.model, row.max_batch, T, plan).total();
-                train_steps(at_batch, plan, {}, row.max_batch, 1, 0);  // allocates every arena and runs a step
+                train_steps(at_batch, plan, {}, 1, 0);  // allocates every arena and runs a step
             }
             row.verified = row.total_bytes <= budget;
         }

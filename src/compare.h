@@ -1,6 +1,8 @@
 // `adacc compare`: every (memory mode, batch) trained for a few steps from the same initial
-// weights and data, with the tape's measured peak, the step time and the loss; and the largest
-// batch each mode fits under a budget, checked by allocating it and running a step.
+// weights and data, each step exactly as training takes it (src/train/training_step.h: its
+// training.grad_accum micro-batches, data.shuffle, clipping, the lr schedule), with the tape's
+// measured peak, the step time and the loss; and the largest batch each mode fits under a budget,
+// checked by allocating it and running a step of one micro-batch.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +23,8 @@ struct CompareRow {
     std::size_t tape_peak_bytes = 0;  // measured by the tape
     std::size_t total_bytes = 0;      // every arena as allocated (tape at its planned capacity)
     double step_ms = 0;               // median over the steps after warm-up
-    double tokens_per_s = 0;
-    double loss = 0;                  // the last step's
+    double tokens_per_s = 0;          // B x T x grad_accum per step_ms
+    double loss = 0;                  // the last step's (mean over its micro-batches)
     std::optional<double> loss_delta_pct;  // vs mode none at the same batch
 };
 

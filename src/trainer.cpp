@@ -1,7 +1,5 @@
 #include "src/trainer.h"
 
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 
 #include "src/common/units.h"
@@ -11,7 +9,6 @@
 #include "src/errors.h"
 #include "src/file_io.h"
 #include "src/memory_report.h"
-#include "src/optimizer.h"
 #include "src/run_folder.h"
 #include "src/stop_signals.h"
 #include "src/train/token_loader.h"
@@ -52,6 +49,7 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     const int B = config_.training.batch_size, T = config_.training.seq_len;
     train_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::train, config_.data.shuffle));
     make_model(B, T);
+    step_ = std::make_unique<TrainingStep>(config_, *model_, *train_data_, regulator_.get());
     print_model_summary(config_, *model_);
     if (!config_.data.val.empty())
         val_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::val, /*shuffle=*/false));
@@ -106,20 +104,6 @@ void Trainer::log_replan(const ReplanEvent& e) {
     metrics_->write({{"step", e.step}, {"event", "replan"}, {"reason", e.reason}, {"status", plan_status_name(e.status)},
                      {"solve_ms", e.solve_ms}, {"profile_ms", e.profile_ms},
                      {"predicted_total_bytes", e.predicted_total_bytes}});
-}
-
-float Trainer::train_step(int step) {
-    const int B = config_.training.batch_size, T = config_.training.seq_len, accum = config_.training.grad_accum;
-    const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
-    double loss = 0.0;
-    for (int micro = 0; micro < accum; ++micro) {
-        train_data_->next_batch(inputs_, targets_);
-        const DropoutContext dropout{config_.training.seed, static_cast<std::uint64_t>(step),
-                                     static_cast<std::uint64_t>(micro), true};
-        loss += model_->forward(inputs_.data(), targets_.data(), B, T, dropout, dloss);
-        model_->backward(inputs_.data(), B, T, /*accumulate=*/micro > 0);
-    }
-    return static_cast<float>(loss / accum);
 }
 
 // Mean loss over the first training.val_batches batches of the validation shards, the same
@@ -197,21 +181,13 @@ int Trainer::run() {
     const auto& t = config_.training;
     for (int step = progress_.step + 1; step <= t.steps; ++step) {
         if (step_hook_) step_hook_(step, *model_);
-        const auto start = std::chrono::steady_clock::now();
-        if (regulator_) regulator_->before_step(step, *model_);
-        const float loss = train_step(step);
-        const float lr = learning_rate(config_.lr, step, t.steps);
-        const float grad_norm = gradient_norm(*model_);
-        const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
-        if (finite) adamw_step(*model_, config_.optimizer, lr, step, grad_norm);
-        const double seconds = seconds_since(start);
+        const StepResult result = step_->run(step);
         progress_.step = step;
         progress_.train_data = train_data_->state();
-        if (finite) log_step(step, loss, lr, grad_norm, seconds);
-        else skip_nonfinite_step(step, loss, grad_norm);
+        if (result.updated) log_step(step, result.loss, result.lr, result.grad_norm, result.seconds);
+        else skip_nonfinite_step(step, result.loss, result.grad_norm);
         // After the step's line (which reports the tape this step used): a new plan takes effect next step.
-        if (regulator_)
-            if (const auto event = regulator_->after_step(step, *model_)) log_replan(*event);
+        if (const auto event = step_->after(step)) log_replan(*event);
 
         // A stop signal skips this step's validation and eval: preemption leaves little time.
         const int stop_signal = stop_signal_received();
