@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cpu/codecs.h"
+#include "src/common/units.h"
 #include "src/cpu_threads.h"
 #include "kernels/cpu/ops.h"
 
@@ -26,8 +27,8 @@ namespace {
 using namespace adacc;
 using namespace adacc::cpu;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using adacc::align_up;
+using adacc::seconds_since;
 
 template <class F>
 double best_seconds(int reps, F&& f) {
@@ -44,7 +45,7 @@ double best_seconds(int reps, F&& f) {
 // 64-byte-aligned storage (the codecs' blobs must be).
 struct Aligned {
     std::unique_ptr<void, decltype(&std::free)> p{nullptr, &std::free};
-    explicit Aligned(std::size_t bytes) : p(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64), &std::free) {}
+    explicit Aligned(std::size_t bytes) : p(std::aligned_alloc(64, align_up(bytes, 64) + 64), &std::free) {}
     template <class T>
     T* as() const {
         return static_cast<T*>(p.get());

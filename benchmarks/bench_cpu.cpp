@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "src/common/units.h"
 #include "src/cpu_threads.h"
 #include "src/gpt_model.h"
 #include "src/optimizer.h"
@@ -17,7 +18,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using adacc::seconds_since;
 
 // Best GFLOP/s of Eigen's (multithreaded) SGEMM over a few square sizes, best of 3 runs each.
 double measure_sgemm_peak() {

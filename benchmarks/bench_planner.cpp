@@ -18,13 +18,12 @@
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
 #include "src/activation_plan.h"
+#include "src/common/units.h"
 #include "src/milp_planner.h"
 
 namespace {
 
 using namespace adacc;
-
-std::size_t align64(std::size_t b) { return (b + 63) / 64 * 64; }
 
 struct Synthetic {
     double gflops = 100;  // compute-bound ops
@@ -62,7 +61,7 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
         if (!t.saved) continue;
         PlanTensor pt;
         pt.name = t.name;
-        pt.bytes = align64(t.bytes());
+        pt.bytes = align_up(t.bytes(), 64);
         if (t.kind == TensorKind::x || t.tiny) {
             pt.must_keep = true;
         } else {
@@ -76,7 +75,7 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
                                       ? codec_bytes(codec, rows, cols, params,
                                                     std::min<std::size_t>(outlier_channels, outlier_channel_cap(cols, params)))
                                       : codec_max_bytes(codec, rows, cols, params);
-            pt.compressed_bytes = align64(pt.compressed_bytes);
+            pt.compressed_bytes = align_up(pt.compressed_bytes, 64);
             pt.compress_ms = 2.0 * static_cast<double>(pt.bytes + pt.compressed_bytes) / (s.gbs * 1e9) * 1e3;
         }
         index[static_cast<int>(t.kind)] = static_cast<int>(p.tensors.size());

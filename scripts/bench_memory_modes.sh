@@ -5,6 +5,8 @@
 # plus one layer's working set, `selective` drops the T x T tensors, `quant` ~1/4 of none's
 # float tensors plus scales (1/8 for bit-packed masks).
 #   STEPS=N (default 3) measured steps after one warm-up step per (mode, batch).
+# compare takes training's steps, grad_accum micro-batches each: gpt-117m's 32 are set to 1 here,
+# so a step is one micro-batch of B x 256 tokens (as README's figures were measured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS="${STEPS:-3}"
@@ -19,7 +21,7 @@ mkdir -p bench_out
 DATA=(--set data.train=datasets/tinyshakespeare/train_000000.bin --set data.val=datasets/tinyshakespeare/val_000000.bin)
 echo "== gpt-117m, T=256 =="
 build/adacc compare --config configs/gpt-117m.toml "${DATA[@]}" --set training.seq_len=256 --set model.dropout=0.1 \
-  --modes none,full,selective,quant --batch 1,2,4 --steps $((STEPS + 1)) --warmup 1 2>/dev/null \
+  --set training.grad_accum=1 --modes none,full,selective,quant --batch 1,2,4 --steps $((STEPS + 1)) --warmup 1 2>/dev/null \
   | tee bench_out/memory_modes_gpt117m.txt
 echo
 echo "== tiny-shakespeare config (L4 C128 T128, dropout 0.1) =="

@@ -3,8 +3,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "src/errors.h"
-
 namespace adacc {
 
 const char* policy_name(Policy p) {
@@ -14,34 +12,6 @@ const char* policy_name(Policy p) {
         case Policy::compress: return "compress";
     }
     return "?";
-}
-
-namespace {
-struct NamedMode {
-    const char* name;
-    MemoryMode mode;
-};
-const NamedMode kModes[] = {{"none", MemoryMode::none},   {"full", MemoryMode::full},
-                            {"selective", MemoryMode::selective}, {"quant", MemoryMode::quant},
-                            {"adacc", MemoryMode::adacc}, {"recompute-opt", MemoryMode::recompute_opt}};
-}  // namespace
-
-MemoryMode parse_memory_mode(const std::string& name) {
-    for (const auto& m : kModes)
-        if (name == m.name) return m.mode;
-    throw UserError("memory.mode '" + name + "' is unknown; use one of none, full, selective, quant, adacc, recompute-opt");
-}
-
-const char* memory_mode_name(MemoryMode mode) {
-    for (const auto& m : kModes)
-        if (mode == m.mode) return m.name;
-    return "?";
-}
-
-bool is_planned(MemoryMode mode) { return mode == MemoryMode::adacc || mode == MemoryMode::recompute_opt; }
-
-std::vector<MemoryMode> fixed_memory_modes() {
-    return {MemoryMode::none, MemoryMode::full, MemoryMode::selective, MemoryMode::quant};
 }
 
 Codec adacc_codec(TensorKind kind) {

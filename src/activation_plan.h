@@ -9,6 +9,7 @@
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "src/engine/policy.h"
+#include "src/memory_mode.h"
 
 namespace adacc {
 
@@ -18,15 +19,6 @@ struct TensorPolicy {
     Codec codec = Codec::group_int4;  // meaningful for Policy::compress (bitpack for the u8 masks)
     bool operator==(const TensorPolicy&) const = default;
 };
-
-// Fixed modes have one plan per shape; planned modes (adacc, recompute-opt) solve a MILP for a
-// memory budget (src/adacc_planner.h).
-enum class MemoryMode { none, full, selective, quant, adacc, recompute_opt };
-// "none" | "full" | "selective" | "quant" | "adacc" | "recompute-opt"; UserError naming memory.mode otherwise.
-MemoryMode parse_memory_mode(const std::string& name);
-const char* memory_mode_name(MemoryMode mode);
-bool is_planned(MemoryMode mode);
-std::vector<MemoryMode> fixed_memory_modes();  // none, full, selective, quant
 
 // DESIGN §3's table: the codec Adacc uses when it compresses tensor `kind`.
 Codec adacc_codec(TensorKind kind);

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "src/config.h"
+#include "src/common/units.h"
 #include "src/errors.h"
 
 namespace adacc {

@@ -3,16 +3,21 @@
 #include <chrono>
 #include <cstdio>
 
-#include "src/config.h"
+#include "src/common/units.h"
 #include "src/errors.h"
 #include "src/memory_report.h"
 
 namespace adacc {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-}  // namespace
+RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode) {
+    RegulatorOptions options;
+    options.allow_compress = mode == MemoryMode::adacc;
+    options.planner.granularity = parse_plan_granularity(config.memory.granularity);
+    options.monitor.max_interval = config.memory.monitor_max_interval;
+    options.monitor.min_steps_between_replans = config.memory.min_replan_steps;
+    if (!config.memory.profile.empty()) options.profile_file = config.memory.profile;
+    return options;
+}
 
 AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_bytes, RegulatorOptions options,
                                const std::vector<int>& tokens, const float* weights)
@@ -41,7 +46,7 @@ AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_byt
 // weights.
 void AdaccRegulator::solve(const std::vector<int>& tokens, const float* weights) {
     const int B = config_.training.batch_size, T = config_.training.seq_len;
-    const auto start = Clock::now();
+    const auto start = std::chrono::steady_clock::now();
     const bool have_profile = !profile_.tensors.empty();
     if (!have_profile || weights) {
         Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens, weights, config_.training.seed, {});
@@ -78,7 +83,8 @@ std::string AdaccRegulator::describe() const {
     char line[512];
     std::snprintf(line, sizeof line,
                   "plan (%s): %s in %.1f ms; predicted total %s of budget %s, tape %s, added %.1f ms per step%s",
-                  options_.allow_compress ? "adacc" : "recompute-opt", plan_status_name(plan_.result.status),
+                  memory_mode_name(options_.allow_compress ? MemoryMode::adacc : MemoryMode::recompute_opt),
+                  plan_status_name(plan_.result.status),
                   plan_.result.solve_ms, format_bytes(plan_.memory.total()).c_str(), format_bytes(budget_).c_str(),
                   format_bytes(plan_.memory.tape).c_str(), plan_.result.extra_ms, scaled.c_str());
     return line;
@@ -97,7 +103,7 @@ std::optional<ReplanEvent> AdaccRegulator::after_step(int step, GPTModel& model)
     if (!sampling_) return std::nullopt;
     sampling_ = false;
     model.set_observer(nullptr);
-    const auto start = Clock::now();
+    const auto start = std::chrono::steady_clock::now();
     const auto reason = monitor_.observe(step, sampler_.samples(), plan_.memory.total(), budget_);
     monitor_ms_ += ms_since(start) + sampler_.take_ms();
     if (!reason) return std::nullopt;

@@ -27,6 +27,12 @@ struct RegulatorOptions {
     std::filesystem::path save_profile;                 // where to write the profile ("" = nowhere)
 };
 
+// The options of planned mode `mode` (adacc or recompute-opt) as the config's [memory] section
+// sets them: memory.granularity, memory.profile, memory.monitor_max_interval and
+// memory.min_replan_steps. Training, `adacc plan` and `adacc compare` all start from it; where to
+// save the profile is the caller's (the trainer writes it into the run folder).
+RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode);
+
 struct ReplanEvent {
     int step = 0;
     std::string reason;

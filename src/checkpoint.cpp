@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "src/common/units.h"
 #include "src/config.h"
 #include "src/errors.h"
 #include "src/llmc_model_io.h"
@@ -62,10 +63,6 @@ private:
     void mix(std::uint64_t word) { state_ = (state_ ^ word) * 0x100000001b3ull; }
     std::uint64_t state_ = 0xcbf29ce484222325ull;
 };
-
-std::uint64_t align_up(std::uint64_t value) {
-    return (value + kCheckpointAlignment - 1) / kCheckpointAlignment * kCheckpointAlignment;
-}
 
 std::string format_shape(std::span<const std::int64_t> shape) {
     std::string text = "[";
@@ -205,7 +202,7 @@ std::vector<StoredTensor> plan_layout(const std::vector<CheckpointTensor>& tenso
         const std::uint64_t bytes = *count * dtype_size(t.dtype);
         if (bytes > 0 && t.data == nullptr)
             throw std::invalid_argument("write_checkpoint: tensor '" + t.name + "' has no data");
-        offset = align_up(offset);
+        offset = align_up(offset, kCheckpointAlignment);
         stored.push_back({t.name, t.dtype, t.shape, offset, bytes, 0});
         offset += bytes;
     }
@@ -263,7 +260,7 @@ void write_checkpoint(const fs::path& file, const nlohmann::json& meta, const st
     const std::string meta_text = meta.dump();
     const std::uint64_t table_offset = sizeof(Header) + meta_text.size();
     const std::uint64_t table_bytes = encode_table(plan_layout(tensors, 0)).size();
-    const std::uint64_t data_offset = align_up(table_offset + table_bytes);
+    const std::uint64_t data_offset = align_up(table_offset + table_bytes, kCheckpointAlignment);
     auto stored = plan_layout(tensors, data_offset);
 
     if (file.has_parent_path()) fs::create_directories(file.parent_path());

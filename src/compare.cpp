@@ -1,37 +1,21 @@
 #include "src/compare.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "data/dataloader.h"
-#include "data/token_shard.h"
-#include "src/config.h"
+#include "src/common/units.h"
 #include "src/errors.h"
 #include "src/gpt_model.h"
 #include "src/memory_report.h"
 #include "src/adacc_regulator.h"
-#include "src/optimizer.h"
 #include "src/profiler.h"
+#include "src/train/token_loader.h"
+#include "src/train/training_step.h"
 
 namespace adacc {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-DataLoader open_training_data(const RunConfig& config, int B, int T) {
-    if (config.data.train.empty())
-        throw UserError("data.train is not set: compare trains on real tokens; make shards with `adacc prepare` and "
-                        "pass --set data.train=DIR/train_*.bin");
-    DataLoaderOptions options;
-    options.batch_size = B;
-    options.seq_len = T;
-    options.seed = config.training.seed;
-    options.vocab_size = static_cast<std::uint32_t>(config.model.vocab_size);
-    return DataLoader(expand_shard_pattern(config.data.train), options);
-}
 
 struct RunResult {
     std::size_t tape_peak = 0;
@@ -39,48 +23,28 @@ struct RunResult {
     float last_loss = 0;
 };
 
-// One batch of the training data (what planned modes profile with).
-std::vector<int> first_batch(const RunConfig& config, int B) {
-    const int T = config.training.seq_len;
-    DataLoader data = open_training_data(config, B, T);
-    std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
-    data.next_batch(inputs, targets);
-    return inputs;
-}
-
-// `steps` optimizer steps of one (plan, batch) from the config's seed and the data's start. With
-// a regulator (planned modes), its monitor runs as in training.
-RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const CodecParams& codec_params, int B,
+// The first `steps` training steps of one (plan, batch), from the config's seed and the data's
+// start, each taken as training takes it (TrainingStep). With a regulator (planned modes), its
+// monitor runs as in training.
+RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const CodecParams& codec_params,
                       int steps, int warmup, AdaccRegulator* regulator = nullptr) {
-    const int T = config.training.seq_len;
-    GPTModel model(config.model, B, T, plan, codec_params);
+    GPTModel model(config.model, config.training.batch_size, config.training.seq_len, plan, codec_params);
     model.init_weights(config.training.seed);
-    DataLoader data = open_training_data(config, B, T);
-    std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
+    DataLoader data = open_token_loader(config, TokenSplit::train, config.data.shuffle);
+    TrainingStep training_step(config, model, data, regulator);
     RunResult result;
     std::vector<double> times;
     for (int step = 1; step <= steps; ++step) {
-        data.next_batch(inputs, targets);
-        const auto start = Clock::now();
-        if (regulator) regulator->before_step(step, model);
-        result.last_loss = model.forward(inputs.data(), targets.data(), B, T,
-                                         DropoutContext{config.training.seed, std::uint64_t(step), 0, true},
-                                         1.0f / (B * T));
-        model.backward(inputs.data(), B, T, /*accumulate=*/false);
-        adamw_step(model, config.optimizer, learning_rate(config.lr, step, config.training.steps), step);
-        if (regulator) regulator->after_step(step, model);
-        if (step > warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+        const StepResult r = training_step.run(step);
+        result.last_loss = r.loss;
+        if (step > warmup) times.push_back(r.seconds * 1e3);
+        // Read before the monitor, as training's step line is: a new plan starts on a fresh tape.
         result.tape_peak = std::max(result.tape_peak, model.tape().peak().used);
+        training_step.after(step);
     }
     std::sort(times.begin(), times.end());
     result.median_step_ms = times.empty() ? 0.0 : times[times.size() / 2];
     return result;
-}
-
-RegulatorOptions regulator_options(MemoryMode mode) {
-    RegulatorOptions options;
-    options.allow_compress = mode == MemoryMode::adacc;
-    return options;
 }
 
 }  // namespace
@@ -95,7 +59,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
         std::optional<double> none_loss;
         for (MemoryMode mode : options.modes) {
             CompareRow row;
-            row.mode = memory_mode_name(mode);
+            row.mode = mode;
             row.batch = B;
             row.seq = T;
             std::optional<AdaccRegulator> regulator;
@@ -103,11 +67,13 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
             CodecParams codec_params;
             if (is_planned(mode)) {
                 if (!options.budget)
-                    throw UserError(std::string("mode ") + row.mode + " plans for a memory budget: pass --memory-budget SIZE");
+                    throw UserError(std::string("mode ") + memory_mode_name(mode) +
+                                    " plans for a memory budget: pass --memory-budget SIZE");
                 try {
-                    regulator.emplace(at_batch, options.budget, regulator_options(mode), first_batch(at_batch, B), nullptr);
+                    regulator.emplace(at_batch, options.budget, regulator_options(at_batch, mode),
+                                      first_training_batch(at_batch), nullptr);
                 } catch (const UserError& e) {
-                    std::fprintf(stderr, "compare: %s batch %d: %s\n", row.mode.c_str(), B, e.what());
+                    std::fprintf(stderr, "compare: %s batch %d: %s\n", memory_mode_name(mode), B, e.what());
                     row.fits = false;
                     rows.push_back(row);
                     continue;
@@ -121,13 +87,14 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
             row.fits = options.budget == 0 || row.total_bytes <= options.budget;
             // none is the reference every other mode is measured against: run it even over budget.
             if (row.fits || mode == MemoryMode::none) {
-                std::fprintf(stderr, "compare: %s batch %d ...\n", row.mode.c_str(), B);
-                const RunResult r = train_steps(at_batch, plan, codec_params, B, options.steps, warmup,
+                std::fprintf(stderr, "compare: %s batch %d ...\n", memory_mode_name(mode), B);
+                const RunResult r = train_steps(at_batch, plan, codec_params, options.steps, warmup,
                                                 regulator ? &*regulator : nullptr);
                 row.ran = true;
                 row.tape_peak_bytes = r.tape_peak;
                 row.step_ms = r.median_step_ms;
-                row.tokens_per_s = r.median_step_ms > 0 ? B * T / (r.median_step_ms / 1e3) : 0;
+                const double tokens = static_cast<double>(B) * T * config.training.grad_accum;  // per step
+                row.tokens_per_s = r.median_step_ms > 0 ? tokens / (r.median_step_ms / 1e3) : 0;
                 row.loss = r.last_loss;
                 if (mode == MemoryMode::none) none_loss = row.loss;
             }
@@ -141,21 +108,21 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
 
 std::string format_recovery(const std::vector<CompareRow>& rows) {
     std::string out;
-    auto find = [&](int B, const char* mode) -> const CompareRow* {
+    auto find = [&](int B, MemoryMode mode) -> const CompareRow* {
         for (const auto& r : rows)
             if (r.batch == B && r.mode == mode && r.ran) return &r;
         return nullptr;
     };
     for (const auto& r : rows) {
-        if (r.mode != "adacc" && r.mode != "recompute-opt") continue;
-        const CompareRow *none = find(r.batch, "none"), *full = find(r.batch, "full");
+        if (!is_planned(r.mode)) continue;
+        const CompareRow *none = find(r.batch, MemoryMode::none), *full = find(r.batch, MemoryMode::full);
         if (!r.ran || !none || !full || full->step_ms <= none->step_ms) continue;
         char line[256];
         std::snprintf(line, sizeof line,
                       "batch %d: %s wins back R = %.2f of full recomputation's overhead "
                       "(t_none %.1f ms, t_full %.1f ms, t_%s %.1f ms); %.2fx full's tokens/s\n",
-                      r.batch, r.mode.c_str(), (full->step_ms - r.step_ms) / (full->step_ms - none->step_ms),
-                      none->step_ms, full->step_ms, r.mode.c_str(), r.step_ms, full->step_ms / r.step_ms);
+                      r.batch, memory_mode_name(r.mode), (full->step_ms - r.step_ms) / (full->step_ms - none->step_ms),
+                      none->step_ms, full->step_ms, memory_mode_name(r.mode), r.step_ms, full->step_ms / r.step_ms);
         out += line;
     }
     return out;
@@ -165,9 +132,11 @@ std::string format_recovery(const std::vector<CompareRow>& rows) {
 // planner's feasibility at each candidate batch (doubling, then bisection).
 int largest_planned_batch(const RunConfig& config, MemoryMode mode, std::uint64_t budget) {
     const int T = config.training.seq_len;
-    const std::vector<int> tokens = first_batch(config, 1);
+    RunConfig at_one = config;
+    at_one.training.batch_size = 1;
+    const std::vector<int> tokens = first_training_batch(at_one);
     const Profile base = profile_block(config.model, 1, 1, T, tokens, nullptr, config.training.seed, {});
-    const RegulatorOptions options = regulator_options(mode);
+    const RegulatorOptions options = regulator_options(config, mode);
     auto fits = [&](int B) {
         try {
             plan_adacc(config.model, B, T, rescale_profile(base, config.model, B), budget, options.allow_compress,
@@ -187,22 +156,24 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
     int none_batch = 0;
     for (MemoryMode mode : modes) {
         MaxBatchRow row;
-        row.mode = memory_mode_name(mode);
+        row.mode = mode;
         row.max_batch = is_planned(mode) ? largest_planned_batch(config, mode, budget)
                                          : largest_batch(config.model, T, mode, budget);
         if (row.max_batch > 0) {
             RunConfig at_batch = config;
             at_batch.training.batch_size = row.max_batch;
-            std::fprintf(stderr, "max-batch: verifying %s at batch %d ...\n", row.mode.c_str(), row.max_batch);
+            // One micro-batch allocates and exercises every arena; grad_accum would only repeat it.
+            at_batch.training.grad_accum = 1;
+            std::fprintf(stderr, "max-batch: verifying %s at batch %d ...\n", memory_mode_name(mode), row.max_batch);
             if (is_planned(mode)) {
-                AdaccRegulator regulator(at_batch, budget, regulator_options(mode), first_batch(at_batch, row.max_batch),
-                                         nullptr);
+                AdaccRegulator regulator(at_batch, budget, regulator_options(at_batch, mode),
+                                         first_training_batch(at_batch), nullptr);
                 row.total_bytes = regulator.plan().memory.total();
-                train_steps(at_batch, regulator.plan().plan, regulator.plan().codec_params, row.max_batch, 1, 0);
+                train_steps(at_batch, regulator.plan().plan, regulator.plan().codec_params, 1, 0);
             } else {
                 const ActivationPlan plan = plan_for_mode(config.model, row.max_batch, T, mode);
                 row.total_bytes = GPTModel::plan_memory(config.model, row.max_batch, T, plan).total();
-                train_steps(at_batch, plan, {}, row.max_batch, 1, 0);  // allocates every arena and runs a step
+                train_steps(at_batch, plan, {}, 1, 0);  // allocates every arena and runs a step
             }
             row.verified = row.total_bytes <= budget;
         }
@@ -225,8 +196,8 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
     if (format == "json") {
         nlohmann::json out = nlohmann::json::array();
         for (const auto& r : rows)
-            out.push_back({{"mode", r.mode}, {"batch", r.batch}, {"seq", r.seq}, {"fits", r.fits}, {"ran", r.ran},
-                           {"tape_peak_bytes", r.tape_peak_bytes}, {"total_bytes", r.total_bytes},
+            out.push_back({{"mode", memory_mode_name(r.mode)}, {"batch", r.batch}, {"seq", r.seq}, {"fits", r.fits},
+                           {"ran", r.ran}, {"tape_peak_bytes", r.tape_peak_bytes}, {"total_bytes", r.total_bytes},
                            {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"loss", r.loss},
                            {"loss_delta_pct", r.loss_delta_pct ? nlohmann::json(*r.loss_delta_pct) : nlohmann::json()}});
         return out.dump(2) + "\n";
@@ -242,19 +213,20 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
         out += line;
     }
     for (const auto& r : rows) {
+        const char* mode = memory_mode_name(r.mode);
         const std::string delta = r.loss_delta_pct ? fixed(*r.loss_delta_pct, 3) : "";
         if (csv) {
-            out += r.mode + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) + "," +
+            out += std::string(mode) + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) + "," +
                    (r.ran ? std::to_string(r.tape_peak_bytes) : "") + "," + std::to_string(r.total_bytes) + "," +
                    (r.ran ? fixed(r.step_ms, 2) + "," + fixed(r.tokens_per_s, 1) + "," + fixed(r.loss, 5) : ",,") +
                    "," + delta + "," + (r.fits ? "yes" : "no") + "\n";
             continue;
         }
         if (!r.ran)
-            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   does not fit the budget\n", r.mode.c_str(),
+            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   does not fit the budget\n", mode,
                           r.batch, r.seq, "-", r.total_bytes ? format_bytes(r.total_bytes).c_str() : "-");
         else
-            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s %10.1f %12.1f %9.4f %14s%s\n", r.mode.c_str(),
+            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s %10.1f %12.1f %9.4f %14s%s\n", mode,
                           r.batch, r.seq, format_bytes(r.tape_peak_bytes).c_str(), format_bytes(r.total_bytes).c_str(),
                           r.step_ms, r.tokens_per_s, r.loss, delta.c_str(), r.fits ? "" : "  (over budget: reference)");
         out += line;
@@ -266,7 +238,7 @@ std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::
     if (format == "json") {
         nlohmann::json out = nlohmann::json::array();
         for (const auto& r : rows)
-            out.push_back({{"mode", r.mode}, {"max_batch", r.max_batch}, {"total_bytes", r.total_bytes},
+            out.push_back({{"mode", memory_mode_name(r.mode)}, {"max_batch", r.max_batch}, {"total_bytes", r.total_bytes},
                            {"verified", r.verified}, {"ratio_vs_none", r.ratio_vs_none}});
         return out.dump(2) + "\n";
     }
@@ -279,10 +251,10 @@ std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::
     }
     for (const auto& r : rows) {
         if (format == "csv")
-            std::snprintf(line, sizeof line, "%s,%d,%zu,%s,%.3f\n", r.mode.c_str(), r.max_batch, r.total_bytes,
+            std::snprintf(line, sizeof line, "%s,%d,%zu,%s,%.3f\n", memory_mode_name(r.mode), r.max_batch, r.total_bytes,
                           r.verified ? "yes" : "no", r.ratio_vs_none);
         else
-            std::snprintf(line, sizeof line, "%-13s %10d %14s %9s %14.2f\n", r.mode.c_str(), r.max_batch,
+            std::snprintf(line, sizeof line, "%-13s %10d %14s %9s %14.2f\n", memory_mode_name(r.mode), r.max_batch,
                           format_bytes(r.total_bytes).c_str(), r.verified ? "yes" : "no", r.ratio_vs_none);
         out += line;
     }

@@ -1,6 +1,8 @@
 // `adacc compare`: every (memory mode, batch) trained for a few steps from the same initial
-// weights and data, with the tape's measured peak, the step time and the loss; and the largest
-// batch each mode fits under a budget, checked by allocating it and running a step.
+// weights and data, each step exactly as training takes it (src/train/training_step.h: its
+// training.grad_accum micro-batches, data.shuffle, clipping, the lr schedule), with the tape's
+// measured peak, the step time and the loss; and the largest batch each mode fits under a budget,
+// checked by allocating it and running a step of one micro-batch.
 #pragma once
 
 #include <cstdint>
@@ -14,15 +16,15 @@
 namespace adacc {
 
 struct CompareRow {
-    std::string mode;
+    MemoryMode mode = MemoryMode::none;
     int batch = 0, seq = 0;
     bool fits = true;                 // false: over the budget (none is still run, as the reference)
     bool ran = false;
     std::size_t tape_peak_bytes = 0;  // measured by the tape
     std::size_t total_bytes = 0;      // every arena as allocated (tape at its planned capacity)
     double step_ms = 0;               // median over the steps after warm-up
-    double tokens_per_s = 0;
-    double loss = 0;                  // the last step's
+    double tokens_per_s = 0;          // B x T x grad_accum per step_ms
+    double loss = 0;                  // the last step's (mean over its micro-batches)
     std::optional<double> loss_delta_pct;  // vs mode none at the same batch
 };
 
@@ -42,7 +44,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
 std::string format_recovery(const std::vector<CompareRow>& rows);
 
 struct MaxBatchRow {
-    std::string mode;
+    MemoryMode mode = MemoryMode::none;
     int max_batch = 0;                // by exact accounting
     std::size_t total_bytes = 0;      // at that batch
     bool verified = false;            // allocated and ran one step at that batch

@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "src/errors.h"
+#include "src/memory_mode.h"
 
 namespace adacc {
 namespace {
@@ -382,7 +383,7 @@ const std::vector<KeySpec>& registry() {
                                                "seeded permutation of sequence windows"),
 
         field<&R::memory, &MemorySection::mode>(
-            "memory", "mode", one_of({"none", "full", "selective", "quant", "adacc", "recompute-opt"}),
+            "memory", "mode", one_of(memory_mode_names()),
             "activation memory policy"),
         field<&R::memory, &MemorySection::budget>("memory", "budget", size_or_empty(),
                                                   "device memory the run may use"),
@@ -714,20 +715,6 @@ std::uint64_t parse_size(std::string_view text) {
     const auto parsed = try_parse_size(text);
     if (!parsed.error.empty()) throw UserError("bad size '" + std::string(text) + "': " + parsed.error);
     return parsed.bytes;
-}
-
-std::string format_bytes(std::uint64_t bytes) {
-    static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    if (bytes < kKiB) return std::to_string(bytes) + " B";
-    double value = static_cast<double>(bytes) / kKiB;
-    std::size_t unit = 0;
-    while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
-        value /= 1024.0;
-        ++unit;
-    }
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
-    return text;
 }
 
 void apply_override(RunConfig& config, std::string_view assignment) {

@@ -53,7 +53,4 @@ std::string to_toml(const RunConfig& config);
 // KB, MB, GB, TB (powers of 1000). "24GiB", "1.5 GiB", "512M". Throws UserError otherwise.
 std::uint64_t parse_size(std::string_view text);
 
-// Bytes in the largest binary unit that keeps the number >= 1, two decimals: "1.50 GiB", "512 B".
-std::string format_bytes(std::uint64_t bytes);
-
 }  // namespace adacc

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "data/tokenizer.h"
+#include "src/common/units.h"
 #include "src/errors.h"
 
 namespace adacc {
@@ -284,11 +285,11 @@ EvalRun run_eval(GPTModel& model, const PreparedEval& prepared, int batch, const
             for (const std::size_t r : finished)
                 if (--remaining[owner[r]] == 0) finish_doc(owner[r], results);
             state.requests_done += finished.size();
-            state.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            state.seconds = seconds_since(start);
             if (progress) progress(state);
         });
     run.summary = summarize(prepared.task, run.docs);
-    run.summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    run.summary.seconds = seconds_since(start);
     const int window = model.config().max_seq_len;
     for (const auto& request : prepared.requests)
         run.summary.tokens += static_cast<std::size_t>(scoring_window(request, window).input_length);
@@ -382,7 +383,9 @@ bool TrainingEvaluator::due(int step, int last_step) const {
 
 nlohmann::json TrainingEvaluator::evaluate(const GPTModel& model, int step) {
     const auto start = std::chrono::steady_clock::now();
-    std::memcpy(model_->params(), model.params(), model.num_params() * sizeof(float));
+    std::vector<float> staging;
+    model_->write_arena(ModelArena::parameters, 0, model.num_params(),
+                        model.host_readable(ModelArena::parameters, staging));
     nlohmann::json record = {{"step", step}};
     for (const PreparedEval& task : tasks_) {
         const EvalRun run = run_eval(*model_, task);
@@ -392,7 +395,7 @@ nlohmann::json TrainingEvaluator::evaluate(const GPTModel& model, int step) {
         if (run.summary.ppl) record[prefix + "ppl"] = *run.summary.ppl;
         record[prefix + "n"] = run.summary.n;
     }
-    record["eval_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    record["eval_seconds"] = seconds_since(start);
     return record;
 }
 

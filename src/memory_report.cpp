@@ -6,7 +6,7 @@
 #include <fstream>
 #include <optional>
 
-#include "src/config.h"
+#include "src/common/units.h"
 #include "src/errors.h"
 
 namespace adacc {

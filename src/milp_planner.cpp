@@ -70,6 +70,8 @@
 
 #include <lpsolve/lp_lib.h>
 
+#include "src/common/units.h"
+
 namespace adacc {
 
 // ---------------------------------------------------------------- plan_problem.h
@@ -192,8 +194,6 @@ const char* plan_status_name(PlanResult::Status s) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 std::string fmt_bytes(std::size_t b) {
     char buf[64];

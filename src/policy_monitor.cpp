@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "src/config.h"
+#include "src/common/units.h"
 
 namespace adacc {
 

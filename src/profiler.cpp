@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "src/activation_plan.h"
+#include "src/common/units.h"
 #include "src/errors.h"
 
 namespace adacc {
@@ -13,7 +14,6 @@ namespace adacc {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 
 // Compresses and decompresses tensor `kind` of every layer from the tape of a kept-everything

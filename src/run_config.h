@@ -47,7 +47,7 @@ struct DataSection {
 };
 
 struct MemorySection {
-    std::string mode = "none";   // none | full | selective | quant | adacc | recompute-opt
+    std::string mode = "none";   // a name in kMemoryModes (src/memory_mode.h)
     std::string budget;          // "" = unlimited, else bytes or "24GiB"-style sizes
     // Planned modes (adacc, recompute-opt):
     std::string granularity = "block";  // block: one plan for all layers | global: layers may differ

@@ -1,37 +1,21 @@
 #include "src/trainer.h"
 
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 
-#include "data/token_shard.h"
+#include "src/common/units.h"
 #include "src/config.h"
 #include "src/cpu_threads.h"
 #include "src/checkpoint.h"
 #include "src/errors.h"
 #include "src/file_io.h"
 #include "src/memory_report.h"
-#include "src/optimizer.h"
 #include "src/run_folder.h"
 #include "src/stop_signals.h"
+#include "src/train/token_loader.h"
 
 namespace adacc {
 
 namespace {
-
-std::unique_ptr<DataLoader> open_loader(const std::string& pattern, const RunConfig& cfg, bool shuffle,
-                                        const char* key) {
-    if (pattern.empty())
-        throw UserError(std::string(key) + " is not set: point it at token shards (file or glob), e.g. " +
-                        "--set " + key + "=data/corpus/train_*.bin; make shards with `adacc prepare`");
-    DataLoaderOptions options;
-    options.batch_size = cfg.training.batch_size;
-    options.seq_len = cfg.training.seq_len;
-    options.shuffle = shuffle;
-    options.seed = cfg.training.seed;
-    options.vocab_size = static_cast<std::uint32_t>(cfg.model.vocab_size);
-    return std::make_unique<DataLoader>(expand_shard_pattern(pattern), options);
-}
 
 void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
     const GPTConfig& m = cfg.model;
@@ -63,10 +47,12 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     std::printf("%s", format_config_table(config_).c_str());
 
     const int B = config_.training.batch_size, T = config_.training.seq_len;
-    train_data_ = open_loader(config_.data.train, config_, config_.data.shuffle, "data.train");
+    train_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::train, config_.data.shuffle));
     make_model(B, T);
+    step_ = std::make_unique<TrainingStep>(config_, *model_, *train_data_, regulator_.get());
     print_model_summary(config_, *model_);
-    if (!config_.data.val.empty()) val_data_ = open_loader(config_.data.val, config_, false, "data.val");
+    if (!config_.data.val.empty())
+        val_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::val, /*shuffle=*/false));
     if (TrainingEvaluator::enabled(config_)) evaluator_ = std::make_unique<TrainingEvaluator>(config_);
     inputs_.resize(static_cast<std::size_t>(B) * T);
     targets_.resize(inputs_.size());
@@ -99,19 +85,10 @@ void Trainer::make_model(int B, int T) {
     if (!budget)
         throw UserError("memory.mode " + config_.memory.mode + " plans for a memory budget: set memory.budget " +
                         "(or --memory-budget SIZE)");
-    RegulatorOptions options;
-    options.allow_compress = mode == MemoryMode::adacc;
-    options.planner.granularity = parse_plan_granularity(config_.memory.granularity);
-    options.monitor.max_interval = config_.memory.monitor_max_interval;
-    options.monitor.min_steps_between_replans = config_.memory.min_replan_steps;
-    if (!config_.memory.profile.empty()) options.profile_file = config_.memory.profile;
+    RegulatorOptions options = regulator_options(config_, mode);
     options.save_profile = run_dir_ / "profile.json";
     // Profile on the first training batch, from a loader of its own so training's position is untouched.
-    auto profiling_data = open_loader(config_.data.train, config_, false, "data.train");
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
-    profiling_data->next_batch(tokens, targets);
-    regulator_ = std::make_unique<AdaccRegulator>(config_, budget, options, std::vector<int>(tokens.begin(), tokens.end()),
-                                                  nullptr);
+    regulator_ = std::make_unique<AdaccRegulator>(config_, budget, options, first_training_batch(config_), nullptr);
     std::printf("%s\n", regulator_->describe().c_str());
     const auto& planned = regulator_->plan();
     // A planned mode's budget may exceed the machine; its batch is then compared with full's.
@@ -127,20 +104,6 @@ void Trainer::log_replan(const ReplanEvent& e) {
     metrics_->write({{"step", e.step}, {"event", "replan"}, {"reason", e.reason}, {"status", plan_status_name(e.status)},
                      {"solve_ms", e.solve_ms}, {"profile_ms", e.profile_ms},
                      {"predicted_total_bytes", e.predicted_total_bytes}});
-}
-
-float Trainer::train_step(int step) {
-    const int B = config_.training.batch_size, T = config_.training.seq_len, accum = config_.training.grad_accum;
-    const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
-    double loss = 0.0;
-    for (int micro = 0; micro < accum; ++micro) {
-        train_data_->next_batch(inputs_, targets_);
-        const DropoutContext dropout{config_.training.seed, static_cast<std::uint64_t>(step),
-                                     static_cast<std::uint64_t>(micro), true};
-        loss += model_->forward(inputs_.data(), targets_.data(), B, T, dropout, dloss);
-        model_->backward(inputs_.data(), B, T, /*accumulate=*/micro > 0);
-    }
-    return static_cast<float>(loss / accum);
 }
 
 // Mean loss over the first training.val_batches batches of the validation shards, the same
@@ -224,21 +187,13 @@ int Trainer::run() {
     const auto& t = config_.training;
     for (int step = progress_.step + 1; step <= t.steps; ++step) {
         if (step_hook_) step_hook_(step, *model_);
-        const auto start = std::chrono::steady_clock::now();
-        if (regulator_) regulator_->before_step(step, *model_);
-        const float loss = train_step(step);
-        const float lr = learning_rate(config_.lr, step, t.steps);
-        const float grad_norm = gradient_norm(*model_);
-        const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
-        if (finite) adamw_step(*model_, config_.optimizer, lr, step, grad_norm);
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const StepResult result = step_->run(step);
         progress_.step = step;
         progress_.train_data = train_data_->state();
-        if (finite) log_step(step, loss, lr, grad_norm, seconds);
-        else skip_nonfinite_step(step, loss, grad_norm);
+        if (result.updated) log_step(step, result.loss, result.lr, result.grad_norm, result.seconds);
+        else skip_nonfinite_step(step, result.loss, result.grad_norm);
         // After the step's line (which reports the tape this step used): a new plan takes effect next step.
-        if (regulator_)
-            if (const auto event = regulator_->after_step(step, *model_)) log_replan(*event);
+        if (const auto event = step_->after(step)) log_replan(*event);
 
         // A stop signal skips this step's validation and eval: preemption leaves little time.
         const int stop_signal = stop_signal_received();

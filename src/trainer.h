@@ -1,5 +1,6 @@
-// The training loop: data, micro-batches with gradient accumulation, AdamW with the lr
-// schedule and clipping, periodic validation, checkpoints, the step line and metrics.jsonl.
+// The training loop: data, the steps (src/train/training_step.h: micro-batches with gradient
+// accumulation, AdamW with the lr schedule and clipping), skipped non-finite steps, periodic
+// validation, checkpoints, the step line and metrics.jsonl.
 #pragma once
 
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "src/gpt_model.h"
 #include "src/metrics_log.h"
 #include "src/run_config.h"
+#include "src/train/training_step.h"
 #include "src/training_state.h"
 #include "src/weights_file.h"
 
@@ -41,7 +43,6 @@ public:
     void set_step_hook(std::function<void(int step, GPTModel& model)> hook) { step_hook_ = std::move(hook); }
 
 private:
-    float train_step(int step);
     void skip_nonfinite_step(int step, float loss, float grad_norm);
     [[noreturn]] void stop_diverged(int step, const std::string& what) const;
     void save_checkpoint();
@@ -56,10 +57,11 @@ private:
     std::unique_ptr<DataLoader> train_data_, val_data_;
     std::unique_ptr<MetricsLog> metrics_;
     std::unique_ptr<AdaccRegulator> regulator_;     // planned memory modes only
+    std::unique_ptr<TrainingStep> step_;            // steps model_ on train_data_
     std::function<void(int, GPTModel&)> step_hook_;
     std::unique_ptr<TrainingEvaluator> evaluator_;  // [eval] tasks; null when none are configured
     TrainingProgress progress_;
-    std::vector<std::int32_t> inputs_, targets_;
+    std::vector<std::int32_t> inputs_, targets_;   // validation batches
 };
 
 }  // namespace adacc

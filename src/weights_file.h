@@ -38,7 +38,7 @@ WeightsFile open_weights_option(const std::string& checkpoint, const std::string
 // overrides (and the preset, when one has the file's shape) that make the config match.
 void check_weights_shape(const WeightsFile& weights, const GPTConfig& config);
 
-// Copies the file's parameters into model.params() after check_weights_shape against the
+// Copies the file's parameters into the model (its host API) after check_weights_shape against the
 // model's config. Nothing else of the model (optimizer state, gradients) is touched.
 void load_weights(const WeightsFile& weights, GPTModel& model);
 

@@ -9,6 +9,7 @@
 
 #include "data/token_shard.h"
 #include "src/adacc_planner.h"
+#include "src/adacc_regulator.h"
 #include "src/config.h"
 #include "src/errors.h"
 #include "src/memory_report.h"
@@ -63,6 +64,28 @@ TEST(AdaccPlan, InfeasibleBudgetNamesTheSmallestPlan) {
     } catch (const UserError& e) {
         EXPECT_NE(std::string(e.what()).find("smallest plan needs"), std::string::npos) << e.what();
     }
+}
+
+// Training, `adacc plan` and `adacc compare` take the planner's and monitor's settings from the
+// config through regulator_options, so none of them can ignore one.
+TEST(AdaccPlan, RegulatorOptionsFollowTheMemorySection) {
+    RunConfig config;
+    const RegulatorOptions defaults = regulator_options(config, MemoryMode::adacc);
+    EXPECT_TRUE(defaults.allow_compress);
+    EXPECT_EQ(defaults.planner.granularity, PlanGranularity::block);
+    EXPECT_FALSE(defaults.profile_file);
+    EXPECT_TRUE(defaults.save_profile.empty());
+    config.memory.granularity = "global";
+    config.memory.profile = "runs/x/profile.json";
+    config.memory.monitor_max_interval = 7;
+    config.memory.min_replan_steps = 3;
+    const RegulatorOptions options = regulator_options(config, MemoryMode::recompute_opt);
+    EXPECT_FALSE(options.allow_compress);
+    EXPECT_EQ(options.planner.granularity, PlanGranularity::global);
+    ASSERT_TRUE(options.profile_file);
+    EXPECT_EQ(*options.profile_file, "runs/x/profile.json");
+    EXPECT_EQ(options.monitor.max_interval, 7);
+    EXPECT_EQ(options.monitor.min_steps_between_replans, 3);
 }
 
 TEST(AdaccTraining, MonitorReplansWhenOutliersAppear) {

@@ -67,8 +67,21 @@ TEST_F(Cli, OutOfRange) {
     expect_user_error("train --config " + config() + " --set training.seq_len=64", {"training.seq_len", "max_seq_len"});
 }
 
+// --memory-budget goes through the config's validation in every command that takes it.
+TEST_F(Cli, BadMemoryBudget) {
+    for (const char* command : {"train", "memory", "compare", "plan"})
+        expect_user_error(std::string(command) + " --config " + config() + " --memory-budget lots",
+                          {"memory.budget = \"lots\"", "must be a size such as"});
+}
+
 TEST_F(Cli, MissingShard) {
     expect_user_error("train --config " + config("", (dir / "nothing_*.bin").string()), {"nothing_", "adacc prepare"});
+}
+
+// Training, compare and plan open data.train the same way, with the same message when it is unset.
+TEST_F(Cli, UnsetTrainingData) {
+    expect_user_error("train --config " + config() + " --set data.train=", {"data.train is not set", "adacc prepare"});
+    expect_user_error("compare --config " + config() + " --set data.train=", {"data.train is not set", "adacc prepare"});
 }
 
 TEST_F(Cli, ShardWithWrongMagic) {

@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "src/common/units.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "src/memory_mode.h"
 #include "tests/test_support.h"
 
 namespace adacc {
@@ -412,6 +414,22 @@ TEST(Config, ReferenceDescribesEveryKey) {
     EXPECT_NE(reference.find("one of none, full, selective, quant, adacc, recompute-opt"), std::string::npos);
 }
 
+// kMemoryModes is the one list of mode names: each parses back to its mode, the fixed modes are
+// those without a planner, and a wrong name is refused with the whole list.
+TEST(MemoryModes, NamesComeFromOneTable) {
+    for (const auto& m : kMemoryModes) {
+        EXPECT_EQ(parse_memory_mode(m.name), m.mode);
+        EXPECT_STREQ(memory_mode_name(m.mode), m.name);
+        EXPECT_EQ(is_planned(m.mode), m.planned);
+    }
+    EXPECT_EQ(fixed_memory_modes(),
+              (std::vector<MemoryMode>{MemoryMode::none, MemoryMode::full, MemoryMode::selective, MemoryMode::quant}));
+    EXPECT_EQ(join_memory_mode_names(fixed_memory_modes()), "none, full, selective, quant");
+    const auto message = error_of([] { parse_memory_mode("fast"); });
+    EXPECT_NE(message.find("memory.mode 'fast' is unknown; use one of none, full, selective, quant, adacc, recompute-opt"),
+              std::string::npos) << message;
+}
+
 TEST(Size, ParsesBytesAndUnits) {
     constexpr std::uint64_t KiB = 1024, MiB = KiB * KiB, GiB = MiB * KiB, TiB = GiB * KiB;
     EXPECT_EQ(parse_size("123456"), 123456u);
@@ -438,6 +456,14 @@ TEST(Size, RejectsMalformedSizesWithAHint) {
     }
     EXPECT_NE(error_of([] { parse_size("12 parsecs"); }).find("such as \"24GiB\""), std::string::npos);
     EXPECT_NE(error_of([] { parse_size("99999999999T"); }).find("too large"), std::string::npos);
+}
+
+TEST(Size, AlignsUp) {
+    EXPECT_EQ(align_up(0, 64), 0u);
+    EXPECT_EQ(align_up(1, 64), 64u);
+    EXPECT_EQ(align_up(64, 64), 64u);
+    EXPECT_EQ(align_up(65, 64), 128u);
+    EXPECT_EQ(align_up(4097, 4096), 8192u);
 }
 
 TEST(Size, FormatsInBinaryUnits) {

@@ -11,6 +11,7 @@
 #include "data/dataloader.h"
 #include "src/gpt_model.h"
 #include "src/optimizer.h"
+#include "src/train/training_step.h"
 #include "tests/counting_malloc.h"
 #include "tests/test_support.h"
 
@@ -66,6 +67,38 @@ TEST(NoAllocation, SmallGpt2Shapes) {
     cfg.n_layer = 1;
     cfg.dropout = 0.1f;
     expect_no_allocation(cfg, 4, 64);
+}
+
+// The step the trainer and compare take (src/train/training_step.h): shuffled data, two
+// micro-batches with dropout, clipping and AdamW.
+TEST(NoAllocation, TrainingStep) {
+    if (!ADACC_COUNT_ALLOCATIONS) GTEST_SKIP() << "malloc is owned by AddressSanitizer in this build";
+    const auto dir = test::scratch_dir("no_alloc_step");
+    std::mt19937 gen(1);
+    std::vector<std::uint16_t> tokens(4000);
+    for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
+    write_token_shard(dir / "train.bin", tokens);
+    RunConfig config;
+    config.model = *gpt_preset("gpt-micro");
+    config.model.dropout = 0.1f;
+    config.training.batch_size = 2, config.training.seq_len = 16, config.training.grad_accum = 2;
+    config.data.shuffle = true;
+    GPTModel model(config.model, 2, 16);
+    model.init_weights(3);
+    DataLoaderOptions options;
+    options.batch_size = 2;
+    options.seq_len = 16;
+    options.shuffle = true;
+    options.vocab_size = static_cast<std::uint32_t>(config.model.vocab_size);
+    DataLoader data({dir / "train.bin"}, options);
+    TrainingStep step(config, model, data, nullptr);
+    step.run(1);  // warm-up: thread pool, first-touch
+    const long before = g_allocations.load();
+    for (int s = 2; s <= 4; ++s) {
+        step.run(s);
+        step.after(s);
+    }
+    EXPECT_EQ(g_allocations.load() - before, 0) << "heap allocations inside TrainingStep::run";
 }
 
 // Shards are read with pread into the loader's own buffer, sequentially and shuffled, across

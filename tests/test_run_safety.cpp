@@ -19,6 +19,7 @@
 
 #include "data/token_shard.h"
 #include "src/checkpoint.h"
+#include "src/common/units.h"
 #include "src/config.h"
 #include "src/errors.h"
 #include "src/memory_report.h"

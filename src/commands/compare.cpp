@@ -8,26 +8,34 @@
 #include "src/compare.h"
 #include "src/config.h"
 #include "src/errors.h"
-#include "src/activation_plan.h"
+#include "src/memory_mode.h"
 
 namespace adacc {
 
 namespace {
 struct CompareArgs {
     std::string config, budget, format = "table", output;
-    std::vector<std::string> overrides, modes{"none", "full", "selective", "quant"};
+    std::vector<std::string> overrides, modes;
     std::vector<int> batches;
     int steps = 5, warmup = 1;
     bool max_batch = false;
 };
 
-void run_compare(const CompareArgs& args) {
+void run_compare(CompareArgs& args) {
+    // As in train: --memory-budget is --set memory.budget=..., validated with the other keys.
+    if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
     RunConfig config = load_config(args.config, args.overrides);
-    if (!args.budget.empty()) config.memory.budget = args.budget;
     const std::uint64_t budget = config.memory.budget.empty() ? 0 : parse_size(config.memory.budget);
     CompareOptions options;
     for (const auto& m : args.modes) options.modes.push_back(parse_memory_mode(m));
+    if (options.modes.empty()) options.modes = fixed_memory_modes();
     options.batches = args.batches.empty() ? std::vector<int>{config.training.batch_size} : args.batches;
+    // Each --batch stands in for training.batch_size, so it is checked as that key would be.
+    for (int B : options.batches) {
+        RunConfig at_batch = config;
+        at_batch.training.batch_size = B;
+        validate_config(at_batch, "with --batch " + std::to_string(B));
+    }
     options.steps = args.steps;
     options.warmup = args.warmup;
     options.budget = budget;
@@ -50,7 +58,9 @@ void add_compare_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("compare", "Train each memory mode and batch a few steps and compare");
     cmd->add_option("--config", args->config, "TOML run config (model, seq_len, data.train, optimizer)")->required();
     cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
-    cmd->add_option("--modes", args->modes, "memory modes, comma-separated")->delimiter(',');
+    cmd->add_option("--modes", args->modes,
+                    "memory modes, comma-separated (default: " + join_memory_mode_names(fixed_memory_modes()) + ")")
+        ->delimiter(',');
     cmd->add_option("--batch", args->batches, "batch sizes, comma-separated (default: training.batch_size)")
         ->delimiter(',')->check(CLI::PositiveNumber);
     cmd->add_option("--steps", args->steps, "steps per (mode, batch)")->check(CLI::Range(1, 100000));

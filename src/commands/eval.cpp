@@ -14,6 +14,7 @@
 
 #include "data/tokenizer.h"
 #include "src/commands/commands.h"
+#include "src/common/units.h"
 #include "src/errors.h"
 #include "src/eval_tasks.h"
 #include "src/evaluation.h"
@@ -102,7 +103,7 @@ void run_eval_command(const EvalArgs& args) {
     summary["model"] = model_file.string();
     summary["batch"] = batch;
     summary["threads"] = omp_get_max_threads();
-    summary["total_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    summary["total_seconds"] = seconds_since(start);
     std::printf("%s\n", summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 

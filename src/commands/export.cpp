@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "src/commands/commands.h"
-#include "src/config.h"
+#include "src/common/units.h"
 #include "src/errors.h"
 #include "src/llmc_model_io.h"
 #include "src/weights_file.h"

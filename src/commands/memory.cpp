@@ -4,8 +4,10 @@
 #include <cstdio>
 
 #include "src/commands/commands.h"
+#include "src/common/units.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "src/memory_mode.h"
 #include "src/memory_report.h"
 
 namespace adacc {
@@ -16,9 +18,10 @@ struct MemoryArgs {
     std::vector<std::string> overrides, modes;
 };
 
-void run_memory(const MemoryArgs& args) {
+void run_memory(MemoryArgs& args) {
+    // As in train: --memory-budget is --set memory.budget=..., validated with the other keys.
+    if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
     RunConfig config = load_config(args.config, args.overrides);
-    if (!args.budget.empty()) config.memory.budget = args.budget;
     const std::uint64_t budget = config.memory.budget.empty() ? 0 : parse_size(config.memory.budget);
     std::vector<MemoryMode> modes;
     for (const auto& m : args.modes) {
@@ -47,7 +50,9 @@ void add_memory_command(CLI::App& app) {
     cmd->add_option("--config", args->config, "TOML run config")->required();
     cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
     cmd->add_option("--memory-budget", args->budget, "memory budget (e.g. 24GiB): adds the largest batch per mode");
-    cmd->add_option("--modes", args->modes, "modes to show (default: all)")->delimiter(',');
+    cmd->add_option("--modes", args->modes,
+                    "fixed modes to show (default: " + join_memory_mode_names(fixed_memory_modes()) + ")")
+        ->delimiter(',');
     cmd->callback([args] { run_memory(*args); });
 }
 

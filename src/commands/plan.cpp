@@ -6,55 +6,49 @@
 #include <cstdio>
 #include <random>
 
-#include "data/dataloader.h"
-#include "data/token_shard.h"
 #include "src/adacc_regulator.h"
 #include "src/commands/commands.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "src/train/token_loader.h"
 
 namespace adacc {
 
 namespace {
 struct PlanArgs {
-    std::string config, budget, profile, format = "table", granularity = "block", save_profile;
+    std::string config, budget, profile, format = "table", granularity, save_profile;
     std::vector<std::string> overrides;
     bool no_compress = false;
 };
 
-// One batch of training tokens when data.train is readable, else seeded random tokens.
+// The batch training profiles with when data.train is readable, else seeded random tokens.
 std::vector<int> profiling_tokens(const RunConfig& config) {
-    const int B = config.training.batch_size, T = config.training.seq_len;
-    std::vector<int> tokens(static_cast<std::size_t>(B) * T);
     if (!config.data.train.empty()) {
         try {
-            DataLoaderOptions options;
-            options.batch_size = B;
-            options.seq_len = T;
-            options.vocab_size = static_cast<std::uint32_t>(config.model.vocab_size);
-            DataLoader data(expand_shard_pattern(config.data.train), options);
-            std::vector<std::int32_t> targets(tokens.size());
-            data.next_batch(tokens, targets);
-            return tokens;
+            return first_training_batch(config);
         } catch (const UserError& e) {
             std::fprintf(stderr, "plan: profiling on random tokens (%s)\n", e.what());
         }
     }
+    std::vector<int> tokens(static_cast<std::size_t>(config.training.batch_size) * config.training.seq_len);
     std::mt19937 gen(static_cast<std::uint32_t>(config.training.seed));
     for (auto& t : tokens) t = static_cast<int>(gen() % config.model.vocab_size);
     return tokens;
 }
 
-void run_plan(const PlanArgs& args) {
+void run_plan(PlanArgs& args) {
+    // --memory-budget, --granularity and --profile stand for --set memory.budget / granularity /
+    // profile, validated with the other keys: the plan is the one training with this config would
+    // start from.
+    if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
+    if (!args.granularity.empty()) args.overrides.push_back("memory.granularity=" + args.granularity);
+    if (!args.profile.empty()) args.overrides.push_back("memory.profile=" + args.profile);
     RunConfig config = load_config(args.config, args.overrides);
-    if (!args.budget.empty()) config.memory.budget = args.budget;
     if (config.memory.budget.empty())
         throw UserError("adacc plan needs a memory budget: pass --memory-budget SIZE (e.g. 24GiB) or set memory.budget");
     const std::uint64_t budget = parse_size(config.memory.budget);
-    RegulatorOptions options;
-    options.allow_compress = !args.no_compress;
-    options.planner.granularity = parse_plan_granularity(args.granularity);
-    if (!args.profile.empty()) options.profile_file = args.profile;
+    RegulatorOptions options =
+        regulator_options(config, args.no_compress ? MemoryMode::recompute_opt : MemoryMode::adacc);
     options.save_profile = args.save_profile;
     const AdaccRegulator regulator(config, budget, options, profiling_tokens(config), nullptr);
     std::printf("%s", format_plan(regulator.plan(), config.model, config.training.batch_size,
@@ -69,12 +63,14 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--config", args->config, "TOML run config (model, batch, seq_len)")->required();
     cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
     cmd->add_option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (default: memory.budget)");
-    cmd->add_option("--profile", args->profile, "reuse a profile.json instead of profiling");
+    cmd->add_option("--profile", args->profile, "reuse a profile.json instead of profiling (default: memory.profile)");
     cmd->add_option("--save-profile", args->save_profile, "write the profile measured here to FILE");
     cmd->add_option("--format", args->format, "table or json")->check(CLI::IsMember({"table", "json"}));
-    cmd->add_option("--granularity", args->granularity, "block (one plan for every layer) or global (layers may differ)")
+    cmd->add_option("--granularity", args->granularity,
+                    "block (one plan for every layer) or global (layers may differ); default: memory.granularity")
         ->check(CLI::IsMember({"block", "global"}));
-    cmd->add_flag("--no-compress", args->no_compress, "recompute-opt: plan with compression disabled");
+    cmd->add_flag("--no-compress", args->no_compress,
+                  std::string(memory_mode_name(MemoryMode::recompute_opt)) + ": plan with compression disabled");
     cmd->callback([args] { run_plan(*args); });
 }
 

@@ -9,6 +9,7 @@
 #include "data/corpus_preparer.h"
 #include "data/tokenizer.h"
 #include "src/commands/commands.h"
+#include "src/common/units.h"
 #include "src/progress_bar.h"
 
 namespace adacc {
@@ -68,7 +69,7 @@ void run_prepare(const PrepareArgs& args) {
             });
         });
     bar.finish();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = seconds_since(start);
     print_summary(summary, args.corpus.out_dir, seconds);
 }
 

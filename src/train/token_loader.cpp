@@ -1,0 +1,34 @@
+#include "src/train/token_loader.h"
+
+#include <string>
+
+#include "data/token_shard.h"
+#include "src/errors.h"
+
+namespace adacc {
+
+DataLoader open_token_loader(const RunConfig& config, TokenSplit split, bool shuffle) {
+    const bool train = split == TokenSplit::train;
+    const std::string& pattern = train ? config.data.train : config.data.val;
+    const std::string key = train ? "data.train" : "data.val";
+    if (pattern.empty())
+        throw UserError(key + " is not set: point it at token shards (file or glob), e.g. --set " + key +
+                        "=data/corpus/" + (train ? "train" : "val") + "_*.bin; make shards with `adacc prepare`");
+    DataLoaderOptions options;
+    options.batch_size = config.training.batch_size;
+    options.seq_len = config.training.seq_len;
+    options.shuffle = shuffle;
+    options.seed = config.training.seed;
+    options.vocab_size = static_cast<std::uint32_t>(config.model.vocab_size);
+    return DataLoader(expand_shard_pattern(pattern), options);
+}
+
+std::vector<int> first_training_batch(const RunConfig& config) {
+    DataLoader data = open_token_loader(config, TokenSplit::train, /*shuffle=*/false);
+    std::vector<std::int32_t> inputs(static_cast<std::size_t>(config.training.batch_size) * config.training.seq_len),
+        targets(inputs.size());
+    data.next_batch(inputs, targets);
+    return inputs;
+}
+
+}  // namespace adacc

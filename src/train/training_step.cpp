@@ -1,0 +1,45 @@
+#include "src/train/training_step.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "src/common/units.h"
+#include "src/optimizer.h"
+
+namespace adacc {
+
+TrainingStep::TrainingStep(const RunConfig& config, GPTModel& model, DataLoader& data, AdaccRegulator* regulator)
+    : training_(config.training), optimizer_(config.optimizer), lr_(config.lr), model_(model), data_(data),
+      regulator_(regulator),
+      inputs_(static_cast<std::size_t>(config.training.batch_size) * config.training.seq_len),
+      targets_(inputs_.size()) {}
+
+StepResult TrainingStep::run(int step) {
+    const int B = training_.batch_size, T = training_.seq_len, accum = training_.grad_accum;
+    const auto start = std::chrono::steady_clock::now();
+    if (regulator_) regulator_->before_step(step, model_);
+    const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
+    double loss = 0.0;
+    for (int micro = 0; micro < accum; ++micro) {
+        data_.next_batch(inputs_, targets_);
+        const DropoutContext dropout{training_.seed, static_cast<std::uint64_t>(step),
+                                     static_cast<std::uint64_t>(micro), true};
+        loss += model_.forward(inputs_.data(), targets_.data(), B, T, dropout, dloss);
+        model_.backward(inputs_.data(), B, T, /*accumulate=*/micro > 0);
+    }
+    StepResult result;
+    result.loss = static_cast<float>(loss / accum);
+    result.lr = learning_rate(lr_, step, training_.steps);
+    result.grad_norm = gradient_norm(model_);
+    result.updated = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
+    if (result.updated) adamw_step(model_, optimizer_, result.lr, step, result.grad_norm);
+    result.seconds = seconds_since(start);
+    return result;
+}
+
+std::optional<ReplanEvent> TrainingStep::after(int step) {
+    if (!regulator_) return std::nullopt;
+    return regulator_->after_step(step, model_);
+}
+
+}  // namespace adacc
