@@ -9,7 +9,7 @@ namespace adacc {
 
 ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T, const ActivationPlan& plan,
                                   const CodecParams& codec_params, ModelUse use) {
-    return ModelLayout(cfg, B, T, plan, codec_params, use).memory();
+    return ModelLayout(cfg, B, T, plan, codec_params, use, /*stage_tokens=*/false).memory();
 }
 
 GPTModel::GPTModel(const GPTConfig& config, int B, int T)
@@ -17,7 +17,8 @@ GPTModel::GPTModel(const GPTConfig& config, int B, int T)
 
 GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
                    const CodecParams& codec_params, ModelUse use, Backend& backend)
-    : backend_(&backend), layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use)),
+    : backend_(&backend),
+      layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use, !backend.host_addressable())),
       arenas_(backend, *layout_), driver_(backend, *layout_, arenas_),
       host_losses_(static_cast<std::size_t>(B) * T) {}
 
@@ -27,7 +28,8 @@ GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, Backend&
 }
 
 void GPTModel::set_plan(const ActivationPlan& plan, const CodecParams& codec_params) {
-    auto layout = std::make_unique<ModelLayout>(config(), max_batch(), max_seq_len(), plan, codec_params, layout_->use());
+    auto layout = std::make_unique<ModelLayout>(config(), max_batch(), max_seq_len(), plan, codec_params,
+                                                layout_->use(), layout_->stage_tokens());
     layout_ = std::move(layout);
     arenas_.reshape(*backend_, *layout_);
     driver_.rebind(*layout_);
@@ -105,20 +107,26 @@ void GPTModel::init_weights(std::uint64_t seed) {
 
 void GPTModel::zero_grads() { backend_->memset(arenas_.grads.data(), 0, arenas_.grads.bytes()); }
 
-void GPTModel::copy_tokens_in(const int* tokens, const int* targets, int B, int T) {
+const int* GPTModel::tokens_for_kernels(const int* tokens, const int** targets, int B, int T) {
     if (B > max_batch() || T > max_seq_len())
         throw std::invalid_argument("GPTModel: " + std::to_string(B) + " x " + std::to_string(T) +
                                     " exceeds the allocated " + std::to_string(max_batch()) + " x " +
                                     std::to_string(max_seq_len()));
+    if (!layout_->stage_tokens()) return tokens;
     const std::size_t bytes = static_cast<std::size_t>(B) * T * sizeof(int);
     backend_->copy_to_device(arenas_.views.tokens, tokens, bytes);
-    if (targets) backend_->copy_to_device(arenas_.views.targets, targets, bytes);
+    if (targets && *targets) {
+        backend_->copy_to_device(arenas_.views.targets, *targets, bytes);
+        *targets = arenas_.views.targets;
+    }
+    return arenas_.views.tokens;
 }
 
 float GPTModel::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
                         float dloss) {
-    copy_tokens_in(tokens, targets, B, T);
-    driver_.forward(B, T, targets != nullptr, dropout, dloss);
+    const int* device_targets = targets;
+    const int* device_tokens = tokens_for_kernels(tokens, &device_targets, B, T);
+    driver_.forward(device_tokens, device_targets, B, T, dropout, dloss);
     if (!targets) return 0.0f;
     const int N = B * T;
     read_losses(N, host_losses_.data());
@@ -128,8 +136,7 @@ float GPTModel::forward(const int* tokens, const int* targets, int B, int T, con
 }
 
 void GPTModel::backward(const int* tokens, int B, int T, bool accumulate) {
-    copy_tokens_in(tokens, nullptr, B, T);
-    driver_.backward(B, T, accumulate);
+    driver_.backward(tokens_for_kernels(tokens, nullptr, B, T), B, T, accumulate);
 }
 
 double GPTModel::training_flops(int B, int T) const {

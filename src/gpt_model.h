@@ -104,7 +104,9 @@ public:
 
 private:
     const Arena& arena(ModelArena which) const;
-    void copy_tokens_in(const int* tokens, const int* targets, int B, int T);
+    // Token ids as the kernels read them: the host's arrays on a host-addressable backend, else
+    // copied into the workspace's staging buffers. Returns the tokens' pointer (targets via *targets).
+    const int* tokens_for_kernels(const int* tokens, const int** targets, int B, int T);
 
     Backend* backend_;
     std::unique_ptr<ModelLayout> layout_;  // behind a pointer: the driver keeps its address across set_plan

@@ -18,6 +18,10 @@
 //  * EvalLogLikelihoodsLambadaAndArc: `adacc eval` (batch 4, 2 threads) of the tiny model trained
 //    30 steps on the 20 LAMBADA-format and 20 ARC-Easy-format items in tests/fixtures/behaviour/
 //    (written for this fixture): every log-likelihood, greedy flag, prediction and the summary.
+// One deliberate change since 0b85d84 (issue 9): the tape reserves a compressed tensor at its
+// codec's upper bound, so adacc's per-step tape_compressed_bytes and tape_peak_bytes are reserved
+// figures now (the exact blob sizes go to tape_compressed_measured_bytes on sampled steps); those
+// 24 integers were re-recorded at the restructure, every other number is 0b85d84's.
 // Floats are stored as C99 hex-float strings ("%a", exact) beside a decimal for humans; metrics.jsonl
 // and eval's --output write numbers with nlohmann::json, whose output round-trips exactly, so the
 // values read back are the engine's own floats and doubles.

@@ -185,7 +185,8 @@ void Driver::forward_block(int layer, int B, int T) {
     }
 }
 
-void Driver::forward(int B, int T, bool with_targets, const DropoutContext& dropout, float dloss) {
+void Driver::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
+                     float dloss) {
     const GPTConfig& cfg = layout_->config();
     const int N = B * T, C = cfg.n_embd, L = cfg.n_layer, V = cfg.vocab_size, Vp = cfg.padded_vocab_size();
     const float* params = arenas_.params.as<float>();
@@ -205,7 +206,7 @@ void Driver::forward(int B, int T, bool with_targets, const DropoutContext& drop
     if (dropout_active_) emb_mask_ = static_cast<unsigned char*>(push_scheduled(kEmbeddingLayer, TensorKind::emb_mask));
     layer_mark_[0] = tape.mark();
     float* x = inference ? w.residual[0] : static_cast<float*>(push_scheduled(0, TensorKind::x));
-    k_.encoder_forward(ctx_, x, w.tokens, pl.at(params, ParamId::wte), pl.at(params, ParamId::wpe), B, T, C);
+    k_.encoder_forward(ctx_, x, tokens, pl.at(params, ParamId::wte), pl.at(params, ParamId::wpe), B, T, C);
     if (dropout_active_) {
         // Keyed as (layer L, kind x) since before emb_mask had a kind of its own: masks stay bit-identical.
         k_.dropout_mask(ctx_, emb_mask_, static_cast<long>(N) * C, cfg.dropout, dropout_key(L, TensorKind::x));
@@ -229,8 +230,8 @@ void Driver::forward(int B, int T, bool with_targets, const DropoutContext& drop
                          pl.at(params, ParamId::lnfb), N, C);
     k_.matmul_forward(ctx_, w.logits, lnf_, pl.at(params, ParamId::wte), nullptr, N, C, Vp);
     has_dlogits_ = false;
-    if (!with_targets) return;
-    k_.fused_classifier(ctx_, w.logits, w.losses, w.targets, N, V, Vp, dloss);
+    if (!targets) return;
+    k_.fused_classifier(ctx_, w.logits, w.losses, targets, N, V, Vp, dloss);
     has_dlogits_ = dloss != 0.0f;
 }
 
@@ -353,7 +354,7 @@ void Driver::zero_non_matmul_grads() {
     }
 }
 
-void Driver::backward(int B, int T, bool accumulate) {
+void Driver::backward(const int* tokens, int B, int T, bool accumulate) {
     if (layout_->use() == ModelUse::inference) throw std::logic_error("GPTModel::backward on an inference model");
     if (!has_dlogits_) throw std::logic_error("GPTModel::backward needs a forward with targets and dloss != 0");
     const GPTConfig& cfg = layout_->config();
@@ -383,7 +384,7 @@ void Driver::backward(int B, int T, bool accumulate) {
 
     if (dropout_active_)
         k_.residual_dropout_backward(ctx_, w.dres, w.dres, emb_mask_, cfg.dropout, static_cast<long>(N) * C);
-    k_.encoder_backward(ctx_, pl.at(grads, ParamId::wte), pl.at(grads, ParamId::wpe), w.dres, w.tokens, B, T, C);
+    k_.encoder_backward(ctx_, pl.at(grads, ParamId::wte), pl.at(grads, ParamId::wpe), w.dres, tokens, B, T, C);
     tape.release_to({});
     has_dlogits_ = false;
 }

@@ -32,11 +32,11 @@ public:
     // After the layout or the arenas changed (a re-plan).
     void rebind(const ModelLayout& layout);
 
-    // Forward over the tokens already in the workspace (views.tokens, views.targets); with
-    // targets, the fused classifier writes per-token losses and, with dloss != 0, dlogits.
-    void forward(int B, int T, bool with_targets, const DropoutContext& dropout, float dloss);
-    // Backward of the last forward, which must have had targets and dloss != 0.
-    void backward(int B, int T, bool accumulate);
+    // Forward over token ids in backend memory (B x T); with targets (or null), the fused
+    // classifier writes per-token losses and, with dloss != 0, dlogits.
+    void forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss);
+    // Backward of the last forward (which must have had targets and dloss != 0), same tokens.
+    void backward(const int* tokens, int B, int T, bool accumulate);
     bool has_dlogits() const { return has_dlogits_; }
 
     void set_observer(ModelObserver* observer) { observer_ = observer; }

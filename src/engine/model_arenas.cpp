@@ -49,8 +49,10 @@ void ModelArenas::carve(const ModelLayout& layout) {
     v.codec_scratch = w.codec_scratch_bytes ? at_byte<void>(workspace, w.codec_scratch) : nullptr;
     v.logits = at_byte<float>(workspace, w.logits);
     v.losses = at_byte<float>(workspace, w.losses);
-    v.tokens = at_byte<int>(workspace, w.tokens);
-    v.targets = at_byte<int>(workspace, w.targets);
+    if (layout.stage_tokens()) {
+        v.tokens = at_byte<int>(workspace, w.tokens);
+        v.targets = at_byte<int>(workspace, w.targets);
+    }
     views = v;
 }
 

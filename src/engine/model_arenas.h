@@ -19,7 +19,7 @@ struct WorkspaceViews {
     float* discard = nullptr;  // outputs a recompute must produce but that are already materialised
     void* codec_scratch = nullptr;
     float *logits = nullptr, *losses = nullptr;
-    int *tokens = nullptr, *targets = nullptr;
+    int *tokens = nullptr, *targets = nullptr;  // staged token ids (null: the host's arrays are read in place)
 };
 
 struct ModelArenas {

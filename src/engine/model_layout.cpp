@@ -37,7 +37,7 @@ std::size_t codec_scratch_bytes(const GPTConfig& cfg, const BlockGraph& block, c
 }
 
 WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
-                                 const CodecParams& codec_params, int B, int T, ModelUse use) {
+                                 const CodecParams& codec_params, int B, int T, ModelUse use, bool stage_tokens) {
     WorkspaceLayout w;
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, F = sizeof(float);
     const bool inference = use == ModelUse::inference;
@@ -74,8 +74,10 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
     w.transients = c.bytes - w.materialize;
     w.logits = c.take(N * cfg.padded_vocab_size() * F);
     w.losses = c.take(N * F);
-    w.tokens = c.take(N * sizeof(int));
-    w.targets = c.take(N * sizeof(int));
+    if (stage_tokens) {
+        w.tokens = c.take(N * sizeof(int));
+        w.targets = c.take(N * sizeof(int));
+    }
     w.logits_bytes = c.bytes - w.materialize - w.transients;
     w.total = c.bytes;
     return w;
@@ -84,10 +86,10 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
 }  // namespace
 
 ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                         const CodecParams& codec_params, ModelUse use)
+                         const CodecParams& codec_params, ModelUse use, bool stage_tokens)
     : config_(config), parameters_(config), B_(B), T_(T), block_(config, B, T), plan_(plan),
-      codec_params_(codec_params), use_(use),
-      workspace_(workspace_layout(config, block_, plan, codec_params, B, T, use)) {
+      codec_params_(codec_params), use_(use), stage_tokens_(stage_tokens),
+      workspace_(workspace_layout(config, block_, plan, codec_params, B, T, use, stage_tokens)) {
     if (plan.n_layer() != config.n_layer) throw std::invalid_argument("activation plan has the wrong layer count");
     const std::size_t param_bytes = parameters_.total() * sizeof(float);
     const bool training = use == ModelUse::training;

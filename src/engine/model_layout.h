@@ -23,7 +23,7 @@ struct ModelMemory {
     std::size_t tape = 0;            // capacity: every saved activation at its reserved size (bounds for codecs)
     std::size_t materialize = 0;     // workspace: full-size buffers for tensors not kept in some layer
     std::size_t transients = 0;      // workspace: op outputs no backward needs, backward's gradient buffers
-    std::size_t logits = 0;          // workspace: logits / dlogits (N x Vp), per-token losses, tokens, targets
+    std::size_t logits = 0;          // workspace: logits / dlogits (N x Vp), per-token losses (and staged tokens)
     std::size_t workspace() const { return materialize + transients + logits; }
     std::size_t static_bytes() const { return parameters + gradients + optimizer_state; }
     std::size_t total() const { return static_bytes() + tape + workspace(); }
@@ -54,15 +54,18 @@ struct WorkspaceLayout {
     std::size_t residual[2] = {}, lnf = 0, lnf_mean = 0, lnf_rstd = 0;  // inference only
     std::size_t dres = 0, dc_a = 0, dc_b = 0, dqkv = 0, dfc = 0, datt = 0, discard = 0;  // training only
     std::size_t codec_scratch = 0, codec_scratch_bytes = 0;
-    std::size_t logits = 0, losses = 0, tokens = 0, targets = 0;
+    std::size_t logits = 0, losses = 0;
+    std::size_t tokens = 0, targets = 0;  // staged token ids (backends the host cannot address)
     std::size_t materialize = 0, transients = 0, logits_bytes = 0, total = 0;
 };
 
 class ModelLayout {
 public:
-    // For micro-batches up to B x T (T <= config.max_seq_len) under `plan`.
+    // For micro-batches up to B x T (T <= config.max_seq_len) under `plan`. With stage_tokens (a
+    // backend whose memory the host cannot address), the workspace also holds the token ids and
+    // targets copied in per forward; the CPU reads the caller's arrays in place.
     ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan, const CodecParams& codec_params,
-                ModelUse use);
+                ModelUse use, bool stage_tokens);
 
     const GPTConfig& config() const { return config_; }
     const ParameterLayout& parameters() const { return parameters_; }
@@ -70,6 +73,7 @@ public:
     const ActivationPlan& plan() const { return plan_; }
     const CodecParams& codec_params() const { return codec_params_; }
     ModelUse use() const { return use_; }
+    bool stage_tokens() const { return stage_tokens_; }
     int max_batch() const { return B_; }
     int max_seq_len() const { return T_; }
     const ModelMemory& memory() const { return memory_; }
@@ -95,6 +99,7 @@ private:
     ActivationPlan plan_;
     CodecParams codec_params_;
     ModelUse use_;
+    bool stage_tokens_;
     WorkspaceLayout workspace_;
     ModelMemory memory_;
     std::size_t max_tape_entries_ = 0;
