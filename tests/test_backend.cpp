@@ -1,0 +1,194 @@
+// The backend seam (src/engine/backend.h): every kernel, memset and copy the engine makes goes
+// through a Backend. A "remote" test backend runs the CPU kernels on memory the engine must treat
+// as not host-addressable — every host read and write has to be an explicit copy, token ids are
+// staged through the workspace, checkpoint-style reads go through host_readable's staging — and
+// it counts what crosses the seam. A training step (quant and adacc-style plans, dropout, two
+// micro-batches, AdamW), eval-style logits and the sampled codec statistics must be bit-identical
+// to the CPU backend's, and a step must copy no more than the tokens in and the losses out.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <random>
+#include <vector>
+
+#include "src/codec_sampler.h"
+#include "src/gpt_model.h"
+#include "src/memory_report.h"
+#include "src/optimizer.h"
+
+namespace adacc {
+namespace {
+
+class RemoteBackend final : public Backend {
+public:
+    RemoteBackend() {
+        kernels_ = cpu_backend().kernels();
+        context_ = cpu_backend().context();
+    }
+    Device device() const override { return Device::cuda; }  // stands in for a device the host cannot see
+    void* allocate(std::size_t bytes) override {
+        void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!p) throw std::bad_alloc();
+        std::memset(p, 0, bytes);  // allocate promises zeroes
+        return p;
+    }
+    void release(void* memory) override { std::free(memory); }
+    void memset(void* dst, int byte, std::size_t bytes) override { std::memset(dst, byte, bytes); }
+    void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+        to_device += bytes;
+        std::memcpy(dst, src, bytes);
+    }
+    void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+        to_host += bytes;
+        std::memcpy(dst, src, bytes);
+    }
+    void synchronize() override {}
+    bool host_addressable() const override { return false; }
+    DType activation_dtype() const override { return DType::f32; }
+
+    std::size_t to_device = 0, to_host = 0;
+};
+
+std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::vector<int> t(n);
+    for (auto& x : t) x = static_cast<int>(gen() % vocab);
+    return t;
+}
+
+GPTConfig tiny_config() {
+    GPTConfig cfg = *gpt_preset("gpt-micro");
+    cfg.n_layer = 2;
+    cfg.dropout = 0.1f;
+    return cfg;
+}
+
+// A plan exercising every policy: some tensors recomputed, the rest compressed by Adacc's codecs.
+ActivationPlan mixed_plan(const GPTConfig& cfg, int B, int T) {
+    const BlockGraph block(cfg, B, T);
+    ActivationPlan plan(block, cfg.n_layer);
+    for (int l = 0; l < cfg.n_layer; ++l)
+        for (const TensorInfo& t : block.tensors()) {
+            if (!t.saved || t.tiny || t.kind == TensorKind::x) continue;
+            if (t.kind == TensorKind::ln1 || t.kind == TensorKind::fch_gelu)
+                plan.set(l, t.kind, {Policy::recompute});
+            else
+                plan.set(l, t.kind, {Policy::compress, adacc_codec(t.kind)});
+        }
+    return plan;
+}
+
+struct StepOutcome {
+    std::vector<float> losses, params, adam_m, logits;
+    std::vector<CodecSample> samples;
+};
+
+StepOutcome two_steps(Backend& backend, const ActivationPlan& plan, int B, int T) {
+    const GPTConfig cfg = tiny_config();
+    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend);
+    model.init_weights(5);
+    const auto tokens = random_tokens(B * T, cfg.vocab_size, 1), targets = random_tokens(B * T, cfg.vocab_size, 2);
+    CodecSampler sampler;
+    model.set_observer(&sampler);
+    StepOutcome out;
+    OptimizerSection opt;
+    for (int step = 1; step <= 2; ++step) {
+        for (int micro = 0; micro < 2; ++micro) {
+            out.losses.push_back(model.forward(tokens.data(), targets.data(), B, T,
+                                               DropoutContext{3, std::uint64_t(step), std::uint64_t(micro), true},
+                                               1.0f / (2 * B * T)));
+            model.backward(tokens.data(), B, T, micro > 0);
+        }
+        adamw_step(model, opt, 1e-3f, step);
+    }
+    out.samples = sampler.samples();
+    std::vector<float> staging;
+    const float* p = model.host_readable(ModelArena::parameters, staging);
+    out.params.assign(p, p + model.num_params());
+    out.adam_m.resize(model.num_params());
+    model.read_arena(ModelArena::adam_m, 0, out.adam_m.size(), out.adam_m.data());
+    model.forward(tokens.data(), nullptr, B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+    out.logits.resize(static_cast<std::size_t>(B) * T * cfg.padded_vocab_size());
+    model.read_logits(0, static_cast<std::size_t>(B) * T, out.logits.data());
+    return out;
+}
+
+TEST(Backend, ARemoteBackendComputesTheCpuNumbersBitForBit) {
+    const int B = 2, T = 16;
+    const GPTConfig cfg = tiny_config();
+    for (const ActivationPlan& plan : {plan_for_mode(cfg, B, T, MemoryMode::quant), mixed_plan(cfg, B, T)}) {
+        RemoteBackend remote;
+        const StepOutcome cpu = two_steps(cpu_backend(), plan, B, T), far = two_steps(remote, plan, B, T);
+        EXPECT_EQ(cpu.losses, far.losses);
+        EXPECT_EQ(std::memcmp(cpu.params.data(), far.params.data(), cpu.params.size() * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(cpu.adam_m.data(), far.adam_m.data(), cpu.adam_m.size() * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(cpu.logits.data(), far.logits.data(), cpu.logits.size() * sizeof(float)), 0);
+        ASSERT_EQ(cpu.samples.size(), far.samples.size());
+        ASSERT_FALSE(cpu.samples.empty());
+        for (std::size_t i = 0; i < cpu.samples.size(); ++i) {
+            EXPECT_EQ(cpu.samples[i].bytes, far.samples[i].bytes);
+            EXPECT_EQ(cpu.samples[i].relative_error, far.samples[i].relative_error);
+            EXPECT_EQ(cpu.samples[i].outlier_fraction, far.samples[i].outlier_fraction);
+        }
+    }
+}
+
+// What crosses the seam in one training forward + backward: the token ids and targets in (and the
+// tokens again for backward), the per-token losses out. No tensor size or other value comes back.
+TEST(Backend, ATrainingStepCopiesOnlyTokensInAndLossesOut) {
+    const int B = 2, T = 16, N = B * T;
+    const GPTConfig cfg = tiny_config();
+    RemoteBackend remote;
+    GPTModel model(cfg, B, T, mixed_plan(cfg, B, T), {}, ModelUse::training, remote);
+    model.init_weights(5);
+    const auto tokens = random_tokens(N, cfg.vocab_size, 1), targets = random_tokens(N, cfg.vocab_size, 2);
+    model.forward(tokens.data(), targets.data(), B, T, DropoutContext{3, 1, 0, true}, 1.0f / N);  // warm-up
+    model.backward(tokens.data(), B, T, false);
+    remote.to_device = remote.to_host = 0;
+    model.forward(tokens.data(), targets.data(), B, T, DropoutContext{3, 2, 0, true}, 1.0f / N);
+    model.backward(tokens.data(), B, T, false);
+    EXPECT_EQ(remote.to_device, 3 * N * sizeof(int));
+    EXPECT_EQ(remote.to_host, N * sizeof(float));
+}
+
+// The tape reserves a compressed tensor at its codec's bound and learns the exact size only when
+// the codec sampler measures it: reserved bytes match the layout's schedule, measured ones the
+// sampler's, and the outlier codec's blob is no larger than its reservation.
+TEST(Backend, CompressedSlotsAreReservedAtTheBoundAndMeasuredWhenSampled) {
+    const int B = 2, T = 16, N = B * T;
+    const GPTConfig cfg = tiny_config();
+    const ActivationPlan plan = mixed_plan(cfg, B, T);
+    GPTModel model(cfg, B, T, plan);
+    model.init_weights(5);
+    const auto tokens = random_tokens(N, cfg.vocab_size, 1), targets = random_tokens(N, cfg.vocab_size, 2);
+    std::vector<TapeEntry> schedule;
+    model.memory_layout().tape_schedule(B, T, true, schedule);
+    std::size_t reserved = 0;
+    for (const TapeEntry& e : schedule)
+        if (e.policy == Policy::compress) reserved += e.bytes;
+
+    model.forward(tokens.data(), targets.data(), B, T, DropoutContext{3, 1, 0, true}, 1.0f / N);
+    EXPECT_EQ(model.tape().usage().by_policy[int(Policy::compress)], reserved);
+    EXPECT_EQ(model.tape().usage().measured_slots, 0u) << "nothing is measured unless sampled";
+    EXPECT_EQ(model.tape().usage().used, model.memory().tape) << "the schedule is the capacity";
+    model.backward(tokens.data(), B, T, false);
+
+    CodecSampler sampler;
+    model.set_observer(&sampler);
+    model.forward(tokens.data(), targets.data(), B, T, DropoutContext{3, 2, 0, true}, 1.0f / N);
+    const TapeUsage& u = model.tape().usage();
+    EXPECT_EQ(u.measured_reserved, reserved);
+    EXPECT_LE(u.measured_bytes, reserved);
+    EXPECT_GT(u.measured_bytes, 0u);
+    std::size_t slots = 0;
+    for (const TapeEntry& e : schedule) slots += e.policy == Policy::compress;
+    EXPECT_EQ(u.measured_slots, slots);
+    std::size_t worst_per_kind = 0;
+    for (const CodecSample& s : sampler.samples()) worst_per_kind += s.bytes * cfg.n_layer;
+    EXPECT_GE(worst_per_kind, u.measured_bytes);  // per kind the worst layer, times layers
+}
+
+}  // namespace
+}  // namespace adacc
