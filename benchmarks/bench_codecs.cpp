@@ -19,7 +19,7 @@
 
 #include "kernels/cpu/codecs.h"
 #include "src/common/units.h"
-#include "src/cpu_threads.h"
+#include "src/engine/cpu_threads.h"
 #include "kernels/cpu/ops.h"
 
 namespace {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "src/common/units.h"
-#include "src/cpu_threads.h"
-#include "src/gpt_model.h"
-#include "src/optimizer.h"
+#include "src/engine/cpu_threads.h"
+#include "src/engine/gpt_model.h"
+#include "src/engine/optimizer.h"
 
 namespace {
 

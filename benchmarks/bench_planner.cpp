@@ -17,9 +17,9 @@
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
-#include "src/activation_plan.h"
+#include "src/engine/activation_plan.h"
 #include "src/common/units.h"
-#include "src/milp_planner.h"
+#include "src/adacc/milp_planner.h"
 
 namespace {
 
@@ -30,7 +30,7 @@ struct Synthetic {
     double gbs = 10;      // memory-bound ops and codecs, GB/s
 };
 
-// The engine-side mapping documented in src/plan_problem.h, transients collapsed into their
+// The engine-side mapping documented in src/adacc/block_problem.h, transients collapsed into their
 // consumers. outlier_channels < 0: the outlier codec's bound (codec_max_bytes); otherwise that k.
 BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B, const Synthetic& s,
                                long outlier_channels) {

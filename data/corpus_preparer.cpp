@@ -15,7 +15,7 @@
 #include <string>
 
 #include "data/token_shard.h"
-#include "src/errors.h"
+#include "src/common/errors.h"
 
 namespace adacc {
 namespace {

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "src/errors.h"
+#include "src/common/errors.h"
 
 namespace adacc {
 namespace {

@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "src/errors.h"
+#include "src/common/errors.h"
 
 namespace adacc {
 namespace {

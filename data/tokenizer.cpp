@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "src/errors.h"
+#include "src/common/errors.h"
 
 namespace adacc {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "models/gpt_config.h"
 #include "models/gpt_params.h"
-#include "src/dtype.h"
+#include "src/common/dtype.h"
 
 namespace adacc {
 

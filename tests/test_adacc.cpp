@@ -8,12 +8,12 @@
 #include <random>
 
 #include "data/token_shard.h"
-#include "src/adacc_planner.h"
-#include "src/adacc_regulator.h"
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/memory_report.h"
-#include "src/trainer.h"
+#include "src/adacc/budget_planner.h"
+#include "src/adacc/adacc_regulator.h"
+#include "src/config/config.h"
+#include "src/common/errors.h"
+#include "src/engine/memory_report.h"
+#include "src/train/trainer.h"
 #include "tests/test_support.h"
 
 namespace adacc {

@@ -13,10 +13,10 @@
 #include <random>
 #include <vector>
 
-#include "src/codec_sampler.h"
-#include "src/gpt_model.h"
-#include "src/memory_report.h"
-#include "src/optimizer.h"
+#include "src/adacc/codec_sampler.h"
+#include "src/engine/gpt_model.h"
+#include "src/engine/memory_report.h"
+#include "src/engine/optimizer.h"
 
 namespace adacc {
 namespace {

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "models/gpt_params.h"
-#include "src/checkpoint.h"
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/llmc_model_io.h"
+#include "src/io/checkpoint.h"
+#include "src/config/config.h"
+#include "src/common/errors.h"
+#include "src/io/llmc_model_io.h"
 #include "tests/test_support.h"
 
 namespace adacc {

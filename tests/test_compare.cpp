@@ -9,11 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "data/token_shard.h"
-#include "src/compare.h"
-#include "src/config.h"
-#include "src/memory_report.h"
-#include "src/profiler.h"
-#include "src/trainer.h"
+#include "src/train/compare.h"
+#include "src/config/config.h"
+#include "src/engine/memory_report.h"
+#include "src/adacc/profiler.h"
+#include "src/train/trainer.h"
 #include "tests/test_support.h"
 
 namespace adacc {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "src/common/units.h"
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/memory_mode.h"
+#include "src/config/config.h"
+#include "src/common/errors.h"
+#include "src/engine/memory_mode.h"
 #include "tests/test_support.h"
 
 namespace adacc {

@@ -1,4 +1,4 @@
-// Evaluation (src/evaluation.h, src/eval_tasks.h, `adacc eval`, in-training [eval]):
+// Evaluation (src/eval/evaluation.h, src/eval/eval_tasks.h, `adacc eval`, in-training [eval]):
 //  * every log-likelihood the batched scorer produces is checked against an independent
 //    reference that scores each continuation token by token with the plain forward pass of a
 //    training model, one sequence at a time (B = 1), inside the harness's window; to 1e-5;
@@ -22,14 +22,14 @@
 
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
-#include "src/checkpoint.h"
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/eval_tasks.h"
-#include "src/evaluation.h"
-#include "src/llmc_model_io.h"
-#include "src/trainer.h"
-#include "src/training_state.h"
+#include "src/io/checkpoint.h"
+#include "src/config/config.h"
+#include "src/common/errors.h"
+#include "src/eval/eval_tasks.h"
+#include "src/eval/evaluation.h"
+#include "src/io/llmc_model_io.h"
+#include "src/train/trainer.h"
+#include "src/train/training_state.h"
 #include "tests/test_support.h"
 
 namespace adacc {

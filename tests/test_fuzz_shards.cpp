@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "data/token_shard.h"
-#include "src/errors.h"
+#include "src/common/errors.h"
 #include "tests/test_support.h"
 
 extern char** environ;

@@ -20,11 +20,11 @@
 #include "data/dataloader.h"
 #include "data/token_shard.h"
 #include "models/gpt_params.h"
-#include "src/checkpoint.h"
-#include "src/config.h"
-#include "src/gpt_model.h"
-#include "src/llmc_model_io.h"
-#include "src/training_state.h"
+#include "src/io/checkpoint.h"
+#include "src/config/config.h"
+#include "src/engine/gpt_model.h"
+#include "src/io/llmc_model_io.h"
+#include "src/train/training_state.h"
 #include "tests/test_support.h"
 
 namespace adacc {

@@ -1,4 +1,4 @@
-// MilpPlanner (src/milp_planner.h) against brute-force enumeration: the block form on random
+// MilpPlanner (src/adacc/milp_planner.h) against brute-force enumeration: the block form on random
 // small problems (every keep / compress / recompute assignment), the global form over every
 // per-layer choice on small layer counts, the Pareto frontier against all plans, and the GPT-2
 // block's real shape (sizes from BlockGraph, DAG from its ops).
@@ -16,8 +16,8 @@
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
-#include "src/activation_plan.h"
-#include "src/milp_planner.h"
+#include "src/engine/activation_plan.h"
+#include "src/adacc/milp_planner.h"
 
 namespace adacc {
 namespace {
@@ -474,7 +474,7 @@ TEST(MilpPlanner, EdgeCases) {
 
 // ---------------------------------------------------------------- the GPT-2 block
 
-// The engine-side mapping documented in src/plan_problem.h: the block's saved tensors in forward
+// The engine-side mapping documented in src/adacc/block_problem.h: the block's saved tensors in forward
 // order (x and the layernorm statistics must_keep), 64-byte-aligned sizes, compressed sizes from
 // the codecs' exact bounds, op times from FLOPs at 100 GFLOP/s or the output bytes at 10 GB/s
 // (whichever is longer), codec time = both directions at 10 GB/s. collapse: transients (attproj,

@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "src/gpt_model.h"
-#include "src/optimizer.h"
+#include "src/engine/gpt_model.h"
+#include "src/engine/optimizer.h"
 #include "tests/test_support.h"
 
 namespace adacc {

@@ -2,7 +2,7 @@
 // tolerance checks and the minimum spacing between re-plans.
 #include <gtest/gtest.h>
 
-#include "src/policy_monitor.h"
+#include "src/adacc/policy_monitor.h"
 
 namespace adacc {
 namespace {

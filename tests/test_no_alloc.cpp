@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "data/dataloader.h"
-#include "src/gpt_model.h"
-#include "src/optimizer.h"
+#include "src/engine/gpt_model.h"
+#include "src/engine/optimizer.h"
 #include "src/train/training_step.h"
 #include "tests/counting_malloc.h"
 #include "tests/test_support.h"

@@ -18,12 +18,12 @@
 #include <thread>
 
 #include "data/token_shard.h"
-#include "src/checkpoint.h"
+#include "src/io/checkpoint.h"
 #include "src/common/units.h"
-#include "src/config.h"
-#include "src/errors.h"
-#include "src/memory_report.h"
-#include "src/trainer.h"
+#include "src/config/config.h"
+#include "src/common/errors.h"
+#include "src/engine/memory_report.h"
+#include "src/train/trainer.h"
 #include "tests/test_support.h"
 
 namespace adacc {

@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
-#include "src/codec_sampler.h"
-#include "src/gpt_model.h"
-#include "src/memory_report.h"
+#include "src/adacc/codec_sampler.h"
+#include "src/engine/gpt_model.h"
+#include "src/engine/memory_report.h"
 
 namespace adacc {
 namespace {

@@ -29,7 +29,7 @@
 #include "data/dataloader.h"
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
-#include "src/errors.h"
+#include "src/common/errors.h"
 #include "tests/test_support.h"
 
 extern char** environ;

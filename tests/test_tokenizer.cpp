@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "data/tokenizer.h"
-#include "src/errors.h"
+#include "src/common/errors.h"
 #include "tests/test_support.h"
 
 namespace adacc {

@@ -11,7 +11,7 @@
 
 #include "kernels/kernel_context.h"
 #include "kernels/kernel_table.h"
-#include "src/dtype.h"
+#include "src/common/dtype.h"
 
 namespace adacc {
 

@@ -5,7 +5,7 @@
 
 #include "src/engine/backend.h"
 #include "src/engine/model_layout.h"
-#include "src/tape.h"
+#include "src/engine/tape.h"
 
 namespace adacc {
 

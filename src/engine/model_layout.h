@@ -13,7 +13,7 @@
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
 #include "models/gpt_params.h"
-#include "src/activation_plan.h"
+#include "src/engine/activation_plan.h"
 
 namespace adacc {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "data/dataloader.h"
-#include "src/run_config.h"
+#include "src/config/run_config.h"
 
 namespace adacc {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "src/common/units.h"
-#include "src/optimizer.h"
+#include "src/engine/optimizer.h"
 
 namespace adacc {
 

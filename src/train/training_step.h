@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "data/dataloader.h"
-#include "src/adacc_regulator.h"
-#include "src/gpt_model.h"
-#include "src/run_config.h"
+#include "src/adacc/adacc_regulator.h"
+#include "src/engine/gpt_model.h"
+#include "src/config/run_config.h"
 
 namespace adacc {
 

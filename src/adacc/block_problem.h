@@ -1,0 +1,89 @@
+// The activation-planning problem in the abstract (DESIGN §7): one block's saved tensors, each of
+// which backward needs and which can be kept at full size, compressed, or dropped and recomputed
+// by re-running its producing op. It knows nothing of the engine, so the planner
+// (src/adacc/milp_planner.h) can be tested against brute-force enumeration.
+//
+// How the engine builds a BlockProblem from its BlockGraph (models/gpt_block.h):
+//   * One PlanTensor per tensor the block saves (TensorInfo::saved), in forward order; tensor i's
+//     `inputs` may only name earlier tensors (that is what makes it a DAG).
+//   * The block input x: must_keep (it is the checkpoint every recompute chain may end at).
+//     Layernorm statistics (TensorInfo::tiny): must_keep; their bytes count toward the block.
+//   * `bytes` / `compressed_bytes`: what the tape's slot takes, i.e. 64-byte aligned, and for
+//     compression the codec's exact bound (codec_max_bytes, bitpack's exact size for masks).
+//   * `recompute_ms`: the forward time of the op producing it; `inputs`: the saved tensors that op
+//     reads. Ops with several outputs (layernorm: y, mean, rstd) are listed once per planned
+//     output; only y is planned (the statistics are must_keep), so nothing is counted twice.
+//   * Non-saved intermediates (transients such as attproj and fcproj) are either
+//       - collapsed (the recommended form): the consumer's op is extended with the transient's
+//         producer. x2 = residual1(x, attproj, res1_mask) and attproj = matmul(atty), so x2 gets
+//         inputs {x, atty, res1_mask} and recompute_ms = t(residual1) + t(attproj matmul);
+//       - or listed as PlanTensor with transient = true (never on the tape, re-run exactly when a
+//         recompute chain passes through it): attproj {inputs {atty}, recompute_ms t(matmul)},
+//         and x2 {inputs {x, attproj, res1_mask}, recompute_ms t(residual1)}.
+//     Both give the same optimum (tests/test_milp_planner.cpp checks it on the GPT-2 block).
+//   * A dropout mask's op has no inputs (it is regenerated from the saved RNG state): inputs {},
+//     recompute_ms the time to regenerate it.
+// The memory a plan reaches counts only the tape; the caller adds static memory (parameters,
+// gradients, optimizer state) and the transient working set (the largest block's backward
+// workspace) as constants.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/engine/policy.h"
+
+namespace adacc {
+
+struct PlanTensor {
+    std::string name;
+    std::size_t bytes = 0;             // kept at full size
+    std::size_t compressed_bytes = 0;  // size when compressed
+    bool compressible = false;         // compression allowed (then compressed_bytes is its size)
+    double recompute_ms = 0;           // forward time of its producing op (paid when that op re-runs)
+    double compress_ms = 0;            // compress + decompress time (paid when compressed)
+    std::vector<int> inputs;           // indices (< this one's) of the tensors its producing op reads
+    bool must_keep = false;            // block input (checkpoint anchor), tiny statistics
+    bool can_recompute = true;
+    // Not on the tape at all (an intermediate backward does not read, e.g. attproj): never kept or
+    // compressed; its op re-runs only when a recompute chain needs it. bytes/compression ignored.
+    bool transient = false;
+};
+
+struct BlockProblem {
+    std::vector<PlanTensor> tensors;
+};
+
+// What a plan does with one tensor of one layer is a Policy (src/engine/policy.h). Transient
+// tensors always read `recompute` (they are never stored; whether their op actually re-runs
+// follows from the others).
+
+// Throws std::invalid_argument naming the tensor when the problem is malformed: an input index
+// not earlier than the tensor, a negative or non-finite cost, a transient that is must_keep or
+// cannot be recomputed.
+void validate_problem(const BlockProblem& problem);
+
+// Whether `d` is allowed for tensor t: must_keep -> keep only; transient -> recompute only;
+// compress needs compressible; recompute needs can_recompute; keep is always allowed otherwise.
+bool policy_allowed(const PlanTensor& t, Policy d);
+
+// The exact cost of one block under a plan, independent of any solver: the ops that re-run are
+// the dropped tensors' producers plus, transitively, the producers of every dropped or transient
+// input a re-running op reads (a chain stops at a kept or compressed tensor). Throws
+// std::invalid_argument on a wrong-sized plan or a disallowed decision.
+struct BlockCost {
+    double extra_ms = 0;       // sum over re-run ops of recompute_ms + sum over compressed of compress_ms
+    std::size_t bytes = 0;     // sum over kept of bytes + over compressed of compressed_bytes
+    std::vector<bool> reruns;  // per tensor: its producing op re-runs in backward
+};
+BlockCost evaluate_block(const BlockProblem& problem, const std::vector<Policy>& plan);
+
+// The fewest tape bytes any plan of the block reaches (each tensor at its smallest allowed form;
+// always reachable, since a recompute chain can always reach the block's first tensors).
+std::size_t min_block_bytes(const BlockProblem& problem);
+// The most (everything kept).
+std::size_t max_block_bytes(const BlockProblem& problem);
+
+}  // namespace adacc

@@ -1,0 +1,48 @@
+// The engine side of the Adacc planner: turns a profile and the block description into the
+// abstract planning problem (src/adacc/block_problem.h), solves it with MilpPlanner under the memory
+// budget, and turns the answer into an ActivationPlan the model runs. Memory counted: static
+// arenas (parameters, gradients, AdamW state), the tape (per-layer slots, 64-byte aligned, codec
+// upper bounds), and the workspace — whose materialisation buffers depend on the plan, so the
+// solve is repeated with the workspace the previous answer needs until it is consistent.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/engine/activation_plan.h"
+#include "src/engine/gpt_model.h"
+#include "src/adacc/milp_planner.h"
+#include "src/adacc/profiler.h"
+
+namespace adacc {
+
+struct AdaccPlan {
+    ActivationPlan plan;
+    CodecParams codec_params;
+    PlanResult result;              // the solver's answer (status, solve_ms, objective, ...)
+    ModelMemory memory;             // every arena under this plan, as the model will allocate it
+    std::vector<TensorKind> kinds;  // the block's planned tensors, in problem order
+};
+
+// Solves for the cheapest plan whose total memory fits `budget_bytes` at B x T. With
+// allow_compress false this is mode recompute-opt (optimal rematerialisation). Throws UserError
+// when no plan fits, stating the smallest memory any plan reaches.
+AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profile, std::uint64_t budget_bytes,
+                     bool allow_compress, const PlannerOptions& options);
+
+// The block problem for (config, B, T) from a profile, compressed sizes at the bounds of
+// codec_params_for(profile) (exposed for tests and `adacc plan`).
+BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
+                                 std::vector<TensorKind>* kinds = nullptr);
+
+// `adacc plan`'s output: per (layer class, tensor) the decision, codec and bytes; predicted tape
+// bytes and added time; solver status and time. "table" or "json".
+std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, int T, std::uint64_t budget_bytes,
+                        const std::string& format);
+
+// Codec parameters for a profile: the outlier-channel cap is twice the most outlier channels any
+// tensor showed (at least 4), so the tape's bound is tight but has room for drift.
+CodecParams codec_params_for(const Profile& profile, const GPTConfig& config);
+
+}  // namespace adacc

@@ -1,0 +1,28 @@
+// Each subcommand lives in its own file under src/cli/ and registers itself on the
+// CLI11 app here; its callback does the work and throws adacc::UserError on bad input.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace adacc {
+
+void add_train_command(CLI::App& app);     // src/cli/train.cpp
+void add_prepare_command(CLI::App& app);   // src/cli/prepare.cpp
+void add_tokenize_command(CLI::App& app);  // src/cli/tokenize.cpp
+void add_sample_command(CLI::App& app);    // src/cli/sample.cpp
+void add_memory_command(CLI::App& app);    // src/cli/memory.cpp
+void add_compare_command(CLI::App& app);   // src/cli/compare.cpp
+void add_eval_command(CLI::App& app);      // src/cli/eval.cpp
+void add_config_command(CLI::App& app);    // src/cli/config.cpp
+void add_plan_command(CLI::App& app);      // src/cli/plan.cpp
+void add_export_command(CLI::App& app);    // src/cli/export.cpp
+
+// The model a command reads, as --checkpoint DIR|FILE or --llmc-model FILE (one of the two;
+// src/io/weights_file.h opens them): src/cli/weights_options.cpp. Used by sample and eval.
+void add_model_options(CLI::App& command, std::string& checkpoint, std::string& llmc_model);
+
+}  // namespace adacc

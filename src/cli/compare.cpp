@@ -1,0 +1,75 @@
+// adacc compare --config FILE --modes none,full,selective,quant --batch 1,2,4 --steps N
+//               [--format table|csv|json] [--output FILE] [--memory-budget SIZE [--max-batch]]
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "src/cli/commands.h"
+#include "src/train/compare.h"
+#include "src/config/config.h"
+#include "src/common/errors.h"
+#include "src/engine/memory_mode.h"
+
+namespace adacc {
+
+namespace {
+struct CompareArgs {
+    std::string config, budget, format = "table", output;
+    std::vector<std::string> overrides, modes;
+    std::vector<int> batches;
+    int steps = 5, warmup = 1;
+    bool max_batch = false;
+};
+
+void run_compare(CompareArgs& args) {
+    // As in train: --memory-budget is --set memory.budget=..., validated with the other keys.
+    if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
+    RunConfig config = load_config(args.config, args.overrides);
+    const std::uint64_t budget = config.memory.budget.empty() ? 0 : parse_size(config.memory.budget);
+    CompareOptions options;
+    for (const auto& m : args.modes) options.modes.push_back(parse_memory_mode(m));
+    if (options.modes.empty()) options.modes = fixed_memory_modes();
+    options.batches = args.batches.empty() ? std::vector<int>{config.training.batch_size} : args.batches;
+    // Each --batch stands in for training.batch_size, so it is checked as that key would be.
+    for (int B : options.batches) {
+        RunConfig at_batch = config;
+        at_batch.training.batch_size = B;
+        validate_config(at_batch, "with --batch " + std::to_string(B));
+    }
+    options.steps = args.steps;
+    options.warmup = args.warmup;
+    options.budget = budget;
+    std::string text;
+    if (args.max_batch) {
+        if (!budget) throw UserError("--max-batch needs a budget: pass --memory-budget SIZE (e.g. 8GiB)");
+        text = format_max_batches(find_max_batches(config, options.modes, budget), args.format);
+    } else {
+        const auto rows = run_comparison(config, options);
+        text = format_comparison(rows, args.format);
+        if (args.format == "table") text += format_recovery(rows);
+    }
+    std::printf("%s", text.c_str());
+    if (!args.output.empty()) std::ofstream(args.output) << text;
+}
+}  // namespace
+
+void add_compare_command(CLI::App& app) {
+    auto args = std::make_shared<CompareArgs>();
+    CLI::App* cmd = app.add_subcommand("compare", "Train each memory mode and batch a few steps and compare");
+    cmd->add_option("--config", args->config, "TOML run config (model, seq_len, data.train, optimizer)")->required();
+    cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    cmd->add_option("--modes", args->modes,
+                    "memory modes, comma-separated (default: " + join_memory_mode_names(fixed_memory_modes()) + ")")
+        ->delimiter(',');
+    cmd->add_option("--batch", args->batches, "batch sizes, comma-separated (default: training.batch_size)")
+        ->delimiter(',')->check(CLI::PositiveNumber);
+    cmd->add_option("--steps", args->steps, "steps per (mode, batch)")->check(CLI::Range(1, 100000));
+    cmd->add_option("--warmup", args->warmup, "steps excluded from the median step time")->check(CLI::Range(0, 100000));
+    cmd->add_option("--format", args->format, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}));
+    cmd->add_option("--output", args->output, "also write the result to FILE");
+    cmd->add_option("--memory-budget", args->budget, "memory budget: batches over it are reported, not run");
+    cmd->add_flag("--max-batch", args->max_batch, "largest batch per mode under --memory-budget, verified by a step");
+    cmd->callback([args] { run_compare(*args); });
+}
+
+}  // namespace adacc

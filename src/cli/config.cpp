@@ -1,0 +1,44 @@
+// adacc config [--config FILE] [--set ...]   the fully resolved config as a table
+// adacc config --reference                    every key with its type, allowed values and help
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "src/cli/commands.h"
+#include "src/config/config.h"
+
+namespace adacc {
+
+namespace {
+struct ConfigArgs {
+    std::string config;
+    std::vector<std::string> overrides;
+    bool reference = false, toml = false;
+};
+
+void run_config(const ConfigArgs& args) {
+    if (args.reference) {
+        std::printf("%s", format_config_reference().c_str());
+        return;
+    }
+    RunConfig config;
+    if (!args.config.empty()) {
+        config = load_config(args.config, args.overrides);
+    } else {
+        for (const auto& o : args.overrides) apply_override(config, o);
+        validate_config(config, "--set");
+    }
+    std::printf("%s", args.toml ? to_toml(config).c_str() : format_config_table(config).c_str());
+}
+}  // namespace
+
+void add_config_command(CLI::App& app) {
+    auto args = std::make_shared<ConfigArgs>();
+    CLI::App* cmd = app.add_subcommand("config", "Print a resolved config, or the reference of every key");
+    cmd->add_option("--config", args->config, "TOML run config (default: the built-in defaults)");
+    cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    cmd->add_flag("--reference", args->reference, "list every key with its type, allowed values and meaning");
+    cmd->add_flag("--toml", args->toml, "print as TOML (loadable with --config) instead of a table");
+    cmd->callback([args] { run_config(*args); });
+}
+
+}  // namespace adacc

@@ -1,0 +1,77 @@
+// adacc plan --config FILE --memory-budget SIZE [--profile FILE] [--format table|json]
+//            [--granularity block|global] [--no-compress] [--set ...]
+// Profiles the model (or reads a profile), solves the Adacc MILP for the budget and prints the
+// plan per (layer class, tensor), the predicted memory and added time, and the solver's status.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <random>
+
+#include "src/adacc/adacc_regulator.h"
+#include "src/cli/commands.h"
+#include "src/config/config.h"
+#include "src/common/errors.h"
+#include "src/train/token_loader.h"
+
+namespace adacc {
+
+namespace {
+struct PlanArgs {
+    std::string config, budget, profile, format = "table", granularity, save_profile;
+    std::vector<std::string> overrides;
+    bool no_compress = false;
+};
+
+// The batch training profiles with when data.train is readable, else seeded random tokens.
+std::vector<int> profiling_tokens(const RunConfig& config) {
+    if (!config.data.train.empty()) {
+        try {
+            return first_training_batch(config);
+        } catch (const UserError& e) {
+            std::fprintf(stderr, "plan: profiling on random tokens (%s)\n", e.what());
+        }
+    }
+    std::vector<int> tokens(static_cast<std::size_t>(config.training.batch_size) * config.training.seq_len);
+    std::mt19937 gen(static_cast<std::uint32_t>(config.training.seed));
+    for (auto& t : tokens) t = static_cast<int>(gen() % config.model.vocab_size);
+    return tokens;
+}
+
+void run_plan(PlanArgs& args) {
+    // --memory-budget, --granularity and --profile stand for --set memory.budget / granularity /
+    // profile, validated with the other keys: the plan is the one training with this config would
+    // start from.
+    if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
+    if (!args.granularity.empty()) args.overrides.push_back("memory.granularity=" + args.granularity);
+    if (!args.profile.empty()) args.overrides.push_back("memory.profile=" + args.profile);
+    RunConfig config = load_config(args.config, args.overrides);
+    if (config.memory.budget.empty())
+        throw UserError("adacc plan needs a memory budget: pass --memory-budget SIZE (e.g. 24GiB) or set memory.budget");
+    const std::uint64_t budget = parse_size(config.memory.budget);
+    RegulatorOptions options =
+        regulator_options(config, args.no_compress ? MemoryMode::recompute_opt : MemoryMode::adacc);
+    options.save_profile = args.save_profile;
+    const AdaccRegulator regulator(config, budget, options, profiling_tokens(config), nullptr);
+    std::printf("%s", format_plan(regulator.plan(), config.model, config.training.batch_size,
+                                  config.training.seq_len, budget, args.format).c_str());
+    if (args.format != "json") std::printf("\n%s\n", regulator.describe().c_str());
+}
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+    auto args = std::make_shared<PlanArgs>();
+    CLI::App* cmd = app.add_subcommand("plan", "Solve the Adacc keep/compress/recompute plan for a memory budget");
+    cmd->add_option("--config", args->config, "TOML run config (model, batch, seq_len)")->required();
+    cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    cmd->add_option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (default: memory.budget)");
+    cmd->add_option("--profile", args->profile, "reuse a profile.json instead of profiling (default: memory.profile)");
+    cmd->add_option("--save-profile", args->save_profile, "write the profile measured here to FILE");
+    cmd->add_option("--format", args->format, "table or json")->check(CLI::IsMember({"table", "json"}));
+    cmd->add_option("--granularity", args->granularity,
+                    "block (one plan for every layer) or global (layers may differ); default: memory.granularity")
+        ->check(CLI::IsMember({"block", "global"}));
+    cmd->add_flag("--no-compress", args->no_compress,
+                  std::string(memory_mode_name(MemoryMode::recompute_opt)) + ": plan with compression disabled");
+    cmd->callback([args] { run_plan(*args); });
+}
+
+}  // namespace adacc

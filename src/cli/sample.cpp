@@ -1,0 +1,67 @@
+// adacc sample --checkpoint DIR|FILE | --llmc-model FILE --prompt TEXT --vocab DIR
+//              [--tokens N --temperature T --top-k K --seed S]
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "data/tokenizer.h"
+#include "src/cli/commands.h"
+#include "src/common/errors.h"
+#include "src/eval/sampler.h"
+#include "src/io/weights_file.h"
+
+namespace adacc {
+
+namespace {
+
+struct SampleArgs {
+    std::string checkpoint, llmc_model, prompt, vocab;
+    SamplingOptions options;
+};
+
+void run_sample(const SampleArgs& args) {
+    const WeightsFile weights = open_weights_option(args.checkpoint, args.llmc_model);
+    const GPTConfig& shape = weights.shape;
+    const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(args.vocab);
+    if (static_cast<std::uint32_t>(shape.vocab_size) != tokenizer.vocab_size())
+        throw UserError("the model's vocab_size is " + std::to_string(shape.vocab_size) + " but the tokenizer in " +
+                        args.vocab + " has " + std::to_string(tokenizer.vocab_size()) +
+                        " tokens: sample needs a model trained on GPT-2 token ids");
+    GPTModel model = GPTModel::for_inference(shape, 1, shape.max_seq_len);
+    load_weights(weights, model);
+    const auto ids = tokenizer.encode(args.prompt);
+    std::vector<int> prompt(ids.begin(), ids.end());
+    if (prompt.empty()) prompt.push_back(static_cast<int>(tokenizer.eot_token()));
+    std::printf("%s", args.prompt.c_str());
+    std::fflush(stdout);
+    // Decode incrementally: a multi-byte character may span tokens, so print the new suffix of
+    // the decoded text instead of token by token.
+    std::vector<std::uint32_t> out;
+    std::string printed;
+    generate(model, prompt, args.options, [&](int token) {
+        out.push_back(static_cast<std::uint32_t>(token));
+        const std::string text = tokenizer.decode(out);
+        std::printf("%s", text.substr(printed.size()).c_str());
+        std::fflush(stdout);
+        printed = text;
+    });
+    std::printf("\n");
+}
+
+}  // namespace
+
+void add_sample_command(CLI::App& app) {
+    auto args = std::make_shared<SampleArgs>();
+    CLI::App* cmd = app.add_subcommand("sample", "Generate text from a checkpoint or an llm.c model file");
+    add_model_options(*cmd, args->checkpoint, args->llmc_model);
+    cmd->add_option("--prompt", args->prompt, "text to continue")->required();
+    cmd->add_option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe")->required();
+    cmd->add_option("--tokens", args->options.tokens, "tokens to generate")->check(CLI::Range(1, 100000));
+    cmd->add_option("--temperature", args->options.temperature, "softmax temperature (0 = greedy)")
+        ->check(CLI::Range(0.0, 100.0));
+    cmd->add_option("--top-k", args->options.top_k, "sample among the k most likely tokens (0 = all)")
+        ->check(CLI::Range(0, 1 << 20));
+    cmd->add_option("--seed", args->options.seed, "sampling seed");
+    cmd->callback([args] { run_sample(*args); });
+}
+
+}  // namespace adacc

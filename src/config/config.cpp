@@ -1,0 +1,841 @@
+#include "src/config/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <toml++/toml.h>
+#include <type_traits>
+#include <variant>
+
+#include "src/common/errors.h"
+#include "src/engine/memory_mode.h"
+
+namespace adacc {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Values in a type-neutral form, so that one parser, one printer and one range check per kind
+// serve every key of that kind.
+
+using ConfigValue = std::variant<std::int64_t, double, bool, std::string, std::vector<std::string>>;
+
+enum class ValueKind { integer, number, boolean, string, string_list };
+
+std::string_view kind_phrase(ValueKind kind) {
+    switch (kind) {
+        case ValueKind::integer: return "an integer";
+        case ValueKind::number: return "a number";
+        case ValueKind::boolean: return "true or false";
+        case ValueKind::string: return "a string";
+        case ValueKind::string_list: return "a list of strings";
+    }
+    return "a value";
+}
+
+std::string_view kind_short_name(ValueKind kind) {
+    switch (kind) {
+        case ValueKind::integer: return "integer";
+        case ValueKind::number: return "number";
+        case ValueKind::boolean: return "bool";
+        case ValueKind::string: return "string";
+        case ValueKind::string_list: return "list";
+    }
+    return "value";
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view separator = ", ") {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i) out += separator;
+        out += items[i];
+    }
+    return out;
+}
+
+// Shortest decimal text that parses back to exactly `value`: "1", "0.0006", "1e-08". Plain
+// notation for everyday magnitudes (to_chars alone would pick "6e-04" for being shorter).
+std::string format_plain(double value) {
+    const double magnitude = std::abs(value);
+    const bool plain = value == 0 || (magnitude >= 1e-4 && magnitude < 1e15);
+    char buffer[64];
+    const auto result = std::to_chars(buffer, buffer + sizeof buffer, value,
+                                      plain ? std::chars_format::fixed : std::chars_format::scientific);
+    return std::string(buffer, result.ptr);
+}
+
+// The same, kept recognisably real: TOML reads "1" as an integer.
+std::string format_real(double value) {
+    std::string text = format_plain(value);
+    if (text.find_first_of(".eni") == std::string::npos) text += ".0";
+    return text;
+}
+
+// A float field's value as the double nearest to the float's shortest decimal form (6e-4f
+// becomes 0.0006, not 0.0006000000284984708), so it prints as written and narrows back to the
+// same float.
+double widen_float(float value) {
+    char buffer[64];
+    const auto written = std::to_chars(buffer, buffer + sizeof buffer, value);
+    double wide = value;
+    std::from_chars(buffer, written.ptr, wide);
+    return wide;
+}
+
+std::string quote_toml(std::string_view text) {
+    std::string out = "\"";
+    for (const char c : text) {
+        switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            case '\t': out += "\\t"; break;
+            case '\r': out += "\\r"; break;
+            default:
+                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+                    char escaped[8];
+                    std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+                    out += escaped;
+                } else {
+                    out += c;
+                }
+        }
+    }
+    return out + "\"";
+}
+
+// The value in TOML syntax; also how the printed table shows it, so what a user reads there can
+// be pasted into a config file.
+std::string format_value(const ConfigValue& value) {
+    struct Formatter {
+        std::string operator()(std::int64_t v) const { return std::to_string(v); }
+        std::string operator()(double v) const { return format_real(v); }
+        std::string operator()(bool v) const { return v ? "true" : "false"; }
+        std::string operator()(const std::string& v) const { return quote_toml(v); }
+        std::string operator()(const std::vector<std::string>& v) const {
+            std::vector<std::string> quoted;
+            for (const auto& item : v) quoted.push_back(quote_toml(item));
+            return "[" + join(quoted) + "]";
+        }
+    };
+    return std::visit(Formatter{}, value);
+}
+
+double as_number(const ConfigValue& value) {
+    if (const auto* integer = std::get_if<std::int64_t>(&value)) return static_cast<double>(*integer);
+    return std::get<double>(value);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Moving values between RunConfig fields and ConfigValue. `store` returns a complaint when the
+// value cannot be held by the field's C++ type.
+
+ConfigValue to_value(int v) { return std::int64_t{v}; }
+ConfigValue to_value(std::uint64_t v) { return static_cast<std::int64_t>(v); }
+ConfigValue to_value(float v) { return widen_float(v); }
+ConfigValue to_value(bool v) { return v; }
+ConfigValue to_value(const std::string& v) { return v; }
+ConfigValue to_value(const std::vector<std::string>& v) { return v; }
+
+std::optional<std::string> store(const ConfigValue& value, int& field) {
+    const auto v = std::get<std::int64_t>(value);
+    if (v < INT_MIN || v > INT_MAX) return "does not fit in a 32-bit integer";
+    field = static_cast<int>(v);
+    return std::nullopt;
+}
+std::optional<std::string> store(const ConfigValue& value, std::uint64_t& field) {
+    const auto v = std::get<std::int64_t>(value);
+    if (v < 0) return "must not be negative";
+    field = static_cast<std::uint64_t>(v);
+    return std::nullopt;
+}
+std::optional<std::string> store(const ConfigValue& value, float& field) {
+    const double v = std::get<double>(value);
+    // No key means anything by inf or nan: an infinite lr or weight decay trains on NaN.
+    if (!std::isfinite(v)) return "is not a finite number; every numeric key needs a finite value";
+    if (std::abs(v) > std::numeric_limits<float>::max()) return "is too large for a 32-bit float";
+    field = static_cast<float>(v);
+    return std::nullopt;
+}
+template <typename T>
+std::optional<std::string> store(const ConfigValue& value, T& field) {
+    field = std::get<T>(value);
+    return std::nullopt;
+}
+
+template <typename T>
+constexpr ValueKind kind_of() {
+    if constexpr (std::is_same_v<T, int> || std::is_same_v<T, std::uint64_t>) return ValueKind::integer;
+    else if constexpr (std::is_same_v<T, float>) return ValueKind::number;
+    else if constexpr (std::is_same_v<T, bool>) return ValueKind::boolean;
+    else if constexpr (std::is_same_v<T, std::string>) return ValueKind::string;
+    else {
+        static_assert(std::is_same_v<T, std::vector<std::string>>, "no ValueKind for this field type");
+        return ValueKind::string_list;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allowed values: a phrase completing "must be ..." plus the predicate it describes. The
+// predicate also sees the whole config, for ranges bounded by another key.
+
+struct Allowed {
+    std::string description;  // empty: any value of the key's type
+    std::function<bool(const ConfigValue&, const RunConfig&)> holds;
+    // For bounds set by another key: its current value, e.g. " (model.max_seq_len = 1024)".
+    std::function<std::string(const RunConfig&)> bound_note = [](const RunConfig&) { return std::string(); };
+};
+
+Allowed any_value() {
+    return {"", [](const ConfigValue&, const RunConfig&) { return true; }};
+}
+Allowed at_least(double low) {
+    return {">= " + format_plain(low), [low](const ConfigValue& v, const RunConfig&) { return as_number(v) >= low; }};
+}
+Allowed above(double low) {
+    return {"> " + format_plain(low), [low](const ConfigValue& v, const RunConfig&) { return as_number(v) > low; }};
+}
+// [0, 1): probabilities and Adam betas, where 1 is meaningless.
+Allowed below_one() {
+    return {"in [0, 1)", [](const ConfigValue& v, const RunConfig&) {
+                const double x = as_number(v);
+                return x >= 0 && x < 1;
+            }};
+}
+Allowed within(std::int64_t low, std::int64_t high) {
+    return {"in [" + std::to_string(low) + ", " + std::to_string(high) + "]",
+            [low, high](const ConfigValue& v, const RunConfig&) {
+                const auto x = std::get<std::int64_t>(v);
+                return x >= low && x <= high;
+            }};
+}
+Allowed one_of(std::vector<std::string> choices) {
+    std::string description = "one of " + join(choices);
+    return {std::move(description), [choices = std::move(choices)](const ConfigValue& v, const RunConfig&) {
+                return std::ranges::find(choices, std::get<std::string>(v)) != choices.end();
+            }};
+}
+Allowed each_one_of(std::vector<std::string> choices) {
+    std::string description = "a list whose items are each one of " + join(choices);
+    return {std::move(description), [choices = std::move(choices)](const ConfigValue& v, const RunConfig&) {
+                return std::ranges::all_of(std::get<std::vector<std::string>>(v), [&](const std::string& item) {
+                    return std::ranges::find(choices, item) != choices.end();
+                });
+            }};
+}
+Allowed non_empty() {
+    return {"a non-empty string", [](const ConfigValue& v, const RunConfig&) { return !std::get<std::string>(v).empty(); }};
+}
+
+struct SizeParse {
+    std::uint64_t bytes = 0;
+    std::string error;  // empty on success: says what is wrong with the text
+};
+SizeParse try_parse_size(std::string_view text);
+
+Allowed size_or_empty() {
+    return {"a size such as \"24GiB\", \"1.5 GB\" or \"123456\" (bytes), or \"\" for no limit",
+            [](const ConfigValue& v, const RunConfig&) {
+                const auto& text = std::get<std::string>(v);
+                return text.empty() || try_parse_size(text).error.empty();
+            }};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The key registry.
+
+struct KeySpec {
+    std::string_view section;
+    std::string_view name;
+    ValueKind kind;
+    std::function<ConfigValue(const RunConfig&)> get;
+    // Stores a value already of `kind`; returns a complaint (completing "<key> = <value> ...")
+    // when the value cannot be stored.
+    std::function<std::optional<std::string>(RunConfig&, const ConfigValue&)> set;
+    Allowed allowed;
+    std::string_view help;
+    // Applied before the other keys of its section because it resets them (model.preset).
+    bool applies_first = false;
+
+    std::string full_name() const { return std::string(section) + "." + std::string(name); }
+};
+
+// A key stored in field `Member` of section struct `Section` of RunConfig.
+template <auto Section, auto Member>
+KeySpec field(std::string_view section, std::string_view name, Allowed allowed, std::string_view help) {
+    using T = std::remove_cvref_t<decltype((std::declval<RunConfig&>().*Section).*Member)>;
+    return KeySpec{
+        section,
+        name,
+        kind_of<T>(),
+        [](const RunConfig& config) { return to_value((config.*Section).*Member); },
+        [](RunConfig& config, const ConfigValue& value) { return store(value, (config.*Section).*Member); },
+        std::move(allowed),
+        help,
+    };
+}
+
+// model.preset lives outside GPTConfig and, when set, replaces the whole model section.
+KeySpec preset_key() {
+    KeySpec spec{
+        "model",
+        "preset",
+        ValueKind::string,
+        [](const RunConfig& config) { return ConfigValue{config.preset}; },
+        [](RunConfig& config, const ConfigValue& value) -> std::optional<std::string> {
+            const auto& name = std::get<std::string>(value);
+            if (name.empty()) {
+                config.preset.clear();
+                return std::nullopt;
+            }
+            const auto preset = gpt_preset(name);
+            if (!preset) return "is not a known preset; known presets: " + join(gpt_preset_names());
+            config.model = *preset;
+            config.preset = name;
+            return std::nullopt;
+        },
+        any_value(),
+        "start the model section from this preset (gpt-117m, ...); other model keys override it",
+    };
+    spec.applies_first = true;
+    return spec;
+}
+
+// The seq_len bound depends on another key, so it is checked against the resolved model.
+Allowed up_to_max_seq_len() {
+    return {"in [1, model.max_seq_len]",
+            [](const ConfigValue& v, const RunConfig& config) {
+                const auto x = std::get<std::int64_t>(v);
+                return x >= 1 && x <= config.model.max_seq_len;
+            },
+            [](const RunConfig& config) { return " (model.max_seq_len = " + std::to_string(config.model.max_seq_len) + ")"; }};
+}
+Allowed up_to_lr_max() {
+    return {"in [0, lr.max]",
+            [](const ConfigValue& v, const RunConfig& config) {
+                const double x = as_number(v);
+                return x >= 0 && x <= widen_float(config.lr.max);
+            },
+            [](const RunConfig& config) { return " (lr.max = " + format_real(widen_float(config.lr.max)) + ")"; }};
+}
+
+const std::vector<KeySpec>& registry() {
+    using R = RunConfig;
+    static const std::vector<KeySpec> keys = {
+        preset_key(),
+        field<&R::model, &GPTConfig::n_layer>("model", "n_layer", at_least(1), "transformer blocks (L)"),
+        field<&R::model, &GPTConfig::n_embd>("model", "n_embd", at_least(1), "hidden size (C), divisible by n_head"),
+        field<&R::model, &GPTConfig::n_head>("model", "n_head", at_least(1), "attention heads (H)"),
+        field<&R::model, &GPTConfig::vocab_size>("model", "vocab_size", within(2, 65536),
+                                                 "real tokens (V); tokens are stored as uint16"),
+        field<&R::model, &GPTConfig::max_seq_len>("model", "max_seq_len", at_least(1),
+                                                  "positions the position embedding covers"),
+        field<&R::model, &GPTConfig::dropout>("model", "dropout", below_one(),
+                                              "embedding, attention and residual dropout probability"),
+
+        field<&R::training, &TrainingSection::batch_size>("training", "batch_size", at_least(1),
+                                                          "sequences per micro-batch (B)"),
+        field<&R::training, &TrainingSection::seq_len>("training", "seq_len", up_to_max_seq_len(),
+                                                       "tokens per sequence (T)"),
+        field<&R::training, &TrainingSection::steps>("training", "steps", at_least(1), "optimizer steps"),
+        field<&R::training, &TrainingSection::grad_accum>("training", "grad_accum", at_least(1),
+                                                          "micro-batches per optimizer step"),
+        field<&R::training, &TrainingSection::seed>("training", "seed", any_value(),
+                                                    "seed of init, dropout and data order"),
+        field<&R::training, &TrainingSection::val_every>("training", "val_every", at_least(0),
+                                                         "steps between validation losses (0 = never)"),
+        field<&R::training, &TrainingSection::val_batches>("training", "val_batches", at_least(1),
+                                                           "micro-batches per validation loss"),
+        // libgomp crashes creating 100,000 threads; no machine needs more than 1024 here.
+        field<&R::training, &TrainingSection::threads>("training", "threads", within(0, kMaxCpuThreads),
+                                                       "CPU threads (0 = all cores)"),
+        field<&R::training, &TrainingSection::skip_nonfinite>(
+            "training", "skip_nonfinite", at_least(0),
+            "steps with a non-finite loss or gradient norm to skip (no update) before stopping; 0 = stop at the first"),
+
+        field<&R::optimizer, &OptimizerSection::beta1>("optimizer", "beta1", below_one(),
+                                                       "AdamW first-moment decay"),
+        field<&R::optimizer, &OptimizerSection::beta2>("optimizer", "beta2", below_one(),
+                                                       "AdamW second-moment decay"),
+        field<&R::optimizer, &OptimizerSection::eps>("optimizer", "eps", above(0), "AdamW epsilon"),
+        field<&R::optimizer, &OptimizerSection::weight_decay>("optimizer", "weight_decay", at_least(0),
+                                                              "decoupled weight decay on 2-D weights"),
+        field<&R::optimizer, &OptimizerSection::grad_clip>("optimizer", "grad_clip", at_least(0),
+                                                           "global gradient-norm clip (0 = off)"),
+
+        field<&R::lr, &LrSection::max>("lr", "max", above(0), "peak learning rate"),
+        field<&R::lr, &LrSection::min>("lr", "min", up_to_lr_max(), "floor of the cosine decay"),
+        field<&R::lr, &LrSection::warmup_steps>("lr", "warmup_steps", at_least(0), "linear warmup steps"),
+        field<&R::lr, &LrSection::schedule>("lr", "schedule", one_of({"cosine", "constant"}),
+                                            "decay after warmup"),
+
+        field<&R::data, &DataSection::train>("data", "train", any_value(), "training shard file or glob"),
+        field<&R::data, &DataSection::val>("data", "val", any_value(),
+                                           "validation shard file or glob (\"\" = none)"),
+        field<&R::data, &DataSection::shuffle>("data", "shuffle", any_value(),
+                                               "seeded permutation of sequence windows"),
+
+        field<&R::memory, &MemorySection::mode>(
+            "memory", "mode", one_of(memory_mode_names()),
+            "activation memory policy"),
+        field<&R::memory, &MemorySection::budget>("memory", "budget", size_or_empty(),
+                                                  "device memory the run may use"),
+        field<&R::memory, &MemorySection::granularity>("memory", "granularity", one_of({"block", "global"}),
+                                                       "planner: one plan for every layer, or layers may differ"),
+        field<&R::memory, &MemorySection::profile>("memory", "profile", any_value(),
+                                                   "planner: reuse this profile.json (\"\" = profile at start)"),
+        field<&R::memory, &MemorySection::monitor_max_interval>("memory", "monitor_max_interval", at_least(1),
+                                                                "monitor: cap of the sampling backoff (steps)"),
+        field<&R::memory, &MemorySection::min_replan_steps>("memory", "min_replan_steps", at_least(0),
+                                                            "monitor: fewest steps between plan switches"),
+
+        field<&R::checkpoint, &CheckpointSection::every>("checkpoint", "every", at_least(0),
+                                                         "steps between checkpoints (0 = only at the end)"),
+        field<&R::checkpoint, &CheckpointSection::keep>("checkpoint", "keep", at_least(1),
+                                                        "newest checkpoints kept in RUN_DIR/checkpoints"),
+
+        field<&R::eval, &EvalSection::every>("eval", "every", at_least(0),
+                                             "steps between in-training evals (0 = never)"),
+        field<&R::eval, &EvalSection::tasks>("eval", "tasks", each_one_of({"lambada", "arc_easy"}),
+                                             "eval tasks"),
+        field<&R::eval, &EvalSection::limit>("eval", "limit", at_least(0), "examples per task (0 = all)"),
+        field<&R::eval, &EvalSection::data>("eval", "data", any_value(),
+                                            "folder holding lambada_openai/ and arc_easy/ (test splits)"),
+        field<&R::eval, &EvalSection::vocab>("eval", "vocab", any_value(),
+                                             "folder with GPT-2's encoder.json and vocab.bpe"),
+
+        field<&R::logging, &LoggingSection::run_dir>("logging", "run_dir", non_empty(),
+                                                     "run folder: metrics, checkpoints"),
+        field<&R::logging, &LoggingSection::print_every>("logging", "print_every", at_least(1),
+                                                         "steps between progress lines"),
+    };
+    return keys;
+}
+
+const std::vector<std::string>& section_names() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> out;
+        for (const auto& key : registry())
+            if (std::ranges::find(out, key.section) == out.end()) out.emplace_back(key.section);
+        return out;
+    }();
+    return names;
+}
+
+const KeySpec* find_key(std::string_view section, std::string_view name) {
+    for (const auto& key : registry())
+        if (key.section == section && key.name == name) return &key;
+    return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// "Did you mean": the closest valid name by edit distance, if close enough to be a typo.
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diagonal = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t above_value = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diagonal = above_value;
+        }
+    }
+    return row[b.size()];
+}
+
+std::optional<std::string> closest(std::string_view word, const std::vector<std::string>& candidates) {
+    std::optional<std::string> best;
+    std::size_t best_distance = std::max<std::size_t>(2, word.size() / 3) + 1;
+    for (const auto& candidate : candidates) {
+        const auto d = edit_distance(word, candidate);
+        if (d < best_distance) {
+            best_distance = d;
+            best = candidate;
+        }
+    }
+    return best;
+}
+
+// A key written in the wrong section (training.warmup_steps) is found by its bare name first;
+// otherwise the nearest full name catches typos. A key outside any section (empty `section`)
+// is compared by bare name.
+std::optional<std::string> suggest_key(std::string_view section, std::string_view name) {
+    for (const auto& key : registry())
+        if (key.name == name) return key.full_name();
+    std::vector<std::string> candidates;
+    for (const auto& key : registry()) candidates.push_back(section.empty() ? std::string(key.name) : key.full_name());
+    const auto best = closest(section.empty() ? std::string(name) : std::string(section) + "." + std::string(name),
+                              candidates);
+    if (!best || !section.empty()) return best;
+    for (const auto& key : registry())
+        if (key.name == *best) return key.full_name();
+    return std::nullopt;
+}
+
+[[noreturn]] void throw_unknown_key(std::string_view section, std::string_view name, std::string_view where) {
+    std::string message = "unknown key '" + std::string(section) + "." + std::string(name) + "' in " + std::string(where);
+    if (const auto suggestion = suggest_key(section, name)) {
+        message += "; did you mean '" + *suggestion + "'?";
+    } else {
+        std::vector<std::string> valid;
+        for (const auto& key : registry())
+            if (key.section == section) valid.emplace_back(key.name);
+        message += "; valid keys in [" + std::string(section) + "]: " + join(valid);
+    }
+    throw UserError(message);
+}
+
+[[noreturn]] void throw_unknown_section(std::string_view section, std::string_view where) {
+    std::string message = "unknown section [" + std::string(section) + "] in " + std::string(where);
+    if (const auto suggestion = closest(section, section_names())) message += "; did you mean [" + *suggestion + "]?";
+    throw UserError(message + " (sections: " + join(section_names()) + ")");
+}
+
+// Stores `value` into the key, turning a complaint from the field into an error naming it.
+void set_key(RunConfig& config, const KeySpec& key, const ConfigValue& value, std::string_view where) {
+    if (const auto complaint = key.set(config, value))
+        throw UserError(key.full_name() + " = " + format_value(value) + " in " + std::string(where) + " " + *complaint);
+}
+
+// ---------------------------------------------------------------------------------------------
+// TOML files.
+
+std::string location(std::string_view source_name, const toml::source_region& region) {
+    if (region.begin.line == 0) return std::string(source_name);
+    return std::string(source_name) + ":" + std::to_string(region.begin.line) + ":" +
+           std::to_string(region.begin.column);
+}
+
+// What a TOML node is, for "must be X, but is Y" messages.
+std::string describe_node(const toml::node& node) {
+    if (const auto* string = node.as_string()) return "a string (" + quote_toml(string->get()) + ")";
+    std::ostringstream text;
+    switch (node.type()) {
+        case toml::node_type::integer: text << "an integer"; break;
+        case toml::node_type::floating_point: text << "a floating-point number"; break;
+        case toml::node_type::boolean: text << "a boolean"; break;
+        case toml::node_type::array: text << "an array"; break;
+        case toml::node_type::table: return "a table";
+        default: text << "a date/time"; break;
+    }
+    text << " (";
+    node.visit([&](const auto& value) { text << value; });
+    text << ")";
+    return text.str();
+}
+
+std::optional<ConfigValue> value_from_node(const toml::node& node, ValueKind kind) {
+    switch (kind) {
+        case ValueKind::integer:
+            if (const auto* v = node.as_integer()) return ConfigValue{v->get()};
+            break;
+        case ValueKind::number:
+            if (const auto* v = node.as_floating_point()) return ConfigValue{v->get()};
+            if (const auto* v = node.as_integer()) return ConfigValue{static_cast<double>(v->get())};
+            break;
+        case ValueKind::boolean:
+            if (const auto* v = node.as_boolean()) return ConfigValue{v->get()};
+            break;
+        case ValueKind::string:
+            if (const auto* v = node.as_string()) return ConfigValue{v->get()};
+            break;
+        case ValueKind::string_list:
+            if (const auto* array = node.as_array()) {
+                std::vector<std::string> items;
+                for (const auto& element : *array) {
+                    const auto* item = element.as_string();
+                    if (!item) return std::nullopt;
+                    items.push_back(item->get());
+                }
+                return ConfigValue{std::move(items)};
+            }
+            break;
+    }
+    return std::nullopt;
+}
+
+void apply_node(RunConfig& config, const KeySpec& key, const toml::node& node, std::string_view source_name) {
+    const auto where = location(source_name, node.source());
+    const auto value = value_from_node(node, key.kind);
+    if (!value) {
+        std::string expected(kind_phrase(key.kind));
+        if (key.kind == ValueKind::string_list) expected += " like [\"lambada\", \"arc_easy\"]";
+        throw UserError(key.full_name() + " in " + where + " must be " + expected + ", but is " + describe_node(node));
+    }
+    set_key(config, key, *value, where);
+}
+
+void apply_section(RunConfig& config, std::string_view section, const toml::table& table, std::string_view source_name) {
+    // Keys that reset others go first, so the rest of the section overrides them.
+    for (const bool first_pass : {true, false}) {
+        for (const auto& [name, node] : table) {
+            const KeySpec* key = find_key(section, name.str());
+            if (!key) throw_unknown_key(section, name.str(), location(source_name, name.source()));
+            if (key->applies_first == first_pass) apply_node(config, *key, node, source_name);
+        }
+    }
+}
+
+void apply_toml(RunConfig& config, std::string_view text, std::string_view source_name) {
+    toml::table root;
+    try {
+        root = toml::parse(text, source_name);
+    } catch (const toml::parse_error& error) {
+        throw UserError(location(source_name, error.source()) + ": malformed TOML: " +
+                        std::string(error.description()) + "; fix the syntax at that position");
+    }
+    for (const auto& [name, node] : root) {
+        const auto where = location(source_name, name.source());
+        const bool is_section = std::ranges::find(section_names(), name.str()) != section_names().end();
+        if (!node.is_table()) {
+            if (is_section)
+                throw UserError("'" + std::string(name.str()) + "' in " + where + " must be a section ([" +
+                                std::string(name.str()) + "]), not a value");
+            std::string message = "unknown key '" + std::string(name.str()) + "' at the top level of " + where +
+                                  "; keys belong in a section";
+            if (const auto suggestion = suggest_key("", name.str())) message += ": did you mean '" + *suggestion + "'?";
+            throw UserError(message);
+        }
+        if (!is_section) throw_unknown_section(name.str(), where);
+        apply_section(config, name.str(), *node.as_table(), source_name);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// --set overrides.
+
+std::string_view trim(std::string_view text) {
+    const auto first = text.find_first_not_of(" \t");
+    if (first == std::string_view::npos) return {};
+    const auto last = text.find_last_not_of(" \t");
+    return text.substr(first, last - first + 1);
+}
+
+std::string_view strip_quotes(std::string_view text) {
+    if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') && text.back() == text.front())
+        return text.substr(1, text.size() - 2);
+    return text;
+}
+
+template <typename Number>
+std::optional<Number> parse_whole(std::string_view text) {
+    Number value{};
+    const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (result.ec != std::errc() || result.ptr != text.data() + text.size()) return std::nullopt;
+    return value;
+}
+
+std::vector<std::string> split_list(std::string_view text) {
+    if (text.size() >= 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+    std::vector<std::string> items;
+    while (!text.empty()) {
+        const auto comma = text.find(',');
+        const auto item = strip_quotes(trim(text.substr(0, comma)));
+        if (!item.empty()) items.emplace_back(item);
+        if (comma == std::string_view::npos) break;
+        text.remove_prefix(comma + 1);
+    }
+    return items;
+}
+
+std::optional<ConfigValue> value_from_text(std::string_view text, ValueKind kind) {
+    switch (kind) {
+        case ValueKind::integer:
+            if (const auto v = parse_whole<std::int64_t>(text)) return ConfigValue{*v};
+            break;
+        case ValueKind::number:
+            if (const auto v = parse_whole<double>(text)) return ConfigValue{*v};
+            break;
+        case ValueKind::boolean:
+            if (text == "true" || text == "1") return ConfigValue{true};
+            if (text == "false" || text == "0") return ConfigValue{false};
+            break;
+        case ValueKind::string: return ConfigValue{std::string(strip_quotes(text))};
+        case ValueKind::string_list: return ConfigValue{split_list(text)};
+    }
+    return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sizes.
+
+struct SizeUnit {
+    std::string_view suffix;  // lower case
+    std::uint64_t multiplier;
+};
+constexpr std::uint64_t kKiB = 1024;
+constexpr SizeUnit kSizeUnits[] = {
+    {"", 1},           {"b", 1},
+    {"k", kKiB},       {"kib", kKiB},       {"kb", 1000},
+    {"m", kKiB * kKiB}, {"mib", kKiB * kKiB}, {"mb", 1000 * 1000},
+    {"g", kKiB * kKiB * kKiB}, {"gib", kKiB * kKiB * kKiB}, {"gb", 1000ull * 1000 * 1000},
+    {"t", kKiB * kKiB * kKiB * kKiB}, {"tib", kKiB * kKiB * kKiB * kKiB}, {"tb", 1000ull * 1000 * 1000 * 1000},
+};
+
+constexpr const char* kTooLarge = "too large (sizes are limited to 16 EiB)";
+
+SizeParse try_parse_size(std::string_view text) {
+    const auto trimmed = trim(text);
+    const auto number_end = trimmed.find_first_not_of("0123456789.");
+    const auto number = trimmed.substr(0, number_end);
+    std::string unit(trim(number_end == std::string_view::npos ? std::string_view{} : trimmed.substr(number_end)));
+    std::ranges::transform(unit, unit.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+
+    const auto* found = std::ranges::find_if(kSizeUnits, [&](const SizeUnit& u) { return u.suffix == unit; });
+    if (number.empty() || found == std::end(kSizeUnits))
+        return {0, "expected a size such as \"24GiB\", \"1.5 GB\", \"512M\" or \"123456\" (bytes)"};
+    // Whole numbers are exact in integers; decimals go through long double (64-bit mantissa).
+    if (const auto whole = parse_whole<std::uint64_t>(number)) {
+        if (*whole > std::numeric_limits<std::uint64_t>::max() / found->multiplier) return {0, kTooLarge};
+        return {*whole * found->multiplier, ""};
+    }
+    const auto real = parse_whole<double>(number);
+    if (!real) return {0, "malformed number '" + std::string(number) + "'"};
+    const long double bytes = std::round(static_cast<long double>(*real) * found->multiplier);
+    if (bytes >= 18446744073709551616.0L) return {0, kTooLarge};
+    return {static_cast<std::uint64_t>(bytes), ""};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Public API.
+
+std::uint64_t parse_size(std::string_view text) {
+    const auto parsed = try_parse_size(text);
+    if (!parsed.error.empty()) throw UserError("bad size '" + std::string(text) + "': " + parsed.error);
+    return parsed.bytes;
+}
+
+void apply_override(RunConfig& config, std::string_view assignment) {
+    const std::string where = "--set " + std::string(assignment);
+    const auto equals = assignment.find('=');
+    const auto path = trim(assignment.substr(0, equals));
+    const auto dot = path.find('.');
+    if (equals == std::string_view::npos || dot == std::string_view::npos || dot == 0 || dot + 1 == path.size())
+        throw UserError("bad override '" + std::string(assignment) +
+                        "': expected section.key=value, e.g. --set training.batch_size=8");
+    const auto section = path.substr(0, dot);
+    const auto name = path.substr(dot + 1);
+    if (std::ranges::find(section_names(), section) == section_names().end()) throw_unknown_section(section, where);
+    const KeySpec* key = find_key(section, name);
+    if (!key) throw_unknown_key(section, name, where);
+
+    const auto text = trim(assignment.substr(equals + 1));
+    const auto value = value_from_text(text, key->kind);
+    if (!value)
+        throw UserError(key->full_name() + " in " + where + " must be " + std::string(kind_phrase(key->kind)) +
+                        ", but '" + std::string(text) + "' is not");
+    set_key(config, *key, *value, where);
+}
+
+namespace {
+
+// Activation sizes are products of B, T, C, H*T and the vocab in 64-bit integers: refuse shapes
+// whose activations (over-estimated: every layer's tensors at 32 C + 8 H T floats per token,
+// plus logits and their gradient) would pass 2^60 bytes, long before those products overflow.
+std::optional<std::string> activation_size_problem(const RunConfig& config) {
+    const GPTConfig& m = config.model;
+    const long double tokens = static_cast<long double>(config.training.batch_size) * config.training.seq_len;
+    const long double per_token_floats = (m.n_layer + 1.0L) * (32.0L * m.n_embd + 8.0L * m.n_head * config.training.seq_len) +
+                                         2.0L * m.padded_vocab_size();
+    if (tokens * per_token_floats * sizeof(float) <= static_cast<long double>(std::uint64_t{1} << 60)) return std::nullopt;
+    return "training.batch_size " + std::to_string(config.training.batch_size) + " x training.seq_len " +
+           std::to_string(config.training.seq_len) + " with this model needs more than 1 EiB of activations; " +
+           "use a smaller batch, sequence or model";
+}
+
+}  // namespace
+
+void validate_config(const RunConfig& config, std::string_view source_name) {
+    const std::string where = source_name.empty() ? "config" : "config " + std::string(source_name);
+    for (const auto& key : registry()) {
+        const auto value = key.get(config);
+        if (key.allowed.holds(value, config)) continue;
+        std::string message = "invalid " + where + ": " + key.full_name() + " = " + format_value(value) +
+                              ", but it must be " + key.allowed.description + key.allowed.bound_note(config);
+        throw UserError(message + "; fix it there or with --set " + key.full_name() + "=VALUE");
+    }
+    if (const auto problem = config.model.validate())
+        throw UserError("invalid " + where + ": " + *problem + "; fix the [model] section or pick a preset");
+    if (const auto problem = activation_size_problem(config))
+        throw UserError("invalid " + where + ": " + *problem);
+}
+
+RunConfig config_from_toml_string(std::string_view text, std::string_view source_name) {
+    RunConfig config;
+    apply_toml(config, text, source_name);
+    validate_config(config, source_name);
+    return config;
+}
+
+RunConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+    std::error_code error;
+    if (std::filesystem::is_directory(file, error))
+        throw UserError("config file '" + file.string() + "' is a folder; pass a TOML file, e.g. configs/gpt-117m.toml");
+    std::ifstream in(file, std::ios::binary);
+    if (!in)
+        throw UserError("cannot read config file '" + file.string() +
+                        "': it does not exist or is not readable; pass an existing file, e.g. configs/gpt-117m.toml");
+    std::ostringstream text;
+    text << in.rdbuf();
+    RunConfig config;
+    apply_toml(config, text.str(), file.string());
+    for (const auto& assignment : overrides) apply_override(config, assignment);
+    validate_config(config, file.string());
+    return config;
+}
+
+std::string format_config_table(const RunConfig& config) {
+    std::size_t width = 0;
+    for (const auto& key : registry()) width = std::max(width, key.full_name().size());
+    std::string out;
+    for (const auto& key : registry()) {
+        const auto name = key.full_name();
+        out += name + std::string(width - name.size() + 2, ' ') + format_value(key.get(config)) + "\n";
+    }
+    return out;
+}
+
+std::string format_config_reference() {
+    std::size_t name_width = 0, type_width = 0;
+    for (const auto& key : registry()) {
+        name_width = std::max(name_width, key.full_name().size());
+        type_width = std::max(type_width, kind_short_name(key.kind).size());
+    }
+    std::string out;
+    for (const auto& key : registry()) {
+        const auto name = key.full_name();
+        const auto type = kind_short_name(key.kind);
+        out += name + std::string(name_width - name.size() + 2, ' ') + std::string(type) +
+               std::string(type_width - type.size() + 2, ' ') + std::string(key.help);
+        if (!key.allowed.description.empty()) out += " (" + key.allowed.description + ")";
+        out += "\n";
+    }
+    return out;
+}
+
+std::string to_toml(const RunConfig& config) {
+    std::string out = "# adacc run config, fully resolved\n";
+    std::string_view section;
+    for (const auto& key : registry()) {
+        if (key.section != section) {
+            section = key.section;
+            out += "\n[" + std::string(section) + "]\n";
+        }
+        out += std::string(key.name) + " = " + format_value(key.get(config)) + "\n";
+    }
+    return out;
+}
+
+}  // namespace adacc

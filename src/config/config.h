@@ -1,0 +1,56 @@
+// Loading, overriding, validating, printing and writing a RunConfig as TOML.
+//
+// Every key is described once, in the key registry in config.cpp (section, name, type, where it
+// lives in RunConfig, what values it allows, help text); parsing, --set overrides, validation,
+// the printed table and to_toml() all walk that one table, so a key added there is handled
+// everywhere.
+//
+// A config file has the sections [model] [training] [optimizer] [lr] [data] [memory]
+// [checkpoint] [eval] [logging], each holding the snake_case fields of the matching struct in
+// src/run_config.h. In [model], `preset = "gpt-117m"` starts the model from gpt_preset() and the
+// other [model] keys override it, wherever they appear in the section.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/config/run_config.h"
+
+namespace adacc {
+
+// File, then each "section.key=value" override in order, then validate_config().
+// Throws UserError naming the file (and line) or the override at fault, and the fix.
+RunConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
+
+// The same from TOML text (tests; the config stored inside a checkpoint). `source_name` is what
+// error messages call the text. Validated.
+RunConfig config_from_toml_string(std::string_view text, std::string_view source_name);
+
+// Applies one "--set" override, "section.key=value", parsing `value` per the key's type:
+// integers, numbers, true/false, strings as written (surrounding quotes optional), and lists
+// (eval.tasks) as comma-separated items. `model.preset=NAME` resets the whole model section to
+// the preset. Does not validate ranges: load_config() validates once everything is applied.
+void apply_override(RunConfig& config, std::string_view assignment);
+
+// Throws UserError for the first key whose value is out of its allowed range, naming the key,
+// its value and the allowed range or values; `source_name` (a file, or empty) says where to fix it.
+void validate_config(const RunConfig& config, std::string_view source_name = {});
+
+// The resolved config, one "section.key  value" row per key, values aligned in one column.
+std::string format_config_table(const RunConfig& config);
+
+// Every key with its type, allowed values and help text: the reference for config files.
+std::string format_config_reference();
+
+// TOML text that config_from_toml_string() loads back to an identical RunConfig.
+std::string to_toml(const RunConfig& config);
+
+// Sizes: plain bytes ("123456") or a number (decimals allowed) followed by a unit, space
+// optional, case-insensitive: B; K, KiB, M, MiB, G, GiB, T, TiB (powers of 1024);
+// KB, MB, GB, TB (powers of 1000). "24GiB", "1.5 GiB", "512M". Throws UserError otherwise.
+std::uint64_t parse_size(std::string_view text);
+
+}  // namespace adacc

@@ -1,0 +1,90 @@
+// The resolved run configuration: one struct per TOML section. src/config/config.cpp loads it from
+// TOML (+ --set overrides), validates it, prints it and writes it back; the engine reads only
+// this struct, never TOML.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/gpt_config.h"
+
+namespace adacc {
+
+inline constexpr int kMaxCpuThreads = 1024;  // training.threads' upper bound
+
+struct TrainingSection {
+    int batch_size = 4;          // B, sequences per micro-batch
+    int seq_len = 64;            // T, <= model.max_seq_len
+    int steps = 100;             // optimizer steps
+    int grad_accum = 1;          // micro-batches per optimizer step
+    std::uint64_t seed = 1337;   // init, dropout and data order all derive from it
+    int val_every = 0;           // steps between validation losses (0 = never)
+    int val_batches = 4;         // micro-batches per validation loss
+    int threads = 0;             // OpenMP threads (0 = all cores)
+    int skip_nonfinite = 0;      // steps with a non-finite loss or gradient norm skipped before stopping
+};
+
+struct OptimizerSection {
+    float beta1 = 0.9f;
+    float beta2 = 0.95f;
+    float eps = 1e-8f;
+    float weight_decay = 0.1f;   // decoupled, on 2-D weights only
+    float grad_clip = 1.0f;      // global L2 norm; 0 disables clipping
+};
+
+struct LrSection {
+    float max = 6e-4f;           // peak learning rate
+    float min = 6e-5f;           // floor of the cosine decay
+    int warmup_steps = 10;       // linear warmup from max/warmup to max
+    std::string schedule = "cosine";  // "cosine" | "constant"
+};
+
+struct DataSection {
+    std::string train;           // .bin shard file or glob
+    std::string val;             // .bin shard file or glob ("" = no validation)
+    bool shuffle = false;        // seeded permutation of sequence windows
+};
+
+struct MemorySection {
+    std::string mode = "none";   // a name in kMemoryModes (src/engine/memory_mode.h)
+    std::string budget;          // "" = unlimited, else bytes or "24GiB"-style sizes
+    // Planned modes (adacc, recompute-opt):
+    std::string granularity = "block";  // block: one plan for all layers | global: layers may differ
+    std::string profile;                // reuse this profile.json instead of profiling at start
+    int monitor_max_interval = 64;      // cap of the monitor's exponential backoff (steps)
+    int min_replan_steps = 20;          // fewest steps between two plan switches
+};
+
+struct CheckpointSection {
+    int every = 0;               // steps between checkpoints (0 = only at the end)
+    int keep = 3;                // newest K kept in RUN_DIR/checkpoints/
+};
+
+struct EvalSection {
+    int every = 0;               // steps between in-training evals (0 = never)
+    std::vector<std::string> tasks;
+    int limit = 100;
+    std::string data;            // folder with lambada_openai/ and arc_easy/ (needed when tasks run)
+    std::string vocab;           // folder with GPT-2's encoder.json and vocab.bpe (likewise)
+};
+
+struct LoggingSection {
+    std::string run_dir = "runs/default";
+    int print_every = 1;
+};
+
+struct RunConfig {
+    std::string preset;          // informational: the preset the model section started from
+    GPTConfig model;
+    TrainingSection training;
+    OptimizerSection optimizer;
+    LrSection lr;
+    DataSection data;
+    MemorySection memory;
+    CheckpointSection checkpoint;
+    EvalSection eval;
+    LoggingSection logging;
+};
+
+}  // namespace adacc

@@ -1,0 +1,76 @@
+#include "src/engine/activation_plan.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace adacc {
+
+const char* policy_name(Policy p) {
+    switch (p) {
+        case Policy::keep: return "keep";
+        case Policy::recompute: return "recompute";
+        case Policy::compress: return "compress";
+    }
+    return "?";
+}
+
+Codec adacc_codec(TensorKind kind) {
+    switch (kind) {
+        case TensorKind::qkv: return Codec::channel_int4;
+        case TensorKind::att: return Codec::asym_int4;
+        case TensorKind::att_mask:
+        case TensorKind::res1_mask:
+        case TensorKind::res2_mask: return Codec::bitpack;
+        default: return Codec::outlier_int4;
+    }
+}
+
+ActivationPlan::ActivationPlan(const BlockGraph& block, int n_layer)
+    : n_layer_(n_layer), plannable_(kNumTensorKinds, false), element_bytes_(kNumTensorKinds, 0),
+      policies_(static_cast<std::size_t>(n_layer) * kNumTensorKinds) {
+    for (const auto& t : block.tensors()) {
+        plannable_[static_cast<int>(t.kind)] = t.saved && !t.tiny && t.kind != TensorKind::x;
+        element_bytes_[static_cast<int>(t.kind)] = dtype_size(t.dtype);
+    }
+}
+
+void ActivationPlan::set(int layer, TensorKind kind, TensorPolicy policy) {
+    if (!plannable_[static_cast<int>(kind)]) return;
+    if (policy.policy == Policy::compress && codec_element_bytes(policy.codec) != element_bytes_[static_cast<int>(kind)])
+        throw std::invalid_argument(std::string("codec ") + codec_name(policy.codec) + " cannot compress tensor " +
+                                    tensor_kind_name(kind) + " (masks take bitpack, fp32 tensors a float codec)");
+    policies_[index(layer, kind)] = policy;
+}
+
+bool ActivationPlan::materialized_anywhere(TensorKind kind) const {
+    for (int l = 0; l < n_layer_; ++l)
+        if (at(l, kind).policy != Policy::keep) return true;
+    return false;
+}
+
+ActivationPlan ActivationPlan::for_mode(MemoryMode mode, const BlockGraph& block, int n_layer) {
+    ActivationPlan plan(block, n_layer);
+    for (int l = 0; l < n_layer; ++l)
+        for (const auto& t : block.tensors()) {
+            switch (mode) {
+                case MemoryMode::none: break;
+                case MemoryMode::full: plan.set(l, t.kind, {Policy::recompute}); break;
+                case MemoryMode::selective:
+                    // Megatron's selective recomputation: the attention core (probabilities and
+                    // their dropout mask) is recomputed, everything else kept.
+                    if (t.kind == TensorKind::att || t.kind == TensorKind::att_mask)
+                        plan.set(l, t.kind, {Policy::recompute});
+                    break;
+                case MemoryMode::quant:
+                    // group_int4 for every fp32 tensor; the byte masks can only be bit-packed.
+                    plan.set(l, t.kind, {Policy::compress, t.dtype == DType::u8 ? Codec::bitpack : Codec::group_int4});
+                    break;
+                case MemoryMode::adacc:
+                case MemoryMode::recompute_opt:
+                    throw std::logic_error("planned memory modes need the planner (plan_adacc)");
+            }
+        }
+    return plan;
+}
+
+}  // namespace adacc

@@ -1,0 +1,54 @@
+// Per-(layer, tensor) activation policies (DESIGN §4-§5): every tensor backward needs is kept
+// on the tape at full precision, dropped and recomputed before its block's backward, or kept
+// as a compressed blob. Memory modes are named plans; the Adacc planner produces others.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/codec_format.h"
+#include "models/gpt_block.h"
+#include "src/engine/policy.h"
+#include "src/engine/memory_mode.h"
+
+namespace adacc {
+
+
+struct TensorPolicy {
+    Policy policy = Policy::keep;
+    Codec codec = Codec::group_int4;  // meaningful for Policy::compress (bitpack for the u8 masks)
+    bool operator==(const TensorPolicy&) const = default;
+};
+
+// DESIGN §3's table: the codec Adacc uses when it compresses tensor `kind`.
+Codec adacc_codec(TensorKind kind);
+
+class ActivationPlan {
+public:
+    // Everything kept.
+    ActivationPlan(const BlockGraph& block, int n_layer);
+    // The plan of a fixed mode (std::logic_error for a planned one).
+    static ActivationPlan for_mode(MemoryMode mode, const BlockGraph& block, int n_layer);
+
+    const TensorPolicy& at(int layer, TensorKind kind) const { return policies_[index(layer, kind)]; }
+    // Sets one tensor's policy; the block input x and layernorm statistics stay kept whatever
+    // is asked (the checkpoint anchor and tiny tensors), and transients have no policy. A compress
+    // policy's codec must take the tensor's element type (bitpack for the u8 masks, a float codec
+    // otherwise): std::invalid_argument if not.
+    void set(int layer, TensorKind kind, TensorPolicy policy);
+    int n_layer() const { return n_layer_; }
+    // True when some layer does not keep `kind` (it then needs a workspace buffer).
+    bool materialized_anywhere(TensorKind kind) const;
+    bool operator==(const ActivationPlan&) const = default;
+
+private:
+    std::size_t index(int layer, TensorKind kind) const {
+        return static_cast<std::size_t>(layer) * kNumTensorKinds + static_cast<std::size_t>(kind);
+    }
+    int n_layer_;
+    std::vector<bool> plannable_;  // per kind: saved, not x, not tiny
+    std::vector<std::size_t> element_bytes_;  // per kind: dtype_size (a codec must match it)
+    std::vector<TensorPolicy> policies_;
+};
+
+}  // namespace adacc

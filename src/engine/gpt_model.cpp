@@ -1,0 +1,150 @@
+#include "src/engine/gpt_model.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/rng.h"
+
+namespace adacc {
+
+ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T, const ActivationPlan& plan,
+                                  const CodecParams& codec_params, ModelUse use) {
+    return ModelLayout(cfg, B, T, plan, codec_params, use, /*stage_tokens=*/false).memory();
+}
+
+GPTModel::GPTModel(const GPTConfig& config, int B, int T)
+    : GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer)) {}
+
+GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
+                   const CodecParams& codec_params, ModelUse use, Backend& backend)
+    : backend_(&backend),
+      layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use, !backend.host_addressable())),
+      arenas_(backend, *layout_), driver_(backend, *layout_, arenas_),
+      host_losses_(static_cast<std::size_t>(B) * T) {}
+
+GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, Backend& backend) {
+    return GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer), {}, ModelUse::inference,
+                    backend);
+}
+
+void GPTModel::set_plan(const ActivationPlan& plan, const CodecParams& codec_params) {
+    auto layout = std::make_unique<ModelLayout>(config(), max_batch(), max_seq_len(), plan, codec_params,
+                                                layout_->use(), layout_->stage_tokens());
+    layout_ = std::move(layout);
+    arenas_.reshape(*backend_, *layout_);
+    driver_.rebind(*layout_);
+}
+
+const Arena& GPTModel::arena(ModelArena which) const {
+    switch (which) {
+        case ModelArena::parameters: return arenas_.params;
+        case ModelArena::gradients: return arenas_.grads;
+        case ModelArena::adam_m: return arenas_.adam_m;
+        case ModelArena::adam_v: return arenas_.adam_v;
+    }
+    throw std::logic_error("unknown model arena");
+}
+
+void GPTModel::read_arena(ModelArena which, std::size_t offset, std::size_t count, float* host) const {
+    const Arena& a = arena(which);
+    if ((offset + count) * sizeof(float) > a.bytes()) throw std::out_of_range("read_arena: beyond the arena");
+    backend_->copy_to_host(host, a.as<float>() + offset, count * sizeof(float));
+}
+
+void GPTModel::write_arena(ModelArena which, std::size_t offset, std::size_t count, const float* host) {
+    const Arena& a = arena(which);
+    if ((offset + count) * sizeof(float) > a.bytes()) throw std::out_of_range("write_arena: beyond the arena");
+    backend_->copy_to_device(a.as<float>() + offset, host, count * sizeof(float));
+}
+
+const float* GPTModel::host_readable(ModelArena which, std::vector<float>& staging) const {
+    const Arena& a = arena(which);
+    if (backend_->host_addressable()) return a.as<float>();
+    staging.resize(a.bytes() / sizeof(float));
+    read_arena(which, 0, staging.size(), staging.data());
+    return staging.data();
+}
+
+void GPTModel::read_logits(std::size_t row, std::size_t rows, float* host) const {
+    const std::size_t Vp = static_cast<std::size_t>(config().padded_vocab_size());
+    if (row + rows > static_cast<std::size_t>(max_batch()) * max_seq_len())
+        throw std::out_of_range("read_logits: beyond B x T rows");
+    backend_->copy_to_host(host, arenas_.views.logits + row * Vp, rows * Vp * sizeof(float));
+}
+
+void GPTModel::read_losses(std::size_t count, float* host) const {
+    if (count > host_losses_.size()) throw std::out_of_range("read_losses: beyond B x T");
+    backend_->copy_to_host(host, arenas_.views.losses, count * sizeof(float));
+}
+
+// Per parameter tensor, drawn on the host and copied in: memory beyond the arena is one tensor's.
+void GPTModel::init_weights(std::uint64_t seed) {
+    const int L = config().n_layer;
+    const ParameterLayout& pl = layout();
+    std::vector<float> host;
+    for (int id = 0; id < kNumParamTensors; ++id) {
+        const auto pid = static_cast<ParamId>(id);
+        const ParamTensorInfo& t = pl.info(pid);
+        host.resize(t.numel);
+        float* p = host.data();
+        const bool is_norm_weight = pid == ParamId::ln1w || pid == ParamId::ln2w || pid == ParamId::lnfw;
+        if (!t.weight_decay) {  // biases and layernorm parameters
+            for (std::size_t i = 0; i < t.numel; ++i) p[i] = is_norm_weight ? 1.0f : 0.0f;
+        } else {
+            const bool residual_proj = pid == ParamId::attprojw || pid == ParamId::fcprojw;
+            const double stddev = residual_proj ? 0.02 / std::sqrt(2.0 * L) : 0.02;
+            const std::uint64_t key = rng_key(seed, 0x1417, 0, static_cast<std::uint64_t>(id), 0);
+            // Padded embedding rows stay zero: no token ever selects them and their logits are masked.
+            const std::size_t live =
+                pid == ParamId::wte ? std::size_t(config().vocab_size) * config().n_embd : t.numel;
+#pragma omp parallel for schedule(static)
+            for (std::size_t i = 0; i < t.numel; ++i)
+                p[i] = i < live ? static_cast<float>(stddev * rng_normal(key, i)) : 0.0f;
+        }
+        write_arena(ModelArena::parameters, t.offset, t.numel, p);
+    }
+}
+
+void GPTModel::zero_grads() { backend_->memset(arenas_.grads.data(), 0, arenas_.grads.bytes()); }
+
+const int* GPTModel::tokens_for_kernels(const int* tokens, const int** targets, int B, int T) {
+    if (B > max_batch() || T > max_seq_len())
+        throw std::invalid_argument("GPTModel: " + std::to_string(B) + " x " + std::to_string(T) +
+                                    " exceeds the allocated " + std::to_string(max_batch()) + " x " +
+                                    std::to_string(max_seq_len()));
+    if (!layout_->stage_tokens()) return tokens;
+    const std::size_t bytes = static_cast<std::size_t>(B) * T * sizeof(int);
+    backend_->copy_to_device(arenas_.views.tokens, tokens, bytes);
+    if (targets && *targets) {
+        backend_->copy_to_device(arenas_.views.targets, *targets, bytes);
+        *targets = arenas_.views.targets;
+    }
+    return arenas_.views.tokens;
+}
+
+float GPTModel::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
+                        float dloss) {
+    const int* device_targets = targets;
+    const int* device_tokens = tokens_for_kernels(tokens, &device_targets, B, T);
+    driver_.forward(device_tokens, device_targets, B, T, dropout, dloss);
+    if (!targets) return 0.0f;
+    const int N = B * T;
+    read_losses(N, host_losses_.data());
+    double total = 0.0;
+    for (int i = 0; i < N; ++i) total += host_losses_[i];
+    return static_cast<float>(total / N);
+}
+
+void GPTModel::backward(const int* tokens, int B, int T, bool accumulate) {
+    driver_.backward(tokens_for_kernels(tokens, nullptr, B, T), B, T, accumulate);
+}
+
+double GPTModel::training_flops(int B, int T) const {
+    const BlockGraph block(config(), B, T);
+    const double N = static_cast<double>(B) * T;
+    const double classifier = 2.0 * N * config().n_embd * config().padded_vocab_size();
+    // Backward costs twice the forward for matmul-like work (grads of inputs and weights).
+    return 3.0 * (config().n_layer * block.forward_flops() + classifier);
+}
+
+}  // namespace adacc

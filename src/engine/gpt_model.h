@@ -1,0 +1,118 @@
+// GPT-2 training and inference on a backend: a ModelLayout (every size and place, computed
+// before anything is allocated), ModelArenas (the memory, one backend allocation per arena) and
+// the Driver (the forward / backward walk), behind the host API the rest of the engine uses —
+// parameters in and out, tokens in, losses and logits out. Everything is allocated in the
+// constructor; forward, backward and the optimizer step never allocate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/gpt_block.h"
+#include "models/gpt_config.h"
+#include "models/gpt_params.h"
+#include "src/engine/activation_plan.h"
+#include "src/engine/backend.h"
+#include "src/engine/driver.h"
+#include "src/engine/model_arenas.h"
+#include "src/engine/model_layout.h"
+#include "src/engine/model_observer.h"
+#include "src/engine/tape.h"
+
+namespace adacc {
+
+// The fp32 arenas the host API reads and writes.
+enum class ModelArena : std::uint8_t { parameters, gradients, adam_m, adam_v };
+
+class GPTModel {
+public:
+    // Allocates for micro-batches up to B x T (T <= config.max_seq_len) under `plan`
+    // (default: keep everything), on `backend`.
+    GPTModel(const GPTConfig& config, int B, int T);
+    GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
+             const CodecParams& codec_params = {}, ModelUse use = ModelUse::training,
+             Backend& backend = cpu_backend());
+    // Not movable: the driver points into the arenas (for_inference returns by guaranteed elision).
+    GPTModel(const GPTModel&) = delete;
+    GPTModel& operator=(const GPTModel&) = delete;
+    static GPTModel for_inference(const GPTConfig& config, int B, int T, Backend& backend = cpu_backend());
+    static ModelMemory plan_memory(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
+                                   const CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
+
+    const GPTConfig& config() const { return layout_->config(); }
+    const ParameterLayout& layout() const { return layout_->parameters(); }
+    const BlockGraph& block() const { return layout_->block(); }
+    const ActivationPlan& plan() const { return layout_->plan(); }
+    const ModelLayout& memory_layout() const { return *layout_; }
+    int max_batch() const { return layout_->max_batch(); }
+    int max_seq_len() const { return layout_->max_seq_len(); }
+    std::size_t num_params() const { return layout_->parameters().total(); }
+    const ModelMemory& memory() const { return layout_->memory(); }
+    Backend& backend() const { return *backend_; }
+    TapeAllocator& tape() { return arenas_.tape; }
+    const TapeAllocator& tape() const { return arenas_.tape; }
+
+    // The arenas in backend memory, for kernels (the optimizer step) and CPU-side tests; the host
+    // reads and writes them through the host API below.
+    float* params() const { return arenas_.params.as<float>(); }
+    float* grads() const { return arenas_.grads.as<float>(); }  // null for inference
+    float* adam_m() const { return arenas_.adam_m.as<float>(); }
+    float* adam_v() const { return arenas_.adam_v.as<float>(); }
+
+    // ---- host API --------------------------------------------------------------------------
+    // `count` floats of an arena from element `offset` to / from host memory.
+    void read_arena(ModelArena arena, std::size_t offset, std::size_t count, float* host) const;
+    void write_arena(ModelArena arena, std::size_t offset, std::size_t count, const float* host);
+    // A whole arena readable by the host: the arena itself where the backend's memory is
+    // host-addressable (the CPU's), else a copy made into `staging`.
+    const float* host_readable(ModelArena arena, std::vector<float>& staging) const;
+    // Rows [row, row + rows) of the last forward's logits (Vp floats each) into host memory.
+    void read_logits(std::size_t row, std::size_t rows, float* host) const;
+    // The last forward's per-token losses (count <= B*T) into host memory.
+    void read_losses(std::size_t count, float* host) const;
+
+    // Switches to another plan between steps (the Adacc regulator's re-plan): the tape and the
+    // workspace are re-sized for it; parameters and optimizer state are untouched.
+    void set_plan(const ActivationPlan& plan, const CodecParams& codec_params);
+
+    // GPT-2 init: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L), zero biases,
+    // unit layernorm weights, zero padded embedding rows. Deterministic in `seed`.
+    void init_weights(std::uint64_t seed);
+    void zero_grads();
+
+    // Forward pass over tokens (B x T host ints, row-major, copied to the backend), saving
+    // activations on the tape per the plan (nothing is saved by an inference model).
+    // With targets, returns the mean loss over B*T tokens; with dloss != 0 the logits are turned
+    // into dlogits scaled by dloss (ready for backward()), otherwise they stay logits
+    // (read_logits). Without targets returns 0.
+    float forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss);
+    // Backward pass of the last forward (which must have had targets and dloss != 0), with the
+    // same tokens: before each block's backward, its dropped tensors are recomputed and its
+    // compressed ones decompressed into the workspace; after it, its tape slots are released.
+    // Accumulates into grads(); with accumulate false (a step's first micro-batch) overwrites
+    // them instead, so no zeroing pass over the gradient arena is needed.
+    void backward(const int* tokens, int B, int T, bool accumulate = true);
+
+    // Profiling and codec sampling (src/engine/model_observer.h); null: none.
+    void set_observer(ModelObserver* observer) { driver_.set_observer(observer); }
+
+    // Floating point operations of one training step (forward + backward) at B x T, not
+    // counting recomputation.
+    double training_flops(int B, int T) const;
+
+private:
+    const Arena& arena(ModelArena which) const;
+    // Token ids as the kernels read them: the host's arrays on a host-addressable backend, else
+    // copied into the workspace's staging buffers. Returns the tokens' pointer (targets via *targets).
+    const int* tokens_for_kernels(const int* tokens, const int** targets, int B, int T);
+
+    Backend* backend_;
+    std::unique_ptr<ModelLayout> layout_;  // behind a pointer: the driver keeps its address across set_plan
+    ModelArenas arenas_;
+    Driver driver_;
+    std::vector<float> host_losses_;  // B*T, for forward's mean loss
+};
+
+}  // namespace adacc

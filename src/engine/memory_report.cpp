@@ -1,0 +1,114 @@
+#include "src/engine/memory_report.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
+#include "src/common/units.h"
+#include "src/common/errors.h"
+
+namespace adacc {
+
+ActivationPlan plan_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode) {
+    return ActivationPlan::for_mode(mode, BlockGraph(config, B, T), config.n_layer);
+}
+
+ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode) {
+    return GPTModel::plan_memory(config, B, T, plan_for_mode(config, B, T, mode));
+}
+
+int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch) {
+    if (!fits(1)) return 0;
+    int lo = 1, hi = 2;  // fits(lo); find the first hi that does not fit, then bisect
+    while (hi <= max_batch && fits(hi)) lo = hi, hi *= 2;
+    hi = std::min(hi, max_batch + 1);
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
+int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch) {
+    return largest_fitting_batch([&](int B) { return memory_for_mode(config, B, T, mode).total() <= budget; },
+                                 max_batch);
+}
+
+namespace {
+std::string breakdown(const ModelMemory& m) {
+    return "parameters " + format_bytes(m.parameters) + ", gradients " + format_bytes(m.gradients) +
+           ", optimizer state " + format_bytes(m.optimizer_state) + ", tape " + format_bytes(m.tape) +
+           ", workspace " + format_bytes(m.workspace()) + " (of which logits " + format_bytes(m.logits) +
+           "), total " + format_bytes(m.total());
+}
+}  // namespace
+
+void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget) {
+    const ModelMemory m = memory_for_mode(config, B, T, mode);
+    if (m.total() <= budget) return;
+    std::string fits;
+    for (MemoryMode other : fixed_memory_modes()) {
+        const int b = largest_batch(config, T, other, budget);
+        fits += std::string("\n  ") + memory_mode_name(other) + ": " +
+                (b > 0 ? "largest batch " + std::to_string(b) : std::string("does not fit even at batch 1"));
+    }
+    throw UserError("memory.budget " + format_bytes(budget) + " is too small for batch " + std::to_string(B) +
+                    " x seq " + std::to_string(T) + " in mode " + memory_mode_name(mode) + ": " + breakdown(m) +
+                    ".\nAt seq " + std::to_string(T) + " this budget fits:" + fits +
+                    "\nLower training.batch_size, choose another memory.mode, or raise memory.budget.");
+}
+
+namespace {
+// A cgroup memory limit file's value; empty when absent or "max" (no limit).
+std::optional<std::uint64_t> cgroup_limit(const char* file) {
+    std::ifstream in(file);
+    std::uint64_t bytes = 0;
+    if (in >> bytes) return bytes;
+    return std::nullopt;
+}
+}  // namespace
+
+std::uint64_t physical_memory_bytes() {
+    std::uint64_t bytes = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+    for (const char* file : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"})
+        if (const auto limit = cgroup_limit(file); limit && *limit > 0) bytes = std::min(bytes, *limit);
+    return bytes;
+}
+
+void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total) {
+    const std::uint64_t machine = physical_memory_bytes();
+    if (total <= machine) return;
+    const int fits = largest_batch(config, T, mode, machine);
+    throw UserError("this run needs " + format_bytes(total) + " (batch " + std::to_string(B) + " x seq " +
+                    std::to_string(T) + ", mode " + memory_mode_name(mode) + ") but this machine has " +
+                    format_bytes(machine) + " of memory; " +
+                    (fits > 0 ? "the largest batch that fits in mode " + std::string(memory_mode_name(mode)) + " is " +
+                                    std::to_string(fits) + " (--set training.batch_size=" + std::to_string(fits) + ")"
+                              : std::string("not even batch 1 fits in mode ") + memory_mode_name(mode)) +
+                    "; or choose a memory.mode that keeps less (`adacc memory` compares them)");
+}
+
+std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
+                                std::uint64_t budget) {
+    std::string out;
+    char line[512];
+    std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s %12s%s\n", "mode", "params", "grads",
+                  "adamw", "tape", "materialize", "transients", "logits", "total", budget ? "   max_batch" : "");
+    out += line;
+    for (MemoryMode mode : modes) {
+        const ModelMemory m = memory_for_mode(config, B, T, mode);
+        std::string max_batch;
+        if (budget) max_batch = "   " + std::to_string(largest_batch(config, T, mode, budget));
+        std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s %12s%s\n", memory_mode_name(mode),
+                      format_bytes(m.parameters).c_str(), format_bytes(m.gradients).c_str(),
+                      format_bytes(m.optimizer_state).c_str(), format_bytes(m.tape).c_str(),
+                      format_bytes(m.materialize).c_str(), format_bytes(m.transients).c_str(),
+                      format_bytes(m.logits).c_str(), format_bytes(m.total()).c_str(), max_batch.c_str());
+        out += line;
+    }
+    return out;
+}
+
+}  // namespace adacc

@@ -1,0 +1,44 @@
+// Memory accounting before allocation (DESIGN §3): every arena's size for a model, batch and
+// memory mode, the largest batch a budget holds, and the `adacc memory` table (after
+// Megatron's theoretical-memory report).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "src/engine/activation_plan.h"
+#include "src/engine/gpt_model.h"
+
+namespace adacc {
+
+ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode);
+ActivationPlan plan_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode);
+
+// Largest B in [1, max_batch] with fits(B) (fits must be monotone: doubling, then bisection);
+// 0 when not even B = 1 fits.
+int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch = 1 << 16);
+
+// Largest B (up to max_batch) whose total fits in `budget` bytes; 0 when not even B = 1 fits.
+int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch = 1 << 16);
+
+// Throws UserError when the total for (B, T, mode) exceeds `budget`, with the arena breakdown
+// and, for every mode, the largest batch that would fit.
+void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget);
+
+// This machine's memory in bytes: physical RAM, or the cgroup's memory limit when lower
+// (containers, Slurm jobs).
+std::uint64_t physical_memory_bytes();
+
+// Throws UserError, before anything is allocated, when `total` (the run's every arena) exceeds
+// physical_memory_bytes(): it names the total, the machine's memory and the largest batch that
+// fits it at seq T in `mode` (a fixed mode: planned modes pass the mode their budget is
+// compared with).
+void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total);
+
+// One row per mode: every arena, the total, and the largest batch under `budget` (when > 0).
+std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
+                                std::uint64_t budget);
+
+}  // namespace adacc

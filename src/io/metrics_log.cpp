@@ -1,0 +1,57 @@
+#include "src/io/metrics_log.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "src/common/errors.h"
+#include "src/common/file_io.h"
+
+namespace adacc {
+
+namespace {
+void drop_records_after(const std::filesystem::path& file, int step) {
+    std::ifstream in(file);
+    if (!in) return;
+    std::vector<std::string> kept;
+    for (std::string line; std::getline(in, line);) {
+        const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (record.is_discarded()) continue;  // a line cut short by the kill
+        if (record.contains("step") && record["step"].is_number_integer() && record["step"].get<std::int64_t>() > step)
+            continue;
+        kept.push_back(line);
+    }
+    in.close();
+    // Atomically: a kill or a full disk during the rewrite leaves the old log, not half of it.
+    AtomicFileWriter out(file);
+    for (const auto& line : kept) {
+        out.write(line.data(), line.size());
+        out.write("\n", 1);
+    }
+    out.commit();
+}
+}  // namespace
+
+MetricsLog::MetricsLog(const std::filesystem::path& file, int keep_through_step) {
+    if (keep_through_step >= 0) drop_records_after(file, keep_through_step);
+    file_ = std::fopen(file.c_str(), "a");
+    if (!file_)
+        throw UserError("cannot open " + file.string() + " for writing: " + std::strerror(errno) +
+                        "; check that logging.run_dir is writable");
+    path_ = file;
+}
+
+MetricsLog::~MetricsLog() {
+    if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+    const std::string line = record.dump() + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
+        throw UserError("cannot write to " + path_.string() + ": " + std::strerror(errno) +
+                        "; free disk space (checkpoints written so far are intact) and resume the run");
+}
+
+}  // namespace adacc

@@ -1,0 +1,120 @@
+#include "src/io/weights_file.h"
+
+#include <vector>
+
+#include <cstdint>
+#include <cstring>
+
+#include "data/token_shard.h"
+#include "src/io/checkpoint.h"
+#include "src/common/errors.h"
+#include "src/common/file_io.h"
+#include "src/io/llmc_model_io.h"
+#include "src/train/training_state.h"
+
+namespace adacc {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string quoted(const fs::path& path) {
+    std::string text = "'";  // appended piecewise: GCC 12 misreports "'" + string + "'" (-Wrestrict)
+    text += path.string();
+    return text + "'";
+}
+
+constexpr const char* kAccepted =
+    "pass an llm.c GPT-2 model file (e.g. gpt2_124M.bin), an adacc checkpoint file or a run folder";
+
+// "50257 (padded to 50304 rows)": llm.c files store the padded vocabulary, so say both.
+std::string field_value(const GPTShapeField& field, const GPTConfig& c) {
+    std::string text = std::to_string(c.*field.member);
+    if (field.member == &GPTConfig::vocab_size)
+        text += " (padded to " + std::to_string(c.padded_vocab_size()) + " rows)";
+    return text;
+}
+
+std::string matching_preset(const GPTConfig& shape) {
+    for (const auto& name : gpt_preset_names())
+        if (same_shape(*gpt_preset(name), shape)) return name;
+    return "";
+}
+
+}  // namespace
+
+WeightsFile open_checkpoint_weights(const fs::path& file_or_run_dir) {
+    WeightsFile weights;
+    weights.format = WeightsFormat::adacc_checkpoint;
+    weights.path = resolve_checkpoint(file_or_run_dir);
+    weights.shape = checkpoint_config(CheckpointReader(weights.path)).model;
+    return weights;
+}
+
+WeightsFile open_llmc_weights(const fs::path& file) {
+    WeightsFile weights;
+    weights.format = WeightsFormat::llmc_model;
+    weights.path = file;
+    weights.shape = read_llmc_header(file);
+    return weights;
+}
+
+WeightsFile open_weights_file(const fs::path& file_or_run_dir) {
+    std::error_code error;
+    if (fs::is_directory(file_or_run_dir, error)) return open_checkpoint_weights(file_or_run_dir);
+    if (!fs::exists(file_or_run_dir, error)) throw UserError(quoted(file_or_run_dir) + " does not exist; " + kAccepted);
+    char start[sizeof kCheckpointMagic] = {};
+    const bool long_enough = ReadOnlyFile(file_or_run_dir).read_at(0, start, sizeof start);
+    std::int32_t first_word = 0;
+    std::memcpy(&first_word, start, sizeof first_word);
+    if (long_enough && std::memcmp(start, kCheckpointMagic, sizeof start) == 0)
+        return open_checkpoint_weights(file_or_run_dir);
+    if (long_enough && first_word == kLlmcModelMagic) return open_llmc_weights(file_or_run_dir);
+    const bool token_shard = long_enough && first_word == kTokenShardMagic;
+    throw UserError(quoted(file_or_run_dir) + " is neither an llm.c model file nor an adacc checkpoint" +
+                    (token_shard ? " (it is an llm.c token shard: training data)" : "") + "; " + kAccepted);
+}
+
+WeightsFile open_weights_option(const std::string& checkpoint, const std::string& llmc_model) {
+    if (!checkpoint.empty()) return open_checkpoint_weights(checkpoint);
+    if (!llmc_model.empty()) return open_llmc_weights(llmc_model);
+    throw UserError("no model given: pass --checkpoint RUN_DIR|FILE or --llmc-model FILE");
+}
+
+void check_weights_shape(const WeightsFile& weights, const GPTConfig& config) {
+    std::string differences, fix;
+    for (const auto& f : kGPTShapeFields) {
+        if (weights.shape.*f.member == config.*f.member) continue;
+        differences += std::string("\n  model.") + f.name + ": " + field_value(f, weights.shape) + " in the file, " +
+                       field_value(f, config) + " in the config";
+        fix += std::string(" --set model.") + f.name + "=" + std::to_string(weights.shape.*f.member);
+    }
+    if (differences.empty()) return;
+    const std::string preset = matching_preset(weights.shape);
+    throw UserError(describe_weights(weights) + " holds a model of another shape than the config's [model]:" +
+                    differences + "\nmake the config match the file:" + fix +
+                    (preset.empty() ? ""
+                                    : "\nor --set model.preset=" + preset +
+                                          " (the preset of this shape; it also resets model.dropout to 0)"));
+}
+
+void load_weights(const WeightsFile& weights, GPTModel& model) {
+    check_weights_shape(weights, model.config());
+    if (weights.format == WeightsFormat::adacc_checkpoint) {
+        load_model_weights(weights.path, model);  // refuses non-finite parameters itself
+        return;
+    }
+    std::vector<float> host(model.num_params());
+    load_llmc_model(weights.path, model.config(), host.data());
+    model.write_arena(ModelArena::parameters, 0, host.size(), host.data());
+    if (!parameters_are_finite(model))
+        throw UserError(describe_weights(weights) + " holds non-finite parameters: it was written by a diverged run "
+                        "or altered; use another file");
+}
+
+std::string describe_weights(const WeightsFile& weights) {
+    return (weights.format == WeightsFormat::llmc_model ? "llm.c model file " : "adacc checkpoint ") +
+           quoted(weights.path);
+}
+
+}  // namespace adacc

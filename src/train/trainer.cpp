@@ -1,0 +1,217 @@
+#include "src/train/trainer.h"
+
+#include <cstdio>
+
+#include "src/common/units.h"
+#include "src/config/config.h"
+#include "src/engine/cpu_threads.h"
+#include "src/io/checkpoint.h"
+#include "src/common/errors.h"
+#include "src/common/file_io.h"
+#include "src/engine/memory_report.h"
+#include "src/train/run_folder.h"
+#include "src/train/stop_signals.h"
+#include "src/train/token_loader.h"
+
+namespace adacc {
+
+namespace {
+
+void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
+    const GPTConfig& m = cfg.model;
+    const ModelMemory& mem = model.memory();
+    std::printf("model: L=%d C=%d H=%d V=%d (padded %d) maxT=%d dropout=%.2f\n", m.n_layer, m.n_embd, m.n_head,
+                m.vocab_size, m.padded_vocab_size(), m.max_seq_len, m.dropout);
+    std::printf("parameters: %lld (formula Vp*C + maxT*C + L*(12C^2 + 13C) + 2C = %lld; %lld without vocab padding)\n",
+                static_cast<long long>(model.num_params()), static_cast<long long>(m.parameter_count()),
+                static_cast<long long>(m.unpadded_parameter_count()));
+    std::printf("memory (%s): params %s, grads %s, adamw %s, tape %s, workspace %s (logits %s), total %s\n",
+                cfg.memory.mode.c_str(), format_bytes(mem.parameters).c_str(), format_bytes(mem.gradients).c_str(),
+                format_bytes(mem.optimizer_state).c_str(), format_bytes(mem.tape).c_str(),
+                format_bytes(mem.workspace()).c_str(), format_bytes(mem.logits).c_str(), format_bytes(mem.total()).c_str());
+}
+
+}  // namespace
+
+Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint,
+                 const std::optional<WeightsFile>& init_from)
+    : config_(config), run_dir_(config.logging.run_dir) {
+    if (config_.training.threads > 0) configure_cpu_threads(config_.training.threads);
+    create_run_folder(run_dir_);
+    {
+        const std::string text = to_toml(config_);
+        AtomicFileWriter out(run_dir_ / "config.toml");  // a full disk is an error, not an empty file
+        out.write(text.data(), text.size());
+        out.commit();
+    }
+    std::printf("%s", format_config_table(config_).c_str());
+
+    const int B = config_.training.batch_size, T = config_.training.seq_len;
+    train_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::train, config_.data.shuffle));
+    make_model(B, T);
+    step_ = std::make_unique<TrainingStep>(config_, *model_, *train_data_, regulator_.get());
+    print_model_summary(config_, *model_);
+    if (!config_.data.val.empty())
+        val_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::val, /*shuffle=*/false));
+    if (TrainingEvaluator::enabled(config_)) evaluator_ = std::make_unique<TrainingEvaluator>(config_);
+    inputs_.resize(static_cast<std::size_t>(B) * T);
+    targets_.resize(inputs_.size());
+
+    if (resume_checkpoint) {
+        progress_ = load_training_checkpoint(*resume_checkpoint, *model_);
+        train_data_->restore(progress_.train_data);
+        std::printf("resumed from %s at step %d\n", resume_checkpoint->c_str(), progress_.step);
+    } else if (init_from) {
+        load_weights(*init_from, *model_);
+        std::printf("initialised from %s\n", describe_weights(*init_from).c_str());
+    } else {
+        model_->init_weights(config_.training.seed);
+    }
+    metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", resume_checkpoint ? progress_.step : 0);
+}
+
+// Fixed modes take their plan from the mode; planned modes profile, solve for the budget and
+// keep a regulator that monitors and re-plans during the run.
+void Trainer::make_model(int B, int T) {
+    const MemoryMode mode = parse_memory_mode(config_.memory.mode);
+    const std::uint64_t budget = config_.memory.budget.empty() ? 0 : parse_size(config_.memory.budget);
+    if (!is_planned(mode)) {
+        if (budget) check_budget(config_.model, B, T, mode, budget);
+        const ActivationPlan plan = plan_for_mode(config_.model, B, T, mode);
+        check_physical_memory(config_.model, B, T, mode, GPTModel::plan_memory(config_.model, B, T, plan).total());
+        model_ = std::make_unique<GPTModel>(config_.model, B, T, plan);
+        return;
+    }
+    if (!budget)
+        throw UserError("memory.mode " + config_.memory.mode + " plans for a memory budget: set memory.budget " +
+                        "(or --memory-budget SIZE)");
+    RegulatorOptions options = regulator_options(config_, mode);
+    options.save_profile = run_dir_ / "profile.json";
+    // Profile on the first training batch, from a loader of its own so training's position is untouched.
+    regulator_ = std::make_unique<AdaccRegulator>(config_, budget, options, first_training_batch(config_), nullptr);
+    std::printf("%s\n", regulator_->describe().c_str());
+    const auto& planned = regulator_->plan();
+    // A planned mode's budget may exceed the machine; its batch is then compared with full's.
+    check_physical_memory(config_.model, B, T, MemoryMode::full,
+                          GPTModel::plan_memory(config_.model, B, T, planned.plan, planned.codec_params).total());
+    model_ = std::make_unique<GPTModel>(config_.model, B, T, planned.plan, planned.codec_params);
+}
+
+void Trainer::log_replan(const ReplanEvent& e) {
+    std::printf("step %6d | replan: %s -> %s plan in %.1f ms (profile %.1f ms), predicted total %s\n", e.step,
+                e.reason.c_str(), plan_status_name(e.status), e.solve_ms, e.profile_ms,
+                format_bytes(e.predicted_total_bytes).c_str());
+    metrics_->write({{"step", e.step}, {"event", "replan"}, {"reason", e.reason}, {"status", plan_status_name(e.status)},
+                     {"solve_ms", e.solve_ms}, {"profile_ms", e.profile_ms},
+                     {"predicted_total_bytes", e.predicted_total_bytes}});
+}
+
+// Mean loss over the first training.val_batches batches of the validation shards, the same
+// batches every time, without dropout.
+float Trainer::validation_loss() {
+    const int B = config_.training.batch_size, T = config_.training.seq_len;
+    val_data_->restore({});
+    double total = 0.0;
+    const int batches = config_.training.val_batches;
+    for (int i = 0; i < batches; ++i) {
+        val_data_->next_batch(inputs_, targets_);
+        total += model_->forward(inputs_.data(), targets_.data(), B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+    }
+    return static_cast<float>(total / batches);
+}
+
+void Trainer::log_step(int step, float loss, float lr, float grad_norm, double seconds) {
+    const auto& t = config_.training;
+    const double tokens = static_cast<double>(t.batch_size) * t.seq_len * t.grad_accum;
+    const double gflops = model_->training_flops(t.batch_size, t.seq_len) * t.grad_accum / seconds / 1e9;
+    // The tape at its peak (end of forward): bytes held kept / reserved for compressed blobs, and
+    // bytes recomputed instead; on sampled steps also the blobs' exact size.
+    const TapeUsage& tape = model_->tape().peak();
+    const std::size_t kept = tape.by_policy[int(Policy::keep)], compressed = tape.by_policy[int(Policy::compress)],
+                      recomputed = tape.by_policy[int(Policy::recompute)];
+    const std::string measured =
+        tape.measured_slots ? ", blobs measured " + format_bytes(tape.measured_bytes) + " of " +
+                                  format_bytes(tape.measured_reserved) + " reserved"
+                            : "";
+    if (step % config_.logging.print_every == 0 || step == t.steps)
+        std::printf("step %6d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | "
+                    "tape %s (kept %s, compressed %s, recompute %s%s)\n",
+                    step, t.steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, gflops,
+                    format_bytes(tape.used).c_str(), format_bytes(kept).c_str(), format_bytes(compressed).c_str(),
+                    format_bytes(recomputed).c_str(), measured.c_str());
+    std::fflush(stdout);
+    nlohmann::json record = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                              {"step_ms", seconds * 1e3}, {"tokens_per_s", tokens / seconds}, {"gflops", gflops},
+                              {"tape_peak_bytes", tape.used}, {"tape_kept_bytes", kept},
+                              {"tape_compressed_bytes", compressed}, {"tape_recompute_bytes", recomputed}};
+    if (tape.measured_slots) record["tape_compressed_measured_bytes"] = tape.measured_bytes;
+    if (regulator_) record["monitor_ms_total"] = regulator_->monitor_ms();
+    metrics_->write(record);
+}
+
+// A step whose loss or gradient norm is not finite leaves the parameters as they were; up to
+// training.skip_nonfinite such steps are skipped (logged), the next one stops the run.
+void Trainer::skip_nonfinite_step(int step, float loss, float grad_norm) {
+    char what[96];
+    std::snprintf(what, sizeof what, "the loss is %g and the gradient norm %g", static_cast<double>(loss),
+                  static_cast<double>(grad_norm));
+    if (progress_.skipped_nonfinite >= config_.training.skip_nonfinite) stop_diverged(step, what);
+    ++progress_.skipped_nonfinite;
+    std::printf("step %6d/%d | skipped: %s (%d of training.skip_nonfinite = %d)\n", step, config_.training.steps,
+                what, progress_.skipped_nonfinite, config_.training.skip_nonfinite);
+    metrics_->write({{"step", step}, {"event", "nonfinite_skipped"}, {"what", what},
+                     {"skipped_so_far", progress_.skipped_nonfinite}});
+}
+
+void Trainer::stop_diverged(int step, const std::string& what) const {
+    const auto newest = newest_complete_checkpoint(run_dir_);
+    char lr[32];
+    std::snprintf(lr, sizeof lr, "%g", static_cast<double>(config_.lr.max));
+    throw UserError("training diverged at step " + std::to_string(step) + ": " + what +
+                    ". Usual causes: a learning rate too high (lr.max = " + lr +
+                    "), gradient clipping off (optimizer.grad_clip = 0), or corrupt data. " +
+                    (newest ? "The newest checkpoint, " + newest->string() + ", is intact: continue from it with a "
+                              "lower rate (adacc train --resume " + run_dir_.string() + " --set lr.max=...)"
+                            : std::string("No checkpoint was written from this run")) +
+                    "; training.skip_nonfinite = N skips up to N such steps instead of stopping.");
+}
+
+void Trainer::save_checkpoint() {
+    if (!training_state_is_finite(*model_))
+        stop_diverged(progress_.step, "its update made parameters or AdamW moments non-finite (not checkpointed)");
+    const auto file = save_training_checkpoint(run_dir_, config_, *model_, progress_);
+    std::printf("checkpoint: %s\n", file.c_str());
+}
+
+int Trainer::run() {
+    const auto& t = config_.training;
+    for (int step = progress_.step + 1; step <= t.steps; ++step) {
+        if (step_hook_) step_hook_(step, *model_);
+        const StepResult result = step_->run(step);
+        progress_.step = step;
+        progress_.train_data = train_data_->state();
+        if (result.updated) log_step(step, result.loss, result.lr, result.grad_norm, result.seconds);
+        else skip_nonfinite_step(step, result.loss, result.grad_norm);
+        // After the step's line (which reports the tape this step used): a new plan takes effect next step.
+        if (const auto event = step_->after(step)) log_replan(*event);
+
+        // A stop signal skips this step's validation and eval: preemption leaves little time.
+        const int stop_signal = stop_signal_received();
+        if (!stop_signal && val_data_ && t.val_every > 0 && (step % t.val_every == 0 || step == t.steps)) {
+            const float val = validation_loss();
+            std::printf("step %6d/%d | val_loss %.4f\n", step, t.steps, val);
+            metrics_->write({{"step", step}, {"val_loss", val}});
+        }
+        if (!stop_signal && evaluator_ && evaluator_->due(step, t.steps)) {
+            const nlohmann::json record = evaluator_->evaluate(*model_, step);
+            std::printf("step %6d/%d | eval %s\n", step, t.steps, TrainingEvaluator::describe(record).c_str());
+            metrics_->write(record);
+        }
+        const int every = config_.checkpoint.every;
+        if ((every > 0 && step % every == 0) || step == t.steps || stop_signal) save_checkpoint();
+        if (stop_signal) return stop_signal;
+    }
+    return 0;
+}
+
+}  // namespace adacc

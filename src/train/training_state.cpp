@@ -1,0 +1,140 @@
+#include "src/train/training_state.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "src/io/checkpoint.h"
+#include "src/config/config.h"
+#include "src/common/errors.h"
+
+namespace adacc {
+
+namespace {
+
+std::vector<std::int64_t> stored_shape(const ParamTensorInfo& info) {
+    return {info.shape.begin(), info.shape.end()};
+}
+
+// The tensors of one arena laid out by ParameterLayout, named "<prefix>/<tensor>".
+void add_arena(std::vector<CheckpointTensor>& out, const ParameterLayout& layout, const std::string& prefix,
+               const float* arena) {
+    for (const auto& info : layout.tensors())
+        out.push_back({prefix + "/" + info.name, DType::f32, stored_shape(info), arena + info.offset});
+}
+
+bool all_finite(const float* values, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i)
+        if (!std::isfinite(values[i])) return false;
+    return true;
+}
+
+// One tensor at a time through host memory, so loading needs one tensor's worth beside the model.
+void read_arena(const CheckpointReader& reader, GPTModel& model, ModelArena arena, const std::string& prefix) {
+    std::vector<float> host;
+    for (const auto& info : model.layout().tensors()) {
+        const auto shape = stored_shape(info);
+        const std::string name = prefix + "/" + info.name;
+        host.resize(info.numel);
+        reader.read_into(name, DType::f32, shape, host.data());
+        if (!all_finite(host.data(), info.numel))
+            throw UserError("checkpoint '" + reader.path().string() + "' holds non-finite values in " + name +
+                            ": it comes from a diverged run or was altered; use an earlier checkpoint");
+        model.write_arena(arena, info.offset, info.numel, host.data());
+    }
+}
+
+bool arena_is_finite(const GPTModel& model, ModelArena arena) {
+    std::vector<float> staging;
+    return all_finite(model.host_readable(arena, staging), model.num_params());
+}
+
+const char* const kRngScheme = "counter(seed, step, micro, layer, tensor)";
+
+UserError bad_metadata(const CheckpointReader& reader, const std::string& what) {
+    return UserError("checkpoint '" + reader.path().string() + "' has invalid metadata: " + what +
+                     "; it was altered or written by an incompatible tool: use an earlier checkpoint");
+}
+
+// object[key] as an integer in [0, max], or a UserError naming the field.
+std::uint64_t unsigned_field(const CheckpointReader& reader, const nlohmann::json& object, const char* key,
+                             const std::string& label, std::uint64_t max) {
+    if (!object.is_object() || !object.contains(key)) throw bad_metadata(reader, label + " is missing");
+    const auto& value = object[key];
+    if (!value.is_number_integer()) throw bad_metadata(reader, label + " is " + value.dump() + ", not an integer");
+    const bool negative = !value.is_number_unsigned() && value.get<std::int64_t>() < 0;
+    if (negative || value.get<std::uint64_t>() > max)
+        throw bad_metadata(reader, label + " = " + value.dump() + " is outside [0, " + std::to_string(max) + "]");
+    return value.get<std::uint64_t>();
+}
+
+TrainingProgress read_progress(const CheckpointReader& reader, std::uint64_t config_seed) {
+    const auto& meta = reader.meta();
+    TrainingProgress progress;
+    constexpr auto kMaxInt = static_cast<std::uint64_t>(std::numeric_limits<int>::max());
+    progress.step = static_cast<int>(unsigned_field(reader, meta, "step", "step", kMaxInt));
+    if (const auto named = checkpoint_step(reader.path()); named && *named != progress.step)
+        throw bad_metadata(reader, "step " + std::to_string(progress.step) + " differs from the file name's step " +
+                                       std::to_string(*named));
+    const nlohmann::json data = meta.contains("train_data") ? meta["train_data"] : nlohmann::json();
+    constexpr std::uint64_t kMaxPosition = std::uint64_t{1} << 53;
+    progress.train_data.epoch = unsigned_field(reader, data, "epoch", "train_data.epoch", kMaxPosition);
+    progress.train_data.batch = unsigned_field(reader, data, "batch", "train_data.batch", kMaxPosition);
+    const nlohmann::json rng = meta.contains("rng") ? meta["rng"] : nlohmann::json();
+    if (!rng.is_object() || rng.value("scheme", nlohmann::json()) != kRngScheme)
+        throw bad_metadata(reader, "rng.scheme is not \"" + std::string(kRngScheme) + "\"");
+    if (unsigned_field(reader, rng, "seed", "rng.seed", std::numeric_limits<std::uint64_t>::max()) != config_seed)
+        throw bad_metadata(reader, "rng.seed " + rng["seed"].dump() + " differs from the stored config's training.seed " +
+                                       std::to_string(config_seed));
+    // Absent in checkpoints written before the divergence check existed.
+    if (meta.contains("skipped_nonfinite"))
+        progress.skipped_nonfinite =
+            static_cast<int>(unsigned_field(reader, meta, "skipped_nonfinite", "skipped_nonfinite", kMaxInt));
+    return progress;
+}
+
+}  // namespace
+
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_dir, const RunConfig& config,
+                                               const GPTModel& model, const TrainingProgress& progress) {
+    nlohmann::json meta;
+    meta["step"] = progress.step;
+    meta["train_data"] = {{"epoch", progress.train_data.epoch}, {"batch", progress.train_data.batch}};
+    meta["rng"] = {{"scheme", kRngScheme}, {"seed", config.training.seed}};
+    meta["skipped_nonfinite"] = progress.skipped_nonfinite;
+    meta["parameters"] = model.num_params();
+    meta[kCheckpointConfigKey] = to_toml(config);
+    std::vector<CheckpointTensor> tensors;
+    std::vector<float> staging[3];  // host copies where the backend's memory is not the host's
+    add_arena(tensors, model.layout(), "params", model.host_readable(ModelArena::parameters, staging[0]));
+    add_arena(tensors, model.layout(), "adam_m", model.host_readable(ModelArena::adam_m, staging[1]));
+    add_arena(tensors, model.layout(), "adam_v", model.host_readable(ModelArena::adam_v, staging[2]));
+    const auto file = checkpoint_path(run_dir, progress.step);
+    write_checkpoint(file, meta, tensors);
+    prune_checkpoints(run_dir, config.checkpoint.keep, file);
+    return file;
+}
+
+bool parameters_are_finite(const GPTModel& model) { return arena_is_finite(model, ModelArena::parameters); }
+
+bool training_state_is_finite(const GPTModel& model) {
+    return parameters_are_finite(model) && arena_is_finite(model, ModelArena::adam_m) &&
+           arena_is_finite(model, ModelArena::adam_v);
+}
+
+TrainingProgress load_training_checkpoint(const std::filesystem::path& file, GPTModel& model) {
+    const CheckpointReader reader(file);
+    const TrainingProgress progress = read_progress(reader, checkpoint_config(reader).training.seed);
+    read_arena(reader, model, ModelArena::parameters, "params");
+    read_arena(reader, model, ModelArena::adam_m, "adam_m");
+    read_arena(reader, model, ModelArena::adam_v, "adam_v");
+    return progress;
+}
+
+void load_model_weights(const std::filesystem::path& checkpoint, GPTModel& model) {
+    const CheckpointReader reader(resolve_checkpoint(checkpoint));
+    read_arena(reader, model, ModelArena::parameters, "params");
+}
+
+}  // namespace adacc

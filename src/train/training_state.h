@@ -1,0 +1,42 @@
+// What a training checkpoint holds and how it maps onto the model: every parameter tensor
+// ("params/NAME"), AdamW's m and v ("adam_m/NAME", "adam_v/NAME"), and metadata with the step,
+// the dataloader position, the RNG scheme and the resolved config. Dropout masks come from the
+// counter-based RNG keyed by (seed, step, micro-batch, ...), so seed + step is the whole RNG state.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "data/dataloader.h"
+#include "src/engine/gpt_model.h"
+#include "src/config/run_config.h"
+
+namespace adacc {
+
+struct TrainingProgress {
+    int step = 0;                  // optimizer steps completed
+    DataLoaderState train_data;    // position of the training loader after `step`
+    int skipped_nonfinite = 0;     // steps skipped so far for a non-finite loss or gradient norm
+};
+
+// Whether every parameter is finite; with the AdamW moments too (a diverged run's are not).
+bool parameters_are_finite(const GPTModel& model);
+bool training_state_is_finite(const GPTModel& model);
+
+// Writes RUN_DIR/checkpoints/ckpt_<step>.bin atomically and prunes to checkpoint.keep. The
+// caller checks training_state_is_finite() first: a checkpoint is never written from NaN.
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_dir, const RunConfig& config,
+                                               const GPTModel& model, const TrainingProgress& progress);
+
+// Loads parameters and optimizer state into `model` (whose shape must match: the error says
+// which tensor differs and that the checkpoint belongs to another model) and returns the progress.
+// The metadata is validated like the tensors: step (an integer in [0, 2^31), equal to the step
+// in the file name), data position (non-negative integers), RNG scheme and seed (those of the
+// stored config); non-finite parameters or moments are refused. Each failure is a UserError.
+TrainingProgress load_training_checkpoint(const std::filesystem::path& file, GPTModel& model);
+
+// Parameters only, for sample/eval: from an adacc checkpoint (file or run folder); non-finite
+// parameters are refused.
+void load_model_weights(const std::filesystem::path& checkpoint, GPTModel& model);
+
+}  // namespace adacc
