@@ -80,8 +80,21 @@ TEST_F(Cli, MissingShard) {
 
 // Training, compare and plan open data.train the same way, with the same message when it is unset.
 TEST_F(Cli, UnsetTrainingData) {
-    expect_user_error("train --config " + config() + " --set data.train=", {"data.train is not set", "adacc prepare"});
-    expect_user_error("compare --config " + config() + " --set data.train=", {"data.train is not set", "adacc prepare"});
+    expect_user_error("train --config " + config() + " --set data.train=",
+                      {"data.train is not set", "adacc prepare", "--set data.train=VALUE"});
+    expect_user_error("compare --config " + config() + " --set data.train=",
+                      {"data.train is not set", "adacc prepare", "--set data.train=VALUE"});
+}
+
+// The engine names the setting at fault; the command line adds how this command sets it: its own
+// flag where it has one (plan --profile), else --set (train has no --profile).
+TEST_F(Cli, ASettingErrorGetsTheCommandsWayToSetIt) {
+    const std::string missing = (dir / "no_profile.json").string();
+    expect_user_error("plan --config " + config() + " --memory-budget 64MiB --profile " + missing,
+                      {"cannot read profile", "memory.profile", "set it with --profile FILE"});
+    expect_user_error("train --config " + config() + " --set memory.mode=adacc --memory-budget 64MiB --set memory.profile=" +
+                          missing,
+                      {"cannot read profile", "--set memory.profile=VALUE"});
 }
 
 TEST_F(Cli, ShardWithWrongMagic) {

@@ -141,7 +141,8 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
         PlanResult result = planner.solve(classes, static_bytes, workspace + tape_outside_blocks, budget_bytes);
         if (result.status == PlanResult::infeasible) {
             if (have_plan) break;
-            throw UserError(result.message + "; raise memory.budget (or --memory-budget) or lower training.batch_size");
+            throw SettingError("memory.budget",
+                               result.message + "; raise memory.budget or lower training.batch_size");
         }
         const ActivationPlan plan = to_activation_plan(block, config.n_layer, out.kinds, result);
         const ModelMemory memory = GPTModel::plan_memory(config, B, T, plan, out.codec_params);

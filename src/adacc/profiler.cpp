@@ -186,7 +186,10 @@ void Profile::save(const std::filesystem::path& file) const { std::ofstream(file
 
 Profile Profile::load(const std::filesystem::path& file) {
     std::ifstream in(file);
-    if (!in) throw UserError("cannot read profile " + file.string() + ": pass a profile.json written by a run, or omit --profile");
+    if (!in)
+        throw SettingError("memory.profile", "cannot read profile " + file.string() +
+                                                 ": memory.profile must name a profile.json written by a run, or be "
+                                                 "empty to profile afresh");
     try {
         return from_json(nlohmann::json::parse(in));
     } catch (const nlohmann::json::exception& e) {

@@ -1,8 +1,10 @@
 // adacc: the command line. Each subcommand registers itself (src/cli/); user errors
-// are printed as "error: ..." with exit status 2, never as a crash.
+// are printed as "error: ..." with exit status 2, never as a crash; an error about a config
+// setting gets the way to set it with this command (setting_advice).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "src/cli/commands.h"
 #include "src/engine/cpu_threads.h"
@@ -30,6 +32,10 @@ int main(int argc, char** argv) {
         return app.exit(e) == 0 ? 0 : 2;
     } catch (const adacc::EarlyExit& e) {
         return e.exit_status;
+    } catch (const adacc::SettingError& e) {
+        const std::string advice = adacc::setting_advice(app, e.setting());
+        std::fprintf(stderr, "error: %s%s\n", e.what(), advice.empty() ? "" : ("; " + advice).c_str());
+        return 2;
     } catch (const adacc::UserError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;

@@ -55,7 +55,7 @@ template <typename Parse>
 void for_each_record(const std::filesystem::path& file, std::size_t limit, const char* what, Parse&& parse) {
     std::ifstream in(file, std::ios::binary);
     if (!in)
-        throw UserError("cannot open " + file.string() + " (" + what + " jsonl): check the path given to --data");
+        throw SettingError("eval.data", "cannot open " + file.string() + " (" + what + " jsonl): check eval.data");
     std::string line;
     std::size_t number = 0, read = 0;
     while ((limit == 0 || read < limit) && std::getline(in, line)) {
@@ -151,17 +151,19 @@ std::filesystem::path resolve_eval_data(EvalTask task, const std::filesystem::pa
         fetch = "arc_easy";
     }
     if (data.empty())
-        throw UserError("no data path given for " + std::string(harness_task_name(task)) + ": pass --data with " + name +
-                        " or its folder (`scripts/download_data.sh " + fetch + " DIR` fetches it)");
+        throw SettingError("eval.data", "no data path given for " + std::string(harness_task_name(task)) +
+                                            ": eval.data must name " + name + " or its folder (`scripts/download_data.sh " +
+                                            fetch + " DIR` fetches it)");
     std::error_code ec;
     if (fs::is_regular_file(data, ec)) return data;
     if (!fs::is_directory(data, ec))
-        throw UserError(data.string() + " does not exist: pass --data with " + name + " or its folder (`scripts/download_data.sh " +
-                        fetch + " DIR` fetches it)");
+        throw SettingError("eval.data", data.string() + " does not exist: eval.data must name " + name +
+                                            " or its folder (`scripts/download_data.sh " + fetch + " DIR` fetches it)");
     for (const fs::path& candidate : {data / name, data / subfolder / name, data / "ARC-Easy" / name})
         if (fs::is_regular_file(candidate, ec)) return candidate;
-    throw UserError("no " + name + " in " + data.string() + " or its " + subfolder + "/ folder: point --data at the file, or fetch it with `scripts/download_data.sh " +
-                    fetch + " DIR`");
+    throw SettingError("eval.data", "no " + name + " in " + data.string() + " or its " + subfolder +
+                                        "/ folder: point eval.data at the file, or fetch it with `scripts/download_data.sh " +
+                                        fetch + " DIR`");
 }
 
 // ---- requests and scoring -------------------------------------------------------------------

@@ -12,8 +12,8 @@ DataLoader open_token_loader(const RunConfig& config, TokenSplit split, bool shu
     const std::string& pattern = train ? config.data.train : config.data.val;
     const std::string key = train ? "data.train" : "data.val";
     if (pattern.empty())
-        throw UserError(key + " is not set: point it at token shards (file or glob), e.g. --set " + key +
-                        "=data/corpus/" + (train ? "train" : "val") + "_*.bin; make shards with `adacc prepare`");
+        throw SettingError(key, key + " is not set: point it at token shards (file or glob), e.g. data/corpus/" +
+                                    (train ? "train" : "val") + "_*.bin; make shards with `adacc prepare`");
     DataLoaderOptions options;
     options.batch_size = config.training.batch_size;
     options.seq_len = config.training.seq_len;
