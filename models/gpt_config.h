@@ -25,7 +25,6 @@ struct GPTConfig {
     // Vocab padded to a multiple of 128 (50257 -> 50304) for aligned matmuls; the padded logits
     // are excluded from the loss and the padded embedding rows stay zero.
     int padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
-    int head_size() const { return n_embd / n_head; }
 
     // Number of trainable parameters, padded embedding rows included (as llm.c counts them):
     // Vp*C + maxT*C + L*(12*C*C + 13*C) + 2*C.

@@ -2,8 +2,6 @@
 
 namespace adacc {
 
-const char* device_name(Device device) { return device == Device::cpu ? "cpu" : "cuda"; }
-
 Arena::Arena(Backend& backend, std::size_t bytes) : bytes_(bytes) {
     if (bytes == 0) return;
     data_ = backend.allocate(bytes);

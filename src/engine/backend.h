@@ -16,7 +16,6 @@
 namespace adacc {
 
 enum class Device : std::uint8_t { cpu, cuda };
-const char* device_name(Device device);
 
 class Backend {
 public:

@@ -37,7 +37,6 @@ public:
     void forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss);
     // Backward of the last forward (which must have had targets and dloss != 0), same tokens.
     void backward(const int* tokens, int B, int T, bool accumulate);
-    bool has_dlogits() const { return has_dlogits_; }
 
     void set_observer(ModelObserver* observer) { observer_ = observer; }
 
