@@ -8,8 +8,9 @@
 namespace adacc {
 
 struct KernelContext {
-    // CPU: the OpenMP team size every parallel region of a kernel runs on (0: OpenMP's default).
-    // Results never depend on it except through reductions, so it is fixed for a model's life.
+    // CPU: the OpenMP team size every parallel region of a kernel runs on (0: OpenMP's default,
+    // which is what the CPU backend passes; the codec kernels always run on OpenMP's current
+    // team). Results depend on it through reductions, so it is fixed for a model's life.
     int threads = 0;
     // Backend memory a kernel may use as scratch (the outlier codec's per-channel statistics),
     // 64-byte aligned; null when nothing needs any.

@@ -38,6 +38,8 @@ public:
     GPTModel(const GPTModel&) = delete;
     GPTModel& operator=(const GPTModel&) = delete;
     static GPTModel for_inference(const GPTConfig& config, int B, int T, Backend& backend = cpu_backend());
+    // Every arena's size before allocating, as the CPU backend allocates them (a backend that
+    // stages token ids adds 2 x B x T ints to the workspace).
     static ModelMemory plan_memory(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
                                    const CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
 
