@@ -25,7 +25,8 @@ export OMP_WAIT_POLICY=passive
 if [ "$NEW_PROFILE" = "--new-profile" ]; then
   TMP=$(mktemp -d)
   trap 'rm -rf "$TMP"' EXIT
-  "$BUILD_DIR/adacc" prepare --input "$FIX/corpus.txt" --out "$TMP/data" --vocab "$FIX/vocab" --val-tokens 0 >/dev/null
+  python3 "$FIX/make_inputs.py" --vocab "$TMP/vocab" >/dev/null
+  "$BUILD_DIR/adacc" prepare --input "$FIX/corpus.txt" --out "$TMP/data" --vocab "$TMP/vocab" --val-tokens 0 >/dev/null
   # One step is enough: the profile is measured before training starts (RUN_DIR/profile.json).
   "$BUILD_DIR/adacc" train --config "$FIX/tiny_dropout.toml" --set data.train="$TMP/data/train_000000.bin" \
     --set logging.run_dir="$TMP/run" --set memory.mode=adacc --set memory.budget=5MiB --set training.steps=1 >/dev/null

@@ -10,7 +10,7 @@
 //    their bytes, their sum in double.
 //  * TinyDropoutModesFullSelectiveQuantAdacc: tests/fixtures/behaviour/tiny_dropout.toml (L2 C64
 //    H4, V321 padded to 384, T32 B8, dropout 0.1, 12 steps) on shards `adacc prepare` makes from
-//    corpus.txt with the toy vocabulary in vocab/, in modes none, full, selective, quant and
+//    corpus.txt with the toy vocabulary of toy_merges.bpe, in modes none, full, selective, quant and
 //    adacc (budget 5MiB, memory.profile = tiny_profile.json so the plan does not depend on
 //    wall-clock timings, min_replan_steps 4: the monitor re-plans once, at step 4). Per mode the
 //    same per-step numbers and final-parameter checksum; for adacc also the re-plan events and
@@ -350,10 +350,44 @@ std::vector<std::uint16_t> quickstart_tokens(std::uint64_t seed, std::size_t n) 
     return out;
 }
 
-// The tiny model's data: corpus.txt through `adacc prepare` with the toy vocabulary.
+// UTF-8 of one code point below 0x800 (all GPT-2's byte spellings are).
+std::string utf8(unsigned code_point) {
+    if (code_point < 0x80) return std::string(1, static_cast<char>(code_point));
+    return {static_cast<char>(0xC0 | code_point >> 6), static_cast<char>(0x80 | (code_point & 0x3F))};
+}
+
+// The toy GPT-2-format vocabulary of the tiny cases, written as dir/vocab/{encoder.json,
+// vocab.bpe}: GPT-2's 256 byte tokens with GPT-2's ids (its byte-to-unicode spelling, printable
+// bytes first), then one token per merge of toy_merges.bpe (64 merges make_inputs.py learned on
+// corpus.txt; this project's own, in vocab.bpe's format), then <|endoftext|>: 321 tokens.
+fs::path write_toy_vocab(const fs::path& dir) {
+    auto printable = [](unsigned b) { return (33 <= b && b <= 126) || (161 <= b && b <= 172) || (174 <= b && b <= 255); };
+    json encoder = json::object();
+    unsigned shifted = 256;
+    std::string spelling[256];
+    for (unsigned b = 0; b < 256; ++b) spelling[b] = utf8(printable(b) ? b : shifted++);
+    for (const bool first : {true, false})
+        for (unsigned b = 0; b < 256; ++b)
+            if (printable(b) == first) encoder[spelling[b]] = encoder.size();
+    std::ifstream merges(fixture_dir() / "toy_merges.bpe");
+    for (std::string line; std::getline(merges, line);) {
+        if (line.empty() || line[0] == '#') continue;
+        const std::size_t space = line.find(' ');
+        encoder[line.substr(0, space) + line.substr(space + 1)] = encoder.size();
+    }
+    encoder["<|endoftext|>"] = encoder.size();
+    const fs::path vocab = dir / "vocab";
+    fs::create_directories(vocab);
+    std::ofstream(vocab / "encoder.json") << encoder.dump();
+    fs::copy_file(fixture_dir() / "toy_merges.bpe", vocab / "vocab.bpe", fs::copy_options::overwrite_existing);
+    return vocab;
+}
+
+// The tiny model's data: corpus.txt through `adacc prepare` with the toy vocabulary (written
+// into dir/vocab first).
 fs::path prepare_tiny_data(const fs::path& dir) {
     run_ok("prepare --input " + (fixture_dir() / "corpus.txt").string() + " --out " + (dir / "data").string() +
-           " --vocab " + (fixture_dir() / "vocab").string() + " --val-tokens 0");
+           " --vocab " + write_toy_vocab(dir).string() + " --val-tokens 0");
     return dir / "data" / "train_000000.bin";
 }
 
@@ -490,7 +524,7 @@ TEST(BehaviourFixture, EvalLogLikelihoodsLambadaAndArc) {
         const fs::path output = dir / (task + ".jsonl");
         const std::string out = run_ok("eval --checkpoint " + run.string() + " --task " + task + " --data " +
                                        (fixture_dir() / (task + ".jsonl")).string() + " --vocab " +
-                                       (fixture_dir() / "vocab").string() + " --batch 4 --threads 2 --output " +
+                                       (dir / "vocab").string() + " --batch 4 --threads 2 --output " +
                                        output.string(),
                                        false);
         const json summary = json::parse(out.substr(out.rfind("\n{") + 1));
