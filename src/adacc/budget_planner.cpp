@@ -36,7 +36,7 @@ void collect_inputs(const BlockGraph& block, const Profile& profile, const OpInf
 
 std::size_t compressed_bound(const GPTConfig& config, const TensorInfo& t, int B, int T,
                              const CodecParams& params) {
-    const std::size_t rows = static_cast<std::size_t>(B) * T * (is_attention_matrix(t.kind) ? config.n_head : 1);
+    const std::size_t rows = tensor_rows(config, t.kind, B, T);
     return codec_max_bytes(adacc_codec(t.kind), rows, t.numel / rows, params);
 }
 

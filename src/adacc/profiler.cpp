@@ -107,7 +107,7 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
         TensorProfile p = profile_tensor(model, t.kind, Bm, T, codec_params);
         p.bytes = planned.tensor(t.kind).bytes();
         p.compressed_bytes = static_cast<std::size_t>(double(p.compressed_bytes) * scale);
-        const std::size_t rows = static_cast<std::size_t>(batch) * T * (is_attention_matrix(t.kind) ? config.n_head : 1);
+        const std::size_t rows = tensor_rows(config, t.kind, batch, T);
         p.compressed_bound = codec_max_bytes(p.codec, rows, planned.tensor(t.kind).numel / rows, codec_params);
         p.compress_ms *= scale;
         p.decompress_ms *= scale;
@@ -124,7 +124,7 @@ Profile rescale_profile(const Profile& profile, const GPTConfig& config, int bat
     const BlockGraph planned(config, batch, profile.seq);
     for (auto& t : out.tensors) {
         const TensorInfo& info = planned.tensor(t.kind);
-        const std::size_t rows = static_cast<std::size_t>(batch) * profile.seq * (is_attention_matrix(t.kind) ? config.n_head : 1);
+        const std::size_t rows = tensor_rows(config, t.kind, batch, profile.seq);
         t.bytes = info.bytes();
         t.compressed_bytes = static_cast<std::size_t>(double(t.compressed_bytes) * scale);
         t.compressed_bound = codec_max_bytes(t.codec, rows, info.numel / rows, profile.codec_params);
