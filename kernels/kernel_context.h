@@ -20,6 +20,9 @@ struct KernelContext {
     // the CPU build needs no CUDA headers).
     void* stream = nullptr;
     void* blas = nullptr;
+    // CUDA: the backend's scratch for fixed-order two-pass reductions (kernels/cuda/device_sizes.h).
+    void* reduction_scratch = nullptr;
+    std::size_t reduction_scratch_bytes = 0;
 };
 
 }  // namespace adacc

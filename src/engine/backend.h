@@ -35,6 +35,9 @@ public:
     virtual bool host_addressable() const = 0;
     // Element type of activations on the tape and in the workspace (fp32 on the CPU).
     virtual DType activation_dtype() const = 0;
+    // Bytes this backend could still allocate (free device memory on a GPU), checked before a
+    // model's arenas are allocated.
+    virtual std::size_t free_memory() const = 0;
 
     const KernelTable& kernels() const { return kernels_; }
     const KernelContext& context() const { return context_; }
@@ -46,6 +49,10 @@ protected:
 
 // The process's CPU backend (OpenMP kernels of kernels/cpu/).
 Backend& cpu_backend();
+// The process's CUDA backend on device 0 (src/cuda/), created on first use; a UserError naming
+// the reason when there is no GPU or the build has no CUDA backend.
+Backend& cuda_backend();
+Backend& backend_for(Device device);
 
 // One allocation in a backend's memory, released through it; move-only. Size 0 allocates nothing.
 class Arena {

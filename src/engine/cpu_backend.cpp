@@ -7,6 +7,7 @@
 #include "kernels/cpu/ops.h"
 #include "src/common/units.h"
 #include "src/engine/backend.h"
+#include "src/engine/memory_report.h"
 
 namespace adacc {
 
@@ -35,12 +36,15 @@ public:
     void synchronize() override {}
     bool host_addressable() const override { return true; }
     DType activation_dtype() const override { return DType::f32; }
+    std::size_t free_memory() const override { return physical_memory_bytes(); }
 
 private:
     static constexpr std::size_t kAlignment = 64;
 };
 
 }  // namespace
+
+Backend& backend_for(Device device) { return device == Device::cuda ? cuda_backend() : cpu_backend(); }
 
 Backend& cpu_backend() {
     static CpuBackend backend;

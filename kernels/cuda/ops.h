@@ -1,0 +1,16 @@
+// CUDA kernels: the declarations of kernels/ops.inc in namespace adacc::cuda, one op family per
+// file of kernels/cuda/ with the same names as kernels/cpu/. Pointers are device memory; every
+// kernel is queued on ctx.stream and returns without waiting, except those that return a value
+// to the host (sum_of_squares, codec_outlier_count, codec_error), which synchronise.
+#pragma once
+
+#include "kernels/codec_format.h"
+#include "kernels/kernel_context.h"
+
+namespace adacc::cuda {
+
+#define ADACC_KERNEL(ret, name, ...) ret name(const KernelContext& ctx, __VA_ARGS__);
+#include "kernels/ops.inc"
+#undef ADACC_KERNEL
+
+}  // namespace adacc::cuda

@@ -1,0 +1,127 @@
+// The CUDA backend: device memory (one cudaMalloc per arena), copies through one stream, and the
+// kernels of kernels/cuda/ queued on it. Built with the host compiler against the CUDA runtime
+// and cuBLASLt; the SIMT emulation (tests/simt/) compiles this same file against its host-memory
+// runtime, so the whole backend runs in CI without a GPU.
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <new>
+#include <string>
+
+#include "kernels/cuda/blas_context.h"
+#include "kernels/cuda/device_sizes.h"
+#include "kernels/cuda/ops.h"
+#include "src/common/errors.h"
+#include "src/cuda/cuda_device.h"
+#include "src/engine/backend.h"
+
+namespace adacc {
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+    if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": CUDA error: " + cudaGetErrorString(status));
+}
+
+void check(cublasStatus_t status, const char* what) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        throw std::runtime_error(std::string(what) + ": cuBLASLt status " + std::to_string(static_cast<int>(status)));
+}
+
+class CudaBackend final : public Backend {
+public:
+    CudaBackend() {
+        check(cudaSetDevice(0), "cudaSetDevice");
+        check(cudaStreamCreate(&stream_), "cudaStreamCreate");
+        check(cublasLtCreate(&blas_.handle), "cublasLtCreate");
+        blas_.workspace = allocate(cuda::kBlasWorkspaceBytes);
+        blas_.workspace_bytes = cuda::kBlasWorkspaceBytes;
+        reduction_scratch_ = allocate(cuda::kReductionScratchBytes);
+#define ADACC_KERNEL(ret, name, ...) kernels_.name = &cuda::name;
+#include "kernels/ops.inc"
+#undef ADACC_KERNEL
+        context_.stream = stream_;
+        context_.blas = &blas_;
+        context_.reduction_scratch = reduction_scratch_;
+        context_.reduction_scratch_bytes = cuda::kReductionScratchBytes;
+    }
+    ~CudaBackend() override {
+        cudaStreamSynchronize(stream_);
+        cudaFree(reduction_scratch_);
+        cudaFree(blas_.workspace);
+        cublasLtDestroy(blas_.handle);
+        cudaStreamDestroy(stream_);
+    }
+    Device device() const override { return Device::cuda; }
+    void* allocate(std::size_t bytes) override {
+        void* p = nullptr;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+            cudaGetLastError();  // clear the error so later calls do not see it
+            throw std::bad_alloc();
+        }
+        check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
+        return p;
+    }
+    void release(void* memory) override {
+        cudaStreamSynchronize(stream_);
+        cudaFree(memory);
+    }
+    void memset(void* dst, int byte, std::size_t bytes) override {
+        check(cudaMemsetAsync(dst, byte, bytes, stream_), "cudaMemsetAsync");
+    }
+    // Host memory of the caller may change after return, so copies wait for the stream.
+    void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+        check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync to device");
+        synchronize();
+    }
+    void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+        check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync to host");
+        synchronize();
+    }
+    void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+    bool host_addressable() const override { return false; }
+    DType activation_dtype() const override { return DType::f32; }
+    std::size_t free_memory() const override {
+        std::size_t free = 0, total = 0;
+        check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+        return free;
+    }
+
+private:
+    cudaStream_t stream_ = nullptr;
+    cuda::BlasContext blas_;
+    void* reduction_scratch_ = nullptr;
+};
+
+}  // namespace
+
+CudaDeviceInfo cuda_device_info() {
+    CudaDeviceInfo info;
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        info.problem = status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device found";
+        return info;
+    }
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    info.available = true;
+    info.name = prop.name;
+    info.compute_capability = prop.major * 10 + prop.minor;
+    info.total_memory = prop.totalGlobalMem;
+    return info;
+}
+
+Backend& cuda_backend() {
+    static std::unique_ptr<CudaBackend> backend = [] {
+        const CudaDeviceInfo info = cuda_device_info();
+        if (!info.available)
+            throw UserError("--device cuda: " + info.problem +
+                            "; run on a machine with an NVIDIA GPU and its driver, or use --device cpu");
+        return std::make_unique<CudaBackend>();
+    }();
+    return *backend;
+}
+
+}  // namespace adacc

@@ -1,0 +1,20 @@
+// The CUDA device this process would use (device 0), asked without creating the backend; a build
+// without CUDA (src/cuda/no_cuda_backend.cpp) reports none with the reason.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace adacc {
+
+struct CudaDeviceInfo {
+    bool available = false;
+    std::string problem;  // why not, when unavailable
+    std::string name;
+    int compute_capability = 0;  // 90 for sm_90
+    std::size_t total_memory = 0;
+};
+
+CudaDeviceInfo cuda_device_info();
+
+}  // namespace adacc

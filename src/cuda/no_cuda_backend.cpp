@@ -1,0 +1,23 @@
+// A build without the CUDA backend (ADACC_CUDA=OFF, or no nvcc found): asking for it names the
+// build switch that brings it.
+#include "src/common/errors.h"
+#include "src/cuda/cuda_device.h"
+#include "src/engine/backend.h"
+
+namespace adacc {
+
+namespace {
+constexpr const char* kNoCuda =
+    "this adacc was built without the CUDA backend (no nvcc found, or -DADACC_CUDA=OFF); rebuild on a machine "
+    "with the CUDA toolkit (bash scripts/build.sh), or use --device cpu";
+}
+
+CudaDeviceInfo cuda_device_info() {
+    CudaDeviceInfo info;
+    info.problem = kNoCuda;
+    return info;
+}
+
+Backend& cuda_backend() { throw UserError(std::string("--device cuda: ") + kNoCuda); }
+
+}  // namespace adacc

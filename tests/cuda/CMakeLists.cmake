@@ -1,0 +1,46 @@
+# The CUDA kernels' tests (included from the top-level CMakeLists.txt when the CUDA backend is
+# built). The same tests/cuda/test_*.cpp build twice:
+#   test_cuda_emulated: kernels/cuda/*.cu and src/cuda/cuda_backend.cpp compiled by the host
+#     compiler against the SIMT emulation (tests/simt/), so every kernel runs in CI without a GPU
+#     (and under ASan in the sanitizer build);
+#   test_cuda_device: the same tests against the real CUDA backend (ctest label `cuda`); each test
+#     skips with a message when the machine has no GPU.
+
+# The emulated library: each .cu is #included from a generated .cpp, so the same source file is
+# compiled as CUDA for adacc_cuda and as C++ here.
+set(ADACC_SIMT_SOURCES
+  ${CMAKE_SOURCE_DIR}/tests/simt/simt_scheduler.cpp
+  ${CMAKE_SOURCE_DIR}/tests/simt/simt_runtime.cpp
+  ${CMAKE_SOURCE_DIR}/tests/simt/simt_cublaslt.cpp
+  ${CMAKE_SOURCE_DIR}/src/cuda/cuda_backend.cpp)
+foreach(kernel_source ${ADACC_CUDA_KERNELS})
+  get_filename_component(kernel_name ${kernel_source} NAME_WE)
+  set(wrapper ${CMAKE_BINARY_DIR}/simt/${kernel_name}.cu.cpp)
+  file(CONFIGURE OUTPUT ${wrapper} CONTENT "#include \"${kernel_source}\"\n")
+  list(APPEND ADACC_SIMT_SOURCES ${wrapper})
+endforeach()
+add_library(adacc_cuda_emulated STATIC ${ADACC_SIMT_SOURCES})
+target_include_directories(adacc_cuda_emulated PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/tests
+  ${CUDAToolkit_INCLUDE_DIRS})
+target_compile_definitions(adacc_cuda_emulated PUBLIC ADACC_SIMT_EMULATION)
+# Kernel code written for nvcc: unused-variable noise from the toolkit headers is not ours.
+target_compile_options(adacc_cuda_emulated PRIVATE -Wno-unused-function)
+target_link_libraries(adacc_cuda_emulated PUBLIC adacc_core)
+
+file(GLOB ADACC_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/test_*.cpp)
+set(ADACC_CUDA_TEST_SUPPORT ${CMAKE_SOURCE_DIR}/tests/cuda/cuda_test_support.cpp ${CMAKE_SOURCE_DIR}/tests/test_support.cpp)
+
+add_executable(test_cuda_emulated ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT})
+target_link_libraries(test_cuda_emulated PRIVATE adacc_cuda_emulated adacc_core GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_cuda_emulated PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+  ADACC_BINARY="$<TARGET_FILE:adacc>")
+gtest_discover_tests(test_cuda_emulated DISCOVERY_TIMEOUT 60 TEST_PREFIX "emulated."
+  PROPERTIES TIMEOUT 900 LABELS "cuda_emulated" ENVIRONMENT "OMP_WAIT_POLICY=passive")
+
+add_executable(test_cuda_device ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT})
+target_include_directories(test_cuda_device PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_link_libraries(test_cuda_device PRIVATE adacc_cuda adacc_core GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_cuda_device PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+  ADACC_BINARY="$<TARGET_FILE:adacc>")
+gtest_discover_tests(test_cuda_device DISCOVERY_TIMEOUT 60 TEST_PREFIX "device."
+  PROPERTIES TIMEOUT 900 LABELS "cuda" ENVIRONMENT "OMP_WAIT_POLICY=passive")

@@ -1,0 +1,146 @@
+#include "tests/cuda/cuda_test_support.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "kernels/cuda/blas_context.h"
+#include "kernels/cuda/device_sizes.h"
+#include "kernels/rng.h"
+
+namespace adacc::test {
+
+namespace {
+void check(cudaError_t status, const char* what) {
+    if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+}  // namespace
+
+bool running_under_emulation() {
+#ifdef ADACC_SIMT_EMULATION
+    return true;
+#else
+    return false;
+#endif
+}
+
+std::string cuda_device_problem() {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+        cudaGetLastError();
+        return cudaGetErrorString(status);
+    }
+    return count > 0 ? std::string() : std::string("cudaGetDeviceCount found 0 devices");
+}
+
+template <typename T>
+DeviceArray<T>::DeviceArray(std::size_t n) : size_(n) {
+    check(cudaMalloc(reinterpret_cast<void**>(&data_), (n ? n : 1) * sizeof(T)), "cudaMalloc");
+    check(cudaMemset(data_, 0, (n ? n : 1) * sizeof(T)), "cudaMemset");
+}
+template <typename T>
+DeviceArray<T>::DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
+    upload(host);
+}
+template <typename T>
+DeviceArray<T>::~DeviceArray() {
+    cudaFree(data_);
+}
+template <typename T>
+void DeviceArray<T>::upload(const std::vector<T>& host) {
+    if (host.size() != size_) throw std::invalid_argument("DeviceArray::upload: size differs");
+    check(cudaMemcpy(data_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
+}
+template <typename T>
+std::vector<T> DeviceArray<T>::download() const {
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    std::vector<T> host(size_);
+    check(cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+    return host;
+}
+template class DeviceArray<float>;
+template class DeviceArray<int>;
+template class DeviceArray<unsigned char>;
+
+CudaTestContext::CudaTestContext(std::size_t scratch_bytes) {
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreate(&stream), "cudaStreamCreate");
+    ctx_.stream = stream;
+    auto* blas = new cuda::BlasContext;
+    if (cublasLtCreate(&blas->handle) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasLtCreate failed");
+    check(cudaMalloc(&blas->workspace, cuda::kBlasWorkspaceBytes), "cudaMalloc");
+    blas->workspace_bytes = cuda::kBlasWorkspaceBytes;
+    blas_ = blas;
+    ctx_.blas = blas;
+    check(cudaMalloc(&ctx_.reduction_scratch, cuda::kReductionScratchBytes), "cudaMalloc");
+    ctx_.reduction_scratch_bytes = cuda::kReductionScratchBytes;
+    if (scratch_bytes) {
+        check(cudaMalloc(&ctx_.scratch, scratch_bytes), "cudaMalloc");
+        ctx_.scratch_bytes = scratch_bytes;
+    }
+}
+
+CudaTestContext::~CudaTestContext() {
+    cudaDeviceSynchronize();
+    auto* blas = static_cast<cuda::BlasContext*>(blas_);
+    cudaFree(blas->workspace);
+    cublasLtDestroy(blas->handle);
+    delete blas;
+    cudaFree(ctx_.reduction_scratch);
+    cudaFree(ctx_.scratch);
+    cudaStreamDestroy(static_cast<cudaStream_t>(ctx_.stream));
+}
+
+void CudaTestContext::synchronize() const {
+    check(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx_.stream)), "cudaStreamSynchronize");
+}
+
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float lo, float hi) {
+    std::vector<float> v(n);
+    const std::uint64_t key = mix64(seed);
+    for (std::size_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * rng_uniform(key, i);
+    return v;
+}
+
+std::vector<unsigned char> random_mask(std::size_t n, std::uint64_t seed, float keep) {
+    std::vector<unsigned char> m(n);
+    const std::uint64_t key = mix64(seed ^ 0x5EED);
+    for (std::size_t i = 0; i < n; ++i) m[i] = rng_uniform(key, i) < keep ? 1 : 0;
+    return m;
+}
+
+::testing::AssertionResult all_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                                     double abs) {
+    if (got.size() != want.size())
+        return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
+    std::size_t bad = 0, first = 0;
+    double worst = 0.0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+        const double limit = abs + rel * std::fabs(static_cast<double>(want[i]));
+        if (!(err <= limit)) {  // NaN fails
+            if (bad++ == 0) first = i;
+            worst = std::isnan(err) ? err : std::max(worst, err);
+        }
+    }
+    if (bad == 0) return ::testing::AssertionSuccess();
+    std::ostringstream msg;
+    msg << bad << " of " << got.size() << " elements differ; first at " << first << ": got " << got[first]
+        << ", want " << want[first] << " (worst abs error " << worst << ", rel " << rel << ", abs " << abs << ")";
+    return ::testing::AssertionFailure() << msg.str();
+}
+
+::testing::AssertionResult all_equal_bytes(const std::vector<unsigned char>& got,
+                                           const std::vector<unsigned char>& want) {
+    if (got.size() != want.size())
+        return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
+    for (std::size_t i = 0; i < got.size(); ++i)
+        if (got[i] != want[i])
+            return ::testing::AssertionFailure() << "byte " << i << " differs: " << int(got[i]) << " vs " << int(want[i]);
+    return ::testing::AssertionSuccess();
+}
+
+}  // namespace adacc::test

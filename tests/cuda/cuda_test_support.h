@@ -1,0 +1,74 @@
+// Support for the CUDA kernels' tests (tests/cuda/): device buffers, a kernel context of the test's
+// own (stream, cuBLASLt handle and workspace, reduction scratch) and comparisons with the CPU twin.
+// The same test sources run under the SIMT emulation (test_cuda_emulated) and on a GPU
+// (test_cuda_device), where ADACC_REQUIRE_CUDA_DEVICE() skips with a message when there is none.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_context.h"
+
+namespace adacc::test {
+
+// Empty when a CUDA device can run kernels (always under emulation), else why not.
+std::string cuda_device_problem();
+bool running_under_emulation();
+
+#define ADACC_REQUIRE_CUDA_DEVICE()                                                          \
+    do {                                                                                     \
+        const std::string problem = ::adacc::test::cuda_device_problem();                    \
+        if (!problem.empty()) GTEST_SKIP() << "no CUDA device (" << problem << "): skipped"; \
+    } while (0)
+
+// Device memory of n elements of T, filled from / read back to host vectors.
+template <typename T>
+class DeviceArray {
+public:
+    explicit DeviceArray(std::size_t n);
+    explicit DeviceArray(const std::vector<T>& host);
+    DeviceArray(const DeviceArray&) = delete;
+    DeviceArray& operator=(const DeviceArray&) = delete;
+    ~DeviceArray();
+    T* get() const { return data_; }
+    std::size_t size() const { return size_; }
+    void upload(const std::vector<T>& host);
+    std::vector<T> download() const;
+
+private:
+    T* data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+// A KernelContext for calling adacc::cuda kernels directly: its own stream, cuBLASLt handle with
+// the backend's workspace size, the reduction scratch, and `scratch_bytes` of scratch (codecs).
+class CudaTestContext {
+public:
+    explicit CudaTestContext(std::size_t scratch_bytes = 0);
+    CudaTestContext(const CudaTestContext&) = delete;
+    CudaTestContext& operator=(const CudaTestContext&) = delete;
+    ~CudaTestContext();
+    const KernelContext& get() const { return ctx_; }
+    void synchronize() const;
+
+private:
+    KernelContext ctx_;
+    void* blas_ = nullptr;  // cuda::BlasContext
+};
+
+// Uniform values in [lo, hi) from a fixed seed (the same vector on every machine).
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+// Dropout-style masks: 1 with probability keep.
+std::vector<unsigned char> random_mask(std::size_t n, std::uint64_t seed, float keep);
+
+// Every element within abs + rel * |want|; on failure names the first bad index and the count.
+::testing::AssertionResult all_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                                     double abs = 0.0);
+::testing::AssertionResult all_equal_bytes(const std::vector<unsigned char>& got,
+                                           const std::vector<unsigned char>& want);
+
+}  // namespace adacc::test
