@@ -10,6 +10,12 @@
 namespace adacc {
 
 RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode) {
+    // The profiler, the monitor and re-planning run on the CPU backend only, so far.
+    if (parse_device(config.training.device) != Device::cpu)
+        throw SettingError("training.device", std::string("memory.mode ") + memory_mode_name(mode) +
+                                                  " plans on the CPU backend only so far (profiling and re-planning "
+                                                  "on the GPU are not built yet); on cuda use memory.mode none, "
+                                                  "full, selective or quant, or use training.device = \"cpu\"");
     RegulatorOptions options;
     options.allow_compress = mode == MemoryMode::adacc;
     options.planner.granularity = parse_plan_granularity(config.memory.granularity);

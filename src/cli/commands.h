@@ -25,6 +25,10 @@ void add_export_command(CLI::App& app);    // src/cli/export.cpp
 // src/io/weights_file.h opens them): src/cli/weights_options.cpp. Used by sample and eval.
 void add_model_options(CLI::App& command, std::string& checkpoint, std::string& llmc_model);
 
+// --device cpu|cuda (src/engine/device.h) into `device` (left empty when not given); commands
+// with a config pass it on as training.device. src/cli/device_option.cpp.
+void add_device_option(CLI::App& command, std::string& device, const char* default_text);
+
 // How to set a config setting with the command that was parsed (its own flag for it, or --set),
 // for a SettingError's message; empty when the command takes neither.
 std::string setting_advice(const CLI::App& app, const std::string& setting);

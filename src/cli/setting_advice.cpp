@@ -17,6 +17,7 @@ struct SettingFlag {
 // Settings some commands take as a flag of their own (the flag then wins over the config).
 constexpr SettingFlag kSettingFlags[] = {
     {"memory.budget", "--memory-budget", "SIZE"},
+    {"training.device", "--device", "cpu|cuda"},
     {"memory.profile", "--profile", "FILE"},
     {"eval.data", "--data", "PATH"},
     {"eval.vocab", "--vocab", "DIR"},

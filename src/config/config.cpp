@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "src/common/errors.h"
+#include "src/engine/device.h"
 #include "src/engine/memory_mode.h"
 
 namespace adacc {
@@ -356,6 +357,8 @@ const std::vector<KeySpec>& registry() {
         // libgomp crashes creating 100,000 threads; no machine needs more than 1024 here.
         field<&R::training, &TrainingSection::threads>("training", "threads", within(0, kMaxCpuThreads),
                                                        "CPU threads (0 = all cores)"),
+        field<&R::training, &TrainingSection::device>("training", "device", one_of(device_names()),
+                                                      "where the model runs: cpu, or cuda (GPU 0)"),
         field<&R::training, &TrainingSection::skip_nonfinite>(
             "training", "skip_nonfinite", at_least(0),
             "steps with a non-finite loss or gradient norm to skip (no update) before stopping; 0 = stop at the first"),

@@ -22,6 +22,7 @@ struct TrainingSection {
     int val_every = 0;           // steps between validation losses (0 = never)
     int val_batches = 4;         // micro-batches per validation loss
     int threads = 0;             // OpenMP threads (0 = all cores)
+    std::string device = "cpu";  // "cpu" | "cuda" (src/engine/device.h)
     int skip_nonfinite = 0;      // steps with a non-finite loss or gradient norm skipped before stopping
 };
 

@@ -12,10 +12,9 @@
 #include "kernels/kernel_context.h"
 #include "kernels/kernel_table.h"
 #include "src/common/dtype.h"
+#include "src/engine/device.h"
 
 namespace adacc {
-
-enum class Device : std::uint8_t { cpu, cuda };
 
 class Backend {
 public:

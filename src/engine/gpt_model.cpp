@@ -8,9 +8,19 @@
 namespace adacc {
 
 ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T, const ActivationPlan& plan,
-                                  const CodecParams& codec_params, ModelUse use) {
-    return ModelLayout(cfg, B, T, plan, codec_params, use, /*stage_tokens=*/false).memory();
+                                  const CodecParams& codec_params, ModelUse use, Device device) {
+    return ModelLayout(cfg, B, T, plan, codec_params, use, device_traits(device)).memory();
 }
+
+namespace {
+// The device's traits, except that what the host can address is the backend's own word (a test
+// backend may stand in for a device without being one).
+DeviceTraits traits_of(const Backend& backend) {
+    DeviceTraits traits = device_traits(backend.device());
+    traits.stage_tokens = !backend.host_addressable();
+    return traits;
+}
+}  // namespace
 
 GPTModel::GPTModel(const GPTConfig& config, int B, int T)
     : GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer)) {}
@@ -18,7 +28,7 @@ GPTModel::GPTModel(const GPTConfig& config, int B, int T)
 GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
                    const CodecParams& codec_params, ModelUse use, Backend& backend)
     : backend_(&backend),
-      layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use, !backend.host_addressable())),
+      layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use, traits_of(backend))),
       arenas_(backend, *layout_), driver_(backend, *layout_, arenas_),
       host_losses_(static_cast<std::size_t>(B) * T) {}
 
@@ -29,7 +39,7 @@ GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, Backend&
 
 void GPTModel::set_plan(const ActivationPlan& plan, const CodecParams& codec_params) {
     auto layout = std::make_unique<ModelLayout>(config(), max_batch(), max_seq_len(), plan, codec_params,
-                                                layout_->use(), layout_->stage_tokens());
+                                                layout_->use(), layout_->device_traits());
     layout_ = std::move(layout);
     arenas_.reshape(*backend_, *layout_);
     driver_.rebind(*layout_);

@@ -38,10 +38,11 @@ public:
     GPTModel(const GPTModel&) = delete;
     GPTModel& operator=(const GPTModel&) = delete;
     static GPTModel for_inference(const GPTConfig& config, int B, int T, Backend& backend = cpu_backend());
-    // Every arena's size before allocating, as the CPU backend allocates them (a backend that
-    // stages token ids adds 2 x B x T ints to the workspace).
+    // Every arena's size before allocating, as `device`'s backend allocates them (CUDA stages
+    // token ids, 2 x B x T ints in the workspace, and holds its fixed resident memory).
     static ModelMemory plan_memory(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                                   const CodecParams& codec_params = {}, ModelUse use = ModelUse::training);
+                                   const CodecParams& codec_params = {}, ModelUse use = ModelUse::training,
+                                   Device device = Device::cpu);
 
     const GPTConfig& config() const { return layout_->config(); }
     const ParameterLayout& layout() const { return layout_->parameters(); }

@@ -15,8 +15,8 @@ ActivationPlan plan_for_mode(const GPTConfig& config, int B, int T, MemoryMode m
     return ActivationPlan::for_mode(mode, BlockGraph(config, B, T), config.n_layer);
 }
 
-ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode) {
-    return GPTModel::plan_memory(config, B, T, plan_for_mode(config, B, T, mode));
+ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode, Device device) {
+    return GPTModel::plan_memory(config, B, T, plan_for_mode(config, B, T, mode), {}, ModelUse::training, device);
 }
 
 int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch) {
@@ -31,26 +31,27 @@ int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch) {
     return lo;
 }
 
-int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch) {
-    return largest_fitting_batch([&](int B) { return memory_for_mode(config, B, T, mode).total() <= budget; },
-                                 max_batch);
+int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch,
+                  Device device) {
+    return largest_fitting_batch(
+        [&](int B) { return memory_for_mode(config, B, T, mode, device).total() <= budget; }, max_batch);
 }
 
 namespace {
 std::string breakdown(const ModelMemory& m) {
     return "parameters " + format_bytes(m.parameters) + ", gradients " + format_bytes(m.gradients) +
            ", optimizer state " + format_bytes(m.optimizer_state) + ", tape " + format_bytes(m.tape) +
-           ", workspace " + format_bytes(m.workspace()) + " (of which logits " + format_bytes(m.logits) +
-           "), total " + format_bytes(m.total());
+           ", workspace " + format_bytes(m.workspace()) + " (of which logits " + format_bytes(m.logits) + ")" +
+           (m.backend ? ", backend " + format_bytes(m.backend) : std::string()) + ", total " + format_bytes(m.total());
 }
 }  // namespace
 
-void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget) {
-    const ModelMemory m = memory_for_mode(config, B, T, mode);
+void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget, Device device) {
+    const ModelMemory m = memory_for_mode(config, B, T, mode, device);
     if (m.total() <= budget) return;
     std::string fits;
     for (MemoryMode other : fixed_memory_modes()) {
-        const int b = largest_batch(config, T, other, budget);
+        const int b = largest_batch(config, T, other, budget, 1 << 16, device);
         fits += std::string("\n  ") + memory_mode_name(other) + ": " +
                 (b > 0 ? "largest batch " + std::to_string(b) : std::string("does not fit even at batch 1"));
     }
@@ -77,13 +78,21 @@ std::uint64_t physical_memory_bytes() {
     return bytes;
 }
 
-void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total) {
-    const std::uint64_t machine = physical_memory_bytes();
+std::uint64_t device_memory_bytes(Device device) {
+    if (device == Device::cpu) return physical_memory_bytes();
+    return cuda_backend().free_memory() + device_traits(device).resident_bytes;
+}
+
+void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total,
+                           Device device) {
+    const std::uint64_t machine = device_memory_bytes(device);
     if (total <= machine) return;
-    const int fits = largest_batch(config, T, mode, machine);
+    const int fits = largest_batch(config, T, mode, machine, 1 << 16, device);
+    const std::string where = device == Device::cpu ? "this machine has " : "the GPU has ";
     throw UserError("this run needs " + format_bytes(total) + " (batch " + std::to_string(B) + " x seq " +
-                    std::to_string(T) + ", mode " + memory_mode_name(mode) + ") but this machine has " +
-                    format_bytes(machine) + " of memory; " +
+                    std::to_string(T) + ", mode " + memory_mode_name(mode) + ": " +
+                    breakdown(memory_for_mode(config, B, T, mode, device)) + ") but " + where +
+                    format_bytes(machine) + (device == Device::cpu ? " of memory; " : " free; ") +
                     (fits > 0 ? "the largest batch that fits in mode " + std::string(memory_mode_name(mode)) + " is " +
                                     std::to_string(fits) + " (--set training.batch_size=" + std::to_string(fits) + ")"
                               : std::string("not even batch 1 fits in mode ") + memory_mode_name(mode)) +
@@ -91,16 +100,16 @@ void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mod
 }
 
 std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
-                                std::uint64_t budget) {
+                                std::uint64_t budget, Device device) {
     std::string out;
     char line[512];
     std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s %12s%s\n", "mode", "params", "grads",
                   "adamw", "tape", "materialize", "transients", "logits", "total", budget ? "   max_batch" : "");
     out += line;
     for (MemoryMode mode : modes) {
-        const ModelMemory m = memory_for_mode(config, B, T, mode);
+        const ModelMemory m = memory_for_mode(config, B, T, mode, device);
         std::string max_batch;
-        if (budget) max_batch = "   " + std::to_string(largest_batch(config, T, mode, budget));
+        if (budget) max_batch = "   " + std::to_string(largest_batch(config, T, mode, budget, 1 << 16, device));
         std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s %12s%s\n", memory_mode_name(mode),
                       format_bytes(m.parameters).c_str(), format_bytes(m.gradients).c_str(),
                       format_bytes(m.optimizer_state).c_str(), format_bytes(m.tape).c_str(),
@@ -109,6 +118,20 @@ std::string format_memory_table(const GPTConfig& config, int B, int T, const std
         out += line;
     }
     return out;
+}
+
+std::string describe_device_memory(Device device) {
+    const DeviceTraits t = device_traits(device);
+    const std::size_t activation = dtype_size(t.activation);
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "device %s: %zu bytes per parameter (weights %zu, gradient 4, AdamW m 4 and v 4), %zu bytes per "
+                  "activation element (%s)%s%s\n",
+                  device_name(device), t.param_bytes + 12, t.param_bytes, activation, std::string(dtype_name(t.activation)).c_str(),
+                  t.resident_bytes ? "; backend fixed memory " : "",
+                  t.resident_bytes ? (format_bytes(t.resident_bytes) + " (cuBLASLt workspace, reduction scratch)").c_str()
+                                   : "");
+    return line;
 }
 
 }  // namespace adacc

@@ -13,7 +13,8 @@
 
 namespace adacc {
 
-ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode);
+// Every function here sizes arenas as `device`'s backend allocates them (src/engine/device.h).
+ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode, Device device = Device::cpu);
 ActivationPlan plan_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode);
 
 // Largest B in [1, max_batch] with fits(B) (fits must be monotone: doubling, then bisection);
@@ -21,24 +22,34 @@ ActivationPlan plan_for_mode(const GPTConfig& config, int B, int T, MemoryMode m
 int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch = 1 << 16);
 
 // Largest B (up to max_batch) whose total fits in `budget` bytes; 0 when not even B = 1 fits.
-int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch = 1 << 16);
+int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch = 1 << 16,
+                  Device device = Device::cpu);
 
 // Throws UserError when the total for (B, T, mode) exceeds `budget`, with the arena breakdown
 // and, for every mode, the largest batch that would fit.
-void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget);
+void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget,
+                  Device device = Device::cpu);
 
 // This machine's memory in bytes: physical RAM, or the cgroup's memory limit when lower
 // (containers, Slurm jobs).
 std::uint64_t physical_memory_bytes();
 
+// The memory a model on `device` may use: physical_memory_bytes() on the CPU; on CUDA the GPU's
+// free memory plus what the backend already holds (ModelMemory::backend counts that).
+std::uint64_t device_memory_bytes(Device device);
+
 // Throws UserError, before anything is allocated, when `total` (the run's every arena) exceeds
-// physical_memory_bytes(): it names the total, the machine's memory and the largest batch that
-// fits it at seq T in `mode` (a fixed mode: planned modes pass the mode their budget is
-// compared with).
-void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total);
+// device_memory_bytes(device): it names the total, the device's memory, the arenas and the
+// largest batch that fits it at seq T in `mode` (a fixed mode: planned modes pass the mode their
+// budget is compared with).
+void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total,
+                           Device device = Device::cpu);
 
 // One row per mode: every arena, the total, and the largest batch under `budget` (when > 0).
 std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
-                                std::uint64_t budget);
+                                std::uint64_t budget, Device device = Device::cpu);
+// One line: the device, its backend's fixed memory, and bytes per parameter (working weights,
+// gradient, AdamW m and v) and per activation element.
+std::string describe_device_memory(Device device);
 
 }  // namespace adacc

@@ -86,14 +86,15 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
 }  // namespace
 
 ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                         const CodecParams& codec_params, ModelUse use, bool stage_tokens)
+                         const CodecParams& codec_params, ModelUse use, const DeviceTraits& traits)
     : config_(config), parameters_(config), B_(B), T_(T), block_(config, B, T), plan_(plan),
-      codec_params_(codec_params), use_(use), stage_tokens_(stage_tokens),
-      workspace_(workspace_layout(config, block_, plan, codec_params, B, T, use, stage_tokens)) {
+      codec_params_(codec_params), use_(use), traits_(traits),
+      workspace_(workspace_layout(config, block_, plan, codec_params, B, T, use, traits.stage_tokens)) {
     if (plan.n_layer() != config.n_layer) throw std::invalid_argument("activation plan has the wrong layer count");
     const std::size_t param_bytes = parameters_.total() * sizeof(float);
     const bool training = use == ModelUse::training;
     memory_.parameters = param_bytes;
+    memory_.backend = traits.resident_bytes;
     memory_.gradients = training ? param_bytes : 0;
     memory_.optimizer_state = training ? 2 * param_bytes : 0;
     if (training) {

@@ -14,6 +14,7 @@
 #include "models/gpt_config.h"
 #include "models/gpt_params.h"
 #include "src/engine/activation_plan.h"
+#include "src/engine/device.h"
 
 namespace adacc {
 
@@ -24,9 +25,10 @@ struct ModelMemory {
     std::size_t materialize = 0;     // workspace: full-size buffers for tensors not kept in some layer
     std::size_t transients = 0;      // workspace: op outputs no backward needs, backward's gradient buffers
     std::size_t logits = 0;          // workspace: logits / dlogits (N x Vp), per-token losses (and staged tokens)
+    std::size_t backend = 0;         // the backend's own fixed memory (DeviceTraits::resident_bytes; 0 on the CPU)
     std::size_t workspace() const { return materialize + transients + logits; }
     std::size_t static_bytes() const { return parameters + gradients + optimizer_state; }
-    std::size_t total() const { return static_bytes() + tape + workspace(); }
+    std::size_t total() const { return static_bytes() + tape + workspace() + backend; }
 };
 
 // Training allocates gradients, optimizer state and the tape; inference (eval, sampling)
@@ -61,11 +63,12 @@ struct WorkspaceLayout {
 
 class ModelLayout {
 public:
-    // For micro-batches up to B x T (T <= config.max_seq_len) under `plan`. With stage_tokens (a
-    // backend whose memory the host cannot address), the workspace also holds the token ids and
-    // targets copied in per forward; the CPU reads the caller's arrays in place.
+    // For micro-batches up to B x T (T <= config.max_seq_len) under `plan`, on a device with
+    // `traits`. With traits.stage_tokens (a backend whose memory the host cannot address), the
+    // workspace also holds the token ids and targets copied in per forward; the CPU reads the
+    // caller's arrays in place.
     ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan, const CodecParams& codec_params,
-                ModelUse use, bool stage_tokens);
+                ModelUse use, const DeviceTraits& traits);
 
     const GPTConfig& config() const { return config_; }
     const ParameterLayout& parameters() const { return parameters_; }
@@ -73,7 +76,8 @@ public:
     const ActivationPlan& plan() const { return plan_; }
     const CodecParams& codec_params() const { return codec_params_; }
     ModelUse use() const { return use_; }
-    bool stage_tokens() const { return stage_tokens_; }
+    const DeviceTraits& device_traits() const { return traits_; }
+    bool stage_tokens() const { return traits_.stage_tokens; }
     int max_batch() const { return B_; }
     int max_seq_len() const { return T_; }
     const ModelMemory& memory() const { return memory_; }
@@ -99,7 +103,7 @@ private:
     ActivationPlan plan_;
     CodecParams codec_params_;
     ModelUse use_;
-    bool stage_tokens_;
+    DeviceTraits traits_;
     WorkspaceLayout workspace_;
     ModelMemory memory_;
     std::size_t max_tape_entries_ = 0;

@@ -374,7 +374,8 @@ TrainingEvaluator::TrainingEvaluator(const RunConfig& config) : config_(config) 
     model_ = std::make_unique<GPTModel>(config.model, config.training.batch_size, seq_len,
                                         ActivationPlan(BlockGraph(config.model, config.training.batch_size, seq_len),
                                                        config.model.n_layer),
-                                        CodecParams{}, ModelUse::inference);
+                                        CodecParams{}, ModelUse::inference,
+                                        backend_for(parse_device(config.training.device)));
 }
 
 TrainingEvaluator::~TrainingEvaluator() = default;

@@ -28,7 +28,8 @@ struct RunResult {
 // monitor runs as in training.
 RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const CodecParams& codec_params,
                       int steps, int warmup, AdaccRegulator* regulator = nullptr) {
-    GPTModel model(config.model, config.training.batch_size, config.training.seq_len, plan, codec_params);
+    GPTModel model(config.model, config.training.batch_size, config.training.seq_len, plan, codec_params,
+                   ModelUse::training, backend_for(parse_device(config.training.device)));
     model.init_weights(config.training.seed);
     DataLoader data = open_token_loader(config, TokenSplit::train, config.data.shuffle);
     TrainingStep training_step(config, model, data, regulator);

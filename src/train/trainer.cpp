@@ -74,12 +74,16 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
 // keep a regulator that monitors and re-plans during the run.
 void Trainer::make_model(int B, int T) {
     const MemoryMode mode = parse_memory_mode(config_.memory.mode);
+    const Device device = parse_device(config_.training.device);
     const std::uint64_t budget = config_.memory.budget.empty() ? 0 : parse_size(config_.memory.budget);
     if (!is_planned(mode)) {
-        if (budget) check_budget(config_.model, B, T, mode, budget);
+        if (budget) check_budget(config_.model, B, T, mode, budget, device);
         const ActivationPlan plan = plan_for_mode(config_.model, B, T, mode);
-        check_physical_memory(config_.model, B, T, mode, GPTModel::plan_memory(config_.model, B, T, plan).total());
-        model_ = std::make_unique<GPTModel>(config_.model, B, T, plan);
+        check_physical_memory(config_.model, B, T, mode,
+                              GPTModel::plan_memory(config_.model, B, T, plan, {}, ModelUse::training, device).total(),
+                              device);
+        model_ = std::make_unique<GPTModel>(config_.model, B, T, plan, CodecParams{}, ModelUse::training,
+                                            backend_for(device));
         return;
     }
     if (!budget)

@@ -25,13 +25,14 @@ target_include_directories(adacc_cuda_emulated PUBLIC ${CMAKE_SOURCE_DIR} ${CMAK
 target_compile_definitions(adacc_cuda_emulated PUBLIC ADACC_SIMT_EMULATION)
 # Kernel code written for nvcc: unused-variable noise from the toolkit headers is not ours.
 target_compile_options(adacc_cuda_emulated PRIVATE -Wno-unused-function)
-target_link_libraries(adacc_cuda_emulated PUBLIC adacc_core)
+target_link_libraries(adacc_cuda_emulated PUBLIC OpenMP::OpenMP_CXX)
 
 file(GLOB ADACC_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/test_*.cpp)
 set(ADACC_CUDA_TEST_SUPPORT ${CMAKE_SOURCE_DIR}/tests/cuda/cuda_test_support.cpp ${CMAKE_SOURCE_DIR}/tests/test_support.cpp)
 
 add_executable(test_cuda_emulated ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT})
-target_link_libraries(test_cuda_emulated PRIVATE adacc_cuda_emulated adacc_core GTest::gtest GTest::gtest_main)
+adacc_link_engine(test_cuda_emulated adacc_cuda_emulated)
+target_link_libraries(test_cuda_emulated PRIVATE GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_cuda_emulated PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
   ADACC_BINARY="$<TARGET_FILE:adacc>")
 gtest_discover_tests(test_cuda_emulated DISCOVERY_TIMEOUT 60 TEST_PREFIX "emulated."
@@ -39,7 +40,8 @@ gtest_discover_tests(test_cuda_emulated DISCOVERY_TIMEOUT 60 TEST_PREFIX "emulat
 
 add_executable(test_cuda_device ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT})
 target_include_directories(test_cuda_device PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-target_link_libraries(test_cuda_device PRIVATE adacc_cuda adacc_core GTest::gtest GTest::gtest_main)
+adacc_link_engine(test_cuda_device adacc_cuda)
+target_link_libraries(test_cuda_device PRIVATE GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_cuda_device PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
   ADACC_BINARY="$<TARGET_FILE:adacc>")
 gtest_discover_tests(test_cuda_device DISCOVERY_TIMEOUT 60 TEST_PREFIX "device."
