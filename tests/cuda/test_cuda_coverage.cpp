@@ -1,0 +1,58 @@
+// Every __global__ kernel of kernels/cuda/ runs under the SIMT emulation in this test binary:
+// the other tests run again in a child process that logs each launched kernel's name
+// (SIMT_LAUNCH_LOG, tests/simt/simt_scheduler.cpp), and the log is compared with the kernels the
+// sources declare.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "tests/cuda/cuda_test_support.h"
+#include "tests/test_support.h"
+
+namespace adacc::test {
+namespace {
+
+std::set<std::string> kernels_declared_in_sources() {
+    std::set<std::string> names;
+    const std::regex global(R"(__global__\s+void\s+(\w+)\s*\()");
+    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(ADACC_SOURCE_DIR) / "kernels/cuda")) {
+        if (entry.path().extension() != ".cu") continue;
+        std::ifstream in(entry.path());
+        std::stringstream text;
+        text << in.rdbuf();
+        const std::string source = text.str();
+        for (std::sregex_iterator it(source.begin(), source.end(), global), end; it != end; ++it) names.insert((*it)[1]);
+    }
+    return names;
+}
+
+TEST(CudaKernelCoverage, EveryKernelOfKernelsCudaRunsUnderEmulation) {
+    if (!running_under_emulation())
+        GTEST_SKIP() << "launches are counted under the SIMT emulation (test_cuda_emulated); on a GPU the same tests run";
+    const std::set<std::string> declared = kernels_declared_in_sources();
+    ASSERT_FALSE(declared.empty());
+    const auto log = scratch_dir("cuda_coverage") / "launches.txt";
+    const std::string command = "SIMT_LAUNCH_LOG='" + log.string() +
+                                "' /proc/self/exe --gtest_filter='-CudaKernelCoverage.*' > '" +
+                                (log.parent_path() / "tests.log").string() + "' 2>&1";
+    ASSERT_EQ(std::system(command.c_str()), 0) << "the emulated CUDA tests failed: see " << log.parent_path() / "tests.log";
+    std::set<std::string> launched;
+    std::ifstream in(log);
+    for (std::string name; std::getline(in, name);) launched.insert(name);
+    std::string missing;
+    std::size_t covered = 0;
+    for (const std::string& name : declared) {
+        if (launched.count(name)) ++covered;
+        else missing += " " + name;
+    }
+    std::printf("CUDA kernels covered under emulation: %zu of the %zu in kernels/cuda/\n", covered, declared.size());
+    EXPECT_EQ(covered, declared.size()) << "never launched by a test:" << missing;
+}
+
+}  // namespace
+}  // namespace adacc::test

@@ -1,0 +1,190 @@
+// A whole tiny GPT on the CUDA backend (emulated in CI, the GPU under the `cuda` label) against
+// the CPU backend: the same init, tokens, dropout keys and plans, two optimizer steps of two
+// micro-batches each. fp32 throughout: relative 1e-5 on losses, logits and parameters.
+// On the CUDA backend alone, recompute-only plans (full, selective) give the keep-all gradients
+// bit for bit, and a checkpoint written from a CUDA model loads into a CPU model and back.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "src/config/run_config.h"
+#include "src/engine/backend.h"
+#include "src/engine/gpt_model.h"
+#include "src/engine/memory_report.h"
+#include "src/engine/optimizer.h"
+#include "src/train/training_state.h"
+#include "tests/cuda/cuda_test_support.h"
+#include "tests/test_support.h"
+
+namespace adacc::test {
+namespace {
+
+// gpt-micro is L2 C16 H2 V97; the odd variant has 3 heads of 8, a vocabulary of 101 (padded to
+// 128) and seq 7, so no size is a multiple of 32.
+GPTConfig micro_config(float dropout) {
+    GPTConfig cfg = *gpt_preset("gpt-micro");
+    cfg.dropout = dropout;
+    return cfg;
+}
+GPTConfig odd_config() {
+    GPTConfig cfg = micro_config(0.1f);
+    cfg.n_embd = 24;
+    cfg.n_head = 3;
+    cfg.vocab_size = 101;
+    return cfg;
+}
+
+std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::vector<int> t(n);
+    for (auto& x : t) x = static_cast<int>(gen() % vocab);
+    return t;
+}
+
+struct TrainOutcome {
+    std::vector<float> losses, grads, params, logits;
+};
+
+TrainOutcome train_two_steps(Backend& backend, const GPTConfig& cfg, const ActivationPlan& plan, int B, int T) {
+    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend);
+    model.init_weights(5);
+    const auto tokens = random_tokens(B * T, cfg.vocab_size, 1), targets = random_tokens(B * T, cfg.vocab_size, 2);
+    TrainOutcome out;
+    OptimizerSection opt;
+    for (int step = 1; step <= 2; ++step) {
+        for (int micro = 0; micro < 2; ++micro) {
+            out.losses.push_back(model.forward(tokens.data(), targets.data(), B, T,
+                                               DropoutContext{3, std::uint64_t(step), std::uint64_t(micro), true},
+                                               1.0f / (2 * B * T)));
+            model.backward(tokens.data(), B, T, micro > 0);
+        }
+        if (step == 1) {  // the first step's accumulated gradients, before the update
+            out.grads.resize(model.num_params());
+            model.read_arena(ModelArena::gradients, 0, out.grads.size(), out.grads.data());
+        }
+        adamw_step(model, opt, 1e-3f, step);
+    }
+    out.params.resize(model.num_params());
+    model.read_arena(ModelArena::parameters, 0, out.params.size(), out.params.data());
+    model.forward(tokens.data(), nullptr, B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+    out.logits.resize(static_cast<std::size_t>(B) * T * cfg.padded_vocab_size());
+    model.read_logits(0, static_cast<std::size_t>(B) * T, out.logits.data());
+    return out;
+}
+
+void expect_same_training(const TrainOutcome& cuda, const TrainOutcome& cpu, double rel, double abs,
+                          const char* what) {
+    EXPECT_TRUE(all_close(cuda.losses, cpu.losses, rel)) << what << ": losses";
+    EXPECT_TRUE(all_close(cuda.grads, cpu.grads, rel, abs)) << what << ": gradients";
+    EXPECT_TRUE(all_close(cuda.params, cpu.params, rel, abs)) << what << ": parameters";
+    EXPECT_TRUE(all_close(cuda.logits, cpu.logits, rel, abs)) << what << ": logits";
+}
+
+bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// fp32 on both backends; the absolute floor covers gradients that cancel to ~1e-9 (sums of
+// terms ~1e-3 whose order differs between cuBLASLt and Eigen).
+constexpr double kRel = 1e-5, kAbs = 1e-7;
+
+TEST(CudaModel, TrainingStepsMatchTheCpuBackendInEveryFixedMode) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    const int B = 2, T = 7;
+    for (const GPTConfig& cfg : {micro_config(0.1f), odd_config()}) {
+        for (MemoryMode mode : {MemoryMode::none, MemoryMode::full, MemoryMode::selective}) {
+            const ActivationPlan plan = plan_for_mode(cfg, B, T, mode);
+            const TrainOutcome cuda = train_two_steps(cuda_backend(), cfg, plan, B, T);
+            const TrainOutcome cpu = train_two_steps(cpu_backend(), cfg, plan, B, T);
+            expect_same_training(cuda, cpu, kRel, kAbs, memory_mode_name(mode));
+        }
+    }
+}
+
+// INT4 codecs round to 16 levels, so an input that differs in its last bit between backends can
+// land on the other side of a rounding boundary: one element moves by one quantisation step.
+// The training still agrees to 1e-3 relative after two steps; the codecs themselves are compared
+// exactly in test_cuda_codecs.cpp.
+TEST(CudaModel, QuantTrainingMatchesTheCpuBackend) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    const int B = 2, T = 7;
+    const GPTConfig cfg = micro_config(0.1f);
+    const ActivationPlan plan = plan_for_mode(cfg, B, T, MemoryMode::quant);
+    const TrainOutcome cuda = train_two_steps(cuda_backend(), cfg, plan, B, T);
+    const TrainOutcome cpu = train_two_steps(cpu_backend(), cfg, plan, B, T);
+    expect_same_training(cuda, cpu, 1e-3, 1e-5, "quant");
+}
+
+TEST(CudaModel, RecomputePlansGiveTheKeepAllGradientsBitForBit) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    const int B = 2, T = 7;
+    const GPTConfig cfg = odd_config();
+    const TrainOutcome none = train_two_steps(cuda_backend(), cfg, plan_for_mode(cfg, B, T, MemoryMode::none), B, T);
+    for (MemoryMode mode : {MemoryMode::full, MemoryMode::selective}) {
+        const TrainOutcome recomputed = train_two_steps(cuda_backend(), cfg, plan_for_mode(cfg, B, T, mode), B, T);
+        EXPECT_TRUE(bit_identical(recomputed.losses, none.losses)) << memory_mode_name(mode);
+        EXPECT_TRUE(bit_identical(recomputed.grads, none.grads)) << memory_mode_name(mode);
+        EXPECT_TRUE(bit_identical(recomputed.params, none.params)) << memory_mode_name(mode);
+    }
+}
+
+TEST(CudaModel, CheckpointsMoveBetweenBackends) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    const int B = 2, T = 7;
+    const GPTConfig cfg = micro_config(0.0f);
+    RunConfig config;
+    config.model = cfg;
+    config.training.batch_size = B;
+    config.training.seq_len = T;
+    const ActivationPlan plan = plan_for_mode(cfg, B, T, MemoryMode::none);
+    GPTModel on_gpu(cfg, B, T, plan, {}, ModelUse::training, cuda_backend());
+    on_gpu.init_weights(9);
+    const auto tokens = random_tokens(B * T, cfg.vocab_size, 4);
+    on_gpu.forward(tokens.data(), tokens.data(), B, T, DropoutContext{}, 1.0f / (B * T));
+    on_gpu.backward(tokens.data(), B, T, false);
+    adamw_step(on_gpu, OptimizerSection{}, 1e-3f, 1);
+    const auto run_dir = scratch_dir("cuda_checkpoint");
+    const auto file = save_training_checkpoint(run_dir, config, on_gpu, TrainingProgress{1, {}, 0});
+
+    GPTModel on_cpu(cfg, B, T, plan, {}, ModelUse::training, cpu_backend());
+    load_training_checkpoint(file, on_cpu);
+    GPTModel back_on_gpu(cfg, B, T, plan, {}, ModelUse::training, cuda_backend());
+    load_training_checkpoint(file, back_on_gpu);
+    for (ModelArena arena : {ModelArena::parameters, ModelArena::adam_m, ModelArena::adam_v}) {
+        std::vector<float> gpu(on_gpu.num_params()), cpu(on_gpu.num_params()), again(on_gpu.num_params());
+        on_gpu.read_arena(arena, 0, gpu.size(), gpu.data());
+        on_cpu.read_arena(arena, 0, cpu.size(), cpu.data());
+        back_on_gpu.read_arena(arena, 0, again.size(), again.data());
+        EXPECT_TRUE(bit_identical(gpu, cpu));
+        EXPECT_TRUE(bit_identical(gpu, again));
+    }
+}
+
+// The CUDA backend's arenas are the sizes `adacc memory --device cuda` computes, and a model that
+// does not fit the device's free memory is refused before anything is allocated.
+TEST(CudaModel, DeviceArenasAreThePlannedSizesAndOversizedRunsAreRefused) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    const int B = 2, T = 7;
+    const GPTConfig cfg = micro_config(0.1f);
+    const ActivationPlan plan = plan_for_mode(cfg, B, T, MemoryMode::none);
+    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, cuda_backend());
+    const ModelMemory planned = GPTModel::plan_memory(cfg, B, T, plan, {}, ModelUse::training, Device::cuda);
+    EXPECT_EQ(model.memory().total(), planned.total());
+    EXPECT_EQ(model.memory().logits, GPTModel::plan_memory(cfg, B, T, plan).logits + 2 * B * T * sizeof(int));
+
+    const GPTConfig huge = *gpt_preset("gpt-4.7b");
+    const std::uint64_t total = memory_for_mode(huge, 512, 1024, MemoryMode::none, Device::cuda).total();
+    try {
+        check_physical_memory(huge, 512, 1024, MemoryMode::none, total, Device::cuda);
+        ADD_FAILURE() << "a " << total << "-byte run was not refused";
+    } catch (const UserError& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("the GPU has"), std::string::npos) << message;
+        EXPECT_NE(message.find("optimizer state"), std::string::npos) << message;
+        EXPECT_NE(message.find("largest batch"), std::string::npos) << message;
+    }
+}
+
+}  // namespace
+}  // namespace adacc::test
