@@ -29,8 +29,10 @@ struct Shape {
     int B, T, C, NH;
 };
 // hs = 24 and 20; T = 1; B <= NH (one GEMM per batch, heads batched) and B > NH (one per head);
-// T = 33 and 69: several 32-row tiles and several row-softmax blocks.
-const Shape kShapes[] = {{2, 7, 72, 3}, {2, 1, 40, 2}, {1, 7, 40, 2}, {3, 5, 40, 2}, {4, 33, 40, 2}, {2, 69, 72, 3}};
+// T = 33, 40 and 69: several 32-row tiles and row-softmax blocks; hs = 80: several 32-channel
+// tiles (the dropout products), one head.
+const Shape kShapes[] = {{2, 7, 72, 3},  {2, 1, 40, 2},  {1, 7, 40, 2},
+                         {3, 5, 40, 2},  {4, 33, 40, 2}, {2, 69, 72, 3}, {1, 40, 80, 1}};
 
 std::vector<float> nans(std::size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 
