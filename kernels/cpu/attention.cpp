@@ -103,7 +103,7 @@ void attention_value_backward(const KernelContext& ctx, float* datt, float* dqkv
         }
 }
 
-void attention_softmax_backward(const KernelContext& ctx, float* dqkv, const float* datt, const float* att,
+void attention_softmax_backward(const KernelContext& ctx, float* dqkv, float* datt, const float* att,
                                 const float* qkv, int B, int T, int C, int NH) {
     const HeadView hv{3L * C, C / NH};
     const float scale = 1.0f / std::sqrt(static_cast<float>(hv.hs));

@@ -1,0 +1,134 @@
+// Linear layers: the three GEMMs go to cuBLASLt through kernels/cuda/blas.h (fp32 compute, the
+// bias fused as its epilogue); the bias gradient is a handwritten two-pass column sum, because
+// cuBLASLt's bias-gradient epilogues do not promise a fixed reduction order.
+#include <stdexcept>
+
+#include "kernels/cuda/blas.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/device_sizes.h"
+#include "kernels/cuda/ops.h"
+
+namespace adacc::cuda {
+namespace {
+
+// Element loads go through to_float so a bf16 variant needs only an overload.
+__device__ inline float to_float(float x) { return x; }
+
+// The column sum's tile: 32 columns (one per lane, so a warp reads 128 contiguous bytes of a row)
+// by kSumRowLanes rows in flight.
+constexpr int kSumRowLanes = 8;
+constexpr int kFinalThreads = 256;
+
+// Pass 1: partial[g * OC + col] = sum of dout[r, col] over row group g (rows [g * rows_per_group,
+// ...)). Lane (x, y) sums rows y, y + 8, ... of the group in order; the 8 lanes of a column are
+// then added in y order: a fixed order that depends only on the shape.
+__global__ void column_sum_partial_kernel(float* partial, const float* dout, int N, int OC, int rows_per_group) {
+    __shared__ float sums[kSumRowLanes][32];
+    const int col = blockIdx.x * 32 + threadIdx.x;
+    const int group = blockIdx.y;
+    const int row_end = (group + 1) * rows_per_group < N ? (group + 1) * rows_per_group : N;
+    float sum = 0.0f;
+    if (col < OC)
+        for (int r = group * rows_per_group + threadIdx.y; r < row_end; r += kSumRowLanes)
+            sum += to_float(dout[static_cast<long>(r) * OC + col]);
+    sums[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < OC) {
+        float total = sums[0][threadIdx.x];
+        for (int y = 1; y < kSumRowLanes; ++y) total += sums[y][threadIdx.x];
+        partial[static_cast<long>(group) * OC + col] = total;
+    }
+}
+
+// Pass 2: dbias[col] (+)= the groups' partials, added in group order.
+__global__ void column_sum_final_kernel(float* dbias, const float* partial, int groups, int OC, bool accumulate) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    float total = partial[col];
+    for (int g = 1; g < groups; ++g) total += partial[static_cast<long>(g) * OC + col];
+    dbias[col] = accumulate ? dbias[col] + total : total;
+}
+
+// dbias (OC) (+)= column sums of dout (N x OC), N >= 1.
+void bias_gradient(const KernelContext& ctx, float* dbias, const float* dout, int N, int OC, bool accumulate) {
+    if (OC <= 0) return;
+    const long fit = static_cast<long>(ctx.reduction_scratch_bytes / (sizeof(float) * static_cast<std::size_t>(OC)));
+    int groups = kReductionRowGroups;
+    if (groups > N) groups = N;
+    if (groups > fit) groups = static_cast<int>(fit);
+    if (!ctx.reduction_scratch || groups < 1)
+        throw std::runtime_error("matmul_backward: the reduction scratch cannot hold one row of dbias partials");
+    const int rows_per_group = static_cast<int>(ceil_div(N, groups));
+    groups = static_cast<int>(ceil_div(N, rows_per_group));  // no empty trailing group
+    auto* partial = static_cast<float*>(ctx.reduction_scratch);
+    ADACC_LAUNCH(column_sum_partial_kernel, dim3(ceil_div(OC, 32), groups), dim3(32, kSumRowLanes), 0, ctx.stream)
+    (partial, dout, N, OC, rows_per_group);
+    check_launch("matmul_backward (column_sum_partial_kernel)");
+    ADACC_LAUNCH(column_sum_final_kernel, ceil_div(OC, kFinalThreads), kFinalThreads, 0, ctx.stream)
+    (dbias, partial, groups, OC, accumulate);
+    check_launch("matmul_backward (column_sum_final_kernel)");
+}
+
+}  // namespace
+
+void matmul_forward(const KernelContext& ctx, float* out, const float* inp, const float* weight, const float* bias,
+                    int N, int C, int OC) {
+    // out (N x OC) = inp (N x C) @ weight^T, weight stored OC x C; the bias (OC) is added to
+    // every row by cuBLASLt's BIAS epilogue (none when null).
+    GemmShape s;
+    s.m = N;
+    s.n = OC;
+    s.k = C;
+    GemmOperand x, w;
+    x.data = inp;
+    x.ld = C;
+    w.data = weight;
+    w.ld = C;
+    w.transpose = true;
+    gemm(ctx, s, x, w, out, OC, 0, bias, "matmul_forward");
+}
+
+void matmul_backward(const KernelContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC, bool accumulate) {
+    if (N <= 0) {
+        // No rows: the gradients add nothing; overwriting means zeroing.
+        if (!accumulate) {
+            check(cudaMemsetAsync(dweight, 0, sizeof(float) * static_cast<std::size_t>(OC) * C, stream_of(ctx)),
+                  "matmul_backward: cudaMemsetAsync");
+            if (dbias)
+                check(cudaMemsetAsync(dbias, 0, sizeof(float) * static_cast<std::size_t>(OC), stream_of(ctx)),
+                      "matmul_backward: cudaMemsetAsync");
+        }
+        return;
+    }
+    GemmOperand gy;  // dout, N x OC
+    gy.data = dout;
+    gy.ld = OC;
+    // dinp (N x C) = dout (N x OC) @ weight (OC x C), overwritten.
+    if (dinp) {
+        GemmShape s;
+        s.m = N;
+        s.n = C;
+        s.k = OC;
+        GemmOperand w;
+        w.data = weight;
+        w.ld = C;
+        gemm(ctx, s, gy, w, dinp, C, 0, nullptr, "matmul_backward (dinp)");
+    }
+    // dweight (OC x C) = dout^T (OC x N) @ inp (N x C), added to dweight when accumulating.
+    {
+        GemmShape s;
+        s.m = OC;
+        s.n = C;
+        s.k = N;
+        s.beta = accumulate ? 1.0f : 0.0f;
+        GemmOperand gyt = gy, x;
+        gyt.transpose = true;
+        x.data = inp;
+        x.ld = C;
+        gemm(ctx, s, gyt, x, dweight, C, 0, nullptr, "matmul_backward (dweight)");
+    }
+    if (dbias) bias_gradient(ctx, dbias, dout, N, OC, accumulate);
+}
+
+}  // namespace adacc::cuda
