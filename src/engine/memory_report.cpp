@@ -103,18 +103,24 @@ std::string format_memory_table(const GPTConfig& config, int B, int T, const std
                                 std::uint64_t budget, Device device) {
     std::string out;
     char line[512];
-    std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s %12s%s\n", "mode", "params", "grads",
-                  "adamw", "tape", "materialize", "transients", "logits", "total", budget ? "   max_batch" : "");
+    // The backend's fixed memory gets a column where there is any (CUDA), so the row adds up.
+    const bool backend_column = device_traits(device).resident_bytes > 0;
+    std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n", "mode", "params", "grads",
+                  "adamw", "tape", "materialize", "transients", "logits", backend_column ? "      backend" : "", "total",
+                  budget ? "   max_batch" : "");
     out += line;
     for (MemoryMode mode : modes) {
         const ModelMemory m = memory_for_mode(config, B, T, mode, device);
         std::string max_batch;
         if (budget) max_batch = "   " + std::to_string(largest_batch(config, T, mode, budget, 1 << 16, device));
-        std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s %12s%s\n", memory_mode_name(mode),
+        char backend[32] = "";
+        if (backend_column) std::snprintf(backend, sizeof backend, " %12s", format_bytes(m.backend).c_str());
+        std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n", memory_mode_name(mode),
                       format_bytes(m.parameters).c_str(), format_bytes(m.gradients).c_str(),
                       format_bytes(m.optimizer_state).c_str(), format_bytes(m.tape).c_str(),
                       format_bytes(m.materialize).c_str(), format_bytes(m.transients).c_str(),
-                      format_bytes(m.logits).c_str(), format_bytes(m.total()).c_str(), max_batch.c_str());
+                      format_bytes(m.logits).c_str(), backend, format_bytes(m.total()).c_str(),
+                      max_batch.c_str());
         out += line;
     }
     return out;

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with one NVIDIA GPU, its driver and the CUDA toolkit (no Debian
+# packages or network needed), in under 8 minutes:
+#   1. the CUDA tests on the device (test_cuda_device: every kernel against its CPU twin, the
+#      whole-model training steps against the CPU backend, recompute bit-identity, checkpoints);
+#   2. compute-sanitizer memcheck and racecheck on the kernel tests;
+#   3. bench_gpu: gpt-117m and gpt-345m at T=1024 (step ms, tokens/s, MFU) and the fixed memory
+#      modes at one batch: a table on stdout and bench_gpu.json.
+# Run from a bundle (bash scripts/gpu_bundle.sh DIR on a CPU machine, then bash DIR/gpu_check.sh),
+# or from a checkout whose build/ has the CUDA targets (bash scripts/gpu_check.sh).
+# Results go to $OUT when set (the device tool's folder), else gpu_check_out/.
+set -uo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+if [ -x "$HERE/bin/test_cuda_device" ]; then BIN="$HERE/bin"; export LD_LIBRARY_PATH="$HERE/lib:${LD_LIBRARY_PATH:-}"
+else BIN="$HERE/../build"; fi
+RESULTS="${OUT:-gpu_check_out}"
+mkdir -p "$RESULTS"
+CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+export LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}"
+export PATH="$CUDA_HOME/bin:$CUDA_HOME/compute-sanitizer:$PATH"
+status=0
+step() { echo; echo "== $* ($(date +%T))"; }
+
+step "GPU"
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee "$RESULTS/gpu.txt"
+[ -f "$HERE/COMMIT" ] && echo "bundle of commit $(cat "$HERE/COMMIT")"
+
+step "CUDA tests on the device"
+timeout 240 "$BIN/test_cuda_device" --gtest_brief=1 2>&1 | tee "$RESULTS/cuda_tests.txt" | tail -25
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "CUDA TESTS FAILED"; status=1; }
+
+# The kernel tests only (the model tests would take the sanitizers minutes).
+KERNEL_TESTS='Cuda*:-CudaModel*:CudaKernelCoverage*'
+for tool in memcheck racecheck; do
+  step "compute-sanitizer $tool"
+  if command -v compute-sanitizer >/dev/null; then
+    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/test_cuda_device" \
+      --gtest_filter="$KERNEL_TESTS" --gtest_brief=1 > "$RESULTS/sanitizer_$tool.txt" 2>&1
+    rc=$?
+    tail -4 "$RESULTS/sanitizer_$tool.txt"
+    [ "$rc" -eq 0 ] || { echo "compute-sanitizer $tool: exit $rc (see sanitizer_$tool.txt)"; status=1; }
+  else
+    echo "compute-sanitizer not found in $CUDA_HOME: skipped"
+  fi
+done
+
+step "bench_gpu"
+timeout 200 "$BIN/bench_gpu" --presets gpt-117m,gpt-345m --seq 1024 --steps 5 --warmup 2 \
+  --json "$RESULTS/bench_gpu.json" 2>&1 | tee "$RESULTS/bench_gpu.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "BENCH FAILED"; status=1; }
+
+step "done: status $status"
+exit $status

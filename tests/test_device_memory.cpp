@@ -1,0 +1,76 @@
+// `adacc memory --device cuda` sizes a model's device arenas on a machine without a GPU (and in
+// a build without CUDA): the printed totals are checked against sizes computed here from the
+// GPT-2 parameter count formula and the CUDA backend's documented extras (staged token ids, the
+// fixed cuBLASLt workspace and reduction scratch of kernels/cuda/device_sizes.h).
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include "kernels/cuda/device_sizes.h"
+#include "src/common/units.h"
+#include "src/engine/memory_report.h"
+#include "tests/test_support.h"
+
+namespace adacc::test {
+namespace {
+
+// GPT-2's parameters: token embedding (padded vocab) and positions, per layer 12 C^2 + 13 C
+// (qkv, proj, fc, fcproj weights and biases, two layernorms), the final layernorm.
+std::size_t gpt2_parameters(const GPTConfig& c) {
+    const std::size_t C = c.n_embd, L = c.n_layer;
+    return c.padded_vocab_size() * C + static_cast<std::size_t>(c.max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+TEST(DeviceMemory, CudaArenasFollowTheFormulas) {
+    for (const char* preset : {"gpt-345m", "gpt-4.7b"}) {
+        const GPTConfig cfg = *gpt_preset(preset);
+        const int B = 8, T = 1024;
+        const std::size_t N = static_cast<std::size_t>(B) * T, P = gpt2_parameters(cfg);
+        for (MemoryMode mode : fixed_memory_modes()) {
+            const ModelMemory cpu = memory_for_mode(cfg, B, T, mode, Device::cpu);
+            const ModelMemory cuda = memory_for_mode(cfg, B, T, mode, Device::cuda);
+            EXPECT_EQ(cuda.parameters, 4 * P) << preset;
+            EXPECT_EQ(cuda.gradients, 4 * P);
+            EXPECT_EQ(cuda.optimizer_state, 8 * P);
+            EXPECT_EQ(cuda.tape, cpu.tape);
+            EXPECT_EQ(cuda.materialize, cpu.materialize);
+            EXPECT_EQ(cuda.transients, cpu.transients);
+            // logits (N x Vp fp32) and per-token losses, plus the staged token ids and targets.
+            EXPECT_EQ(cuda.logits, N * cfg.padded_vocab_size() * 4 + N * 4 + 2 * N * sizeof(int));
+            EXPECT_EQ(cuda.backend, cuda::kBlasWorkspaceBytes + cuda::kReductionScratchBytes);
+            EXPECT_EQ(cuda.total(), cpu.total() + 2 * N * sizeof(int) + cuda.backend);
+        }
+    }
+}
+
+TEST(DeviceMemory, MemoryCommandPrintsDeviceArenasWithoutAGpu) {
+    for (const char* name : {"gpt-345m", "gpt-4.7b"}) {
+        const auto r = run_adacc(std::string("memory --device cuda --config ") + ADACC_SOURCE_DIR + "/configs/" + name +
+                                 ".toml --set training.batch_size=8 --set training.seq_len=1024");
+        ASSERT_EQ(r.status, 0) << r.output;
+        EXPECT_NE(r.output.find("device cuda: 16 bytes per parameter"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find("4 bytes per activation element (f32)"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find("backend fixed memory 48.00 MiB"), std::string::npos) << r.output;
+        const GPTConfig cfg = *gpt_preset(name);
+        for (MemoryMode mode : fixed_memory_modes()) {
+            const ModelMemory m = memory_for_mode(cfg, 8, 1024, mode, Device::cuda);
+            std::istringstream lines(r.output);
+            bool found = false;
+            for (std::string line; std::getline(lines, line);) {
+                std::istringstream row(line);
+                std::string first;
+                row >> first;
+                if (first != memory_mode_name(mode)) continue;
+                found = true;
+                EXPECT_NE(line.find(format_bytes(m.total())), std::string::npos) << line;
+                EXPECT_NE(line.find(format_bytes(m.parameters)), std::string::npos) << line;
+                EXPECT_NE(line.find(format_bytes(m.backend)), std::string::npos) << line;
+            }
+            EXPECT_TRUE(found) << memory_mode_name(mode) << " row missing:\n" << r.output;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace adacc::test
