@@ -25,10 +25,12 @@ void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
     std::printf("parameters: %lld (formula Vp*C + maxT*C + L*(12C^2 + 13C) + 2C = %lld; %lld without vocab padding)\n",
                 static_cast<long long>(model.num_params()), static_cast<long long>(m.parameter_count()),
                 static_cast<long long>(m.unpadded_parameter_count()));
-    std::printf("memory (%s): params %s, grads %s, adamw %s, tape %s, workspace %s (logits %s), total %s\n",
-                cfg.memory.mode.c_str(), format_bytes(mem.parameters).c_str(), format_bytes(mem.gradients).c_str(),
-                format_bytes(mem.optimizer_state).c_str(), format_bytes(mem.tape).c_str(),
-                format_bytes(mem.workspace()).c_str(), format_bytes(mem.logits).c_str(), format_bytes(mem.total()).c_str());
+    std::printf("memory (%s on %s): params %s, grads %s, adamw %s, tape %s, workspace %s (logits %s)%s%s, total %s\n",
+                cfg.memory.mode.c_str(), device_name(model.backend().device()), format_bytes(mem.parameters).c_str(),
+                format_bytes(mem.gradients).c_str(), format_bytes(mem.optimizer_state).c_str(),
+                format_bytes(mem.tape).c_str(), format_bytes(mem.workspace()).c_str(), format_bytes(mem.logits).c_str(),
+                mem.backend ? ", backend " : "", mem.backend ? format_bytes(mem.backend).c_str() : "",
+                format_bytes(mem.total()).c_str());
 }
 
 }  // namespace
