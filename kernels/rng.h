@@ -7,9 +7,18 @@
 #include <cmath>
 #include <cstdint>
 
+// mix64 and rng_uniform are also device code (kernels/cuda/dropout.cu draws its masks with them),
+// so both backends share this one definition: __host__ __device__ under nvcc, nothing for the
+// host compiler (the SIMT emulation included). Keys are made on the host (rng_key).
+#if defined(__CUDACC__)
+#define ADACC_HOST_DEVICE __host__ __device__
+#else
+#define ADACC_HOST_DEVICE
+#endif
+
 namespace adacc {
 
-inline std::uint64_t mix64(std::uint64_t z) {
+ADACC_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t z) {
     z += 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -26,7 +35,7 @@ inline std::uint64_t rng_key(std::uint64_t seed, std::uint64_t step, std::uint64
 }
 
 // Uniform in [0, 1) with 24 bits, from element `counter` of stream `key`.
-inline float rng_uniform(std::uint64_t key, std::uint64_t counter) {
+ADACC_HOST_DEVICE inline float rng_uniform(std::uint64_t key, std::uint64_t counter) {
     return static_cast<float>(mix64(key ^ mix64(counter)) >> 40) * (1.0f / 16777216.0f);
 }
 

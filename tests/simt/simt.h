@@ -165,6 +165,12 @@ inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+// A product rounded on its own, never contracted with a following addition into an FMA (the
+// device compiler never fuses __fmul_rn; the volatile stops the host compiler's -ffp-contract).
+inline float __fmul_rn(float a, float b) {
+    volatile float product = a * b;
+    return product;
+}
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 template <typename T>
 T __ldg(const T* p) { return *p; }

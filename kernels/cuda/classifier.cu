@@ -1,0 +1,93 @@
+// Fused classifier: log-softmax + cross-entropy over the first V of Vp columns, one block per row.
+// The row's max and sum of exp(x - max) come from one read (an online softmax: each thread keeps
+// a running max and a sum rescaled whenever the max grows), then, when dloss != 0, a second sweep
+// overwrites the logits with dlogits = (softmax - onehot) * dloss and zeroes the padded columns.
+// The reductions are fixed butterflies and one shared broadcast, so every thread uses the same
+// (max, sum) and the result does not depend on timing.
+#include <cmath>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace adacc::cuda {
+namespace {
+
+constexpr int kThreads = 512;  // ~100 columns per thread at V = 50257
+
+// The running (max, sum) pair after merging (m2, s2) into (m, s); an empty side has max -inf.
+__device__ inline void merge_softmax(float& m, float& s, float m2, float s2) {
+    const float top = fmaxf(m, m2);
+    if (top == -INFINITY) return;  // both empty
+    s = (m == -INFINITY ? 0.0f : s * expf(m - top)) + (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - top));
+    m = top;
+}
+
+// Logits of type T (float for now; a bf16 variant converts in the loads and stores only).
+template <typename T>
+__global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+    __shared__ float partial_max[32], partial_sum[32];
+    __shared__ float row_max, row_sum;
+    T* row = logits + static_cast<long>(blockIdx.x) * Vp;
+    const int target = targets[blockIdx.x];
+    // Read before any thread of the block overwrites the row (after the barriers below).
+    const float target_logit = threadIdx.x == 0 ? static_cast<float>(row[target]) : 0.0f;
+
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float x = static_cast<float>(row[j]);
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;  // first element: 0 * exp(-inf) + 1
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, offset), s2 = __shfl_xor_sync(0xffffffffu, s, offset);
+        merge_softmax(m, s, m2, s2);
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    if (lane == 0) {
+        partial_max[warp] = m;
+        partial_sum[warp] = s;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < warps ? partial_max[lane] : -INFINITY;
+        s = lane < warps ? partial_sum[lane] : 0.0f;
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m, offset), s2 = __shfl_xor_sync(0xffffffffu, s, offset);
+            merge_softmax(m, s, m2, s2);
+        }
+        // One lane's pair for everyone: lanes of a butterfly may differ in the last bit where
+        // the compiler contracts a merge into an FMA, and every element must see the same sum.
+        if (lane == 0) {
+            row_max = m;
+            row_sum = s;
+        }
+    }
+    __syncthreads();
+    const float maxv = row_max, sum = row_sum;
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) - (target_logit - maxv);
+    if (dloss == 0.0f) return;
+    const float scale = dloss / sum;
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+        float d = 0.0f;  // padded columns
+        if (j < V) {
+            d = expf(static_cast<float>(row[j]) - maxv) * scale;
+            if (j == target) d -= dloss;
+        }
+        row[j] = static_cast<T>(d);
+    }
+}
+
+}  // namespace
+
+void fused_classifier(const KernelContext& ctx, float* logits, float* losses, const int* targets, int N, int V, int Vp,
+                      float dloss) {
+    if (N == 0) return;
+    ADACC_LAUNCH(fused_classifier_kernel<float>, N, kThreads, 0, ctx.stream)(logits, losses, targets, V, Vp, dloss);
+    check_launch("fused_classifier");
+}
+
+}  // namespace adacc::cuda

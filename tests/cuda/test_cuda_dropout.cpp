@@ -1,0 +1,103 @@
+// Dropout on CUDA against its CPU twin (kernels/cpu/dropout.cpp). The masks come from the same
+// counter-based RNG (kernels/rng.h, compiled for the device too) and must be the CPU's bit for
+// bit; the scaled and residual outputs are one rounded operation per step, the CPU's too.
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/rng.h"
+#include "tests/cuda/cuda_test_support.h"
+
+namespace adacc::test {
+namespace {
+
+const long kSizes[] = {1, 31, 257, 4099};
+
+TEST(CudaDropout, MaskIsBitIdenticalToTheCpu) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    for (long n : {1L, 31L, 257L, 100003L})
+        for (float p : {0.0f, 0.1f, 0.5f}) {
+            const unsigned long long key = rng_key(42, 7, 1, 3, static_cast<std::uint64_t>(n));
+            std::vector<unsigned char> want(n);
+            cpu::dropout_mask(cpu::default_context(), want.data(), n, p, key);
+            DeviceArray<unsigned char> got(n);
+            cuda::dropout_mask(ctx.get(), got.get(), n, p, key);
+            EXPECT_TRUE(all_equal_bytes(got.download(), want)) << "n=" << n << " p=" << p;
+        }
+}
+
+TEST(CudaDropout, ResidualForwardMatchesTheCpu) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    const float p = 0.1f;
+    for (long n : kSizes) {
+        const std::vector<float> residual = random_floats(n, 1), inp = random_floats(n, 2);
+        const std::vector<unsigned char> mask = random_mask(n, 3, 1.0f - p);
+        DeviceArray<float> d_res(residual), d_inp(inp), d_out(n);
+        DeviceArray<unsigned char> d_mask(mask);
+
+        // No mask: one addition, bit-identical.
+        std::vector<float> want(n);
+        cpu::residual_dropout_forward(cpu::default_context(), want.data(), residual.data(), inp.data(), nullptr, p, n);
+        cuda::residual_dropout_forward(ctx.get(), d_out.get(), d_res.get(), d_inp.get(), nullptr, p, n);
+        EXPECT_TRUE(all_close(d_out.download(), want, 0.0, 0.0)) << "no mask, n=" << n;
+
+        // Mask: residual + round(inp * scale). The CPU twin computes that in its vectorised loop,
+        // but GCC fuses the scalar remainder of each thread's chunk into one FMA (one rounding
+        // instead of two), so the device is compared exactly with the two-rounding formula and
+        // with the CPU within what the two roundings allow: an ulp of the result (relative
+        // 2.4e-7) plus an ulp of the product where they cancel (|inp * scale| < 1.2: 1.2e-7).
+        cpu::residual_dropout_forward(cpu::default_context(), want.data(), residual.data(), inp.data(), mask.data(), p,
+                                      n);
+        cuda::residual_dropout_forward(ctx.get(), d_out.get(), d_res.get(), d_inp.get(), d_mask.get(), p, n);
+        const std::vector<float> got = d_out.download();
+        EXPECT_TRUE(all_close(got, want, 2.4e-7, 1.2e-7)) << "mask, n=" << n;
+        const float scale = 1.0f / (1.0f - p);
+        std::vector<float> rounded(n);
+        for (long i = 0; i < n; ++i) {
+            volatile float product = inp[i] * scale;  // volatile: rounded, never contracted
+            rounded[i] = residual[i] + (mask[i] ? static_cast<float>(product) : 0.0f);
+        }
+        EXPECT_TRUE(all_close(got, rounded, 0.0, 0.0)) << "mask, n=" << n;
+    }
+}
+
+TEST(CudaDropout, ResidualBackwardIsBitIdenticalToTheCpu) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    const float p = 0.25f;
+    for (long n : kSizes) {
+        const std::vector<float> dout = random_floats(n, 4);
+        const std::vector<unsigned char> mask = random_mask(n, 5, 1.0f - p);
+        DeviceArray<float> d_dout(dout), d_dinp(n);
+        DeviceArray<unsigned char> d_mask(mask);
+        for (const unsigned char* m : {static_cast<const unsigned char*>(nullptr), mask.data()}) {
+            std::vector<float> want(n);
+            cpu::residual_dropout_backward(cpu::default_context(), want.data(), dout.data(), m, p, n);
+            cuda::residual_dropout_backward(ctx.get(), d_dinp.get(), d_dout.get(), m ? d_mask.get() : nullptr, p, n);
+            EXPECT_TRUE(all_close(d_dinp.download(), want, 0.0, 0.0)) << (m ? "mask" : "no mask") << ", n=" << n;
+        }
+    }
+}
+
+TEST(CudaDropout, ForwardIsBitIdenticalToTheCpuInPlaceToo) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    const float p = 0.1f;
+    for (long n : kSizes) {
+        const std::vector<float> inp = random_floats(n, 6);
+        const std::vector<unsigned char> mask = random_mask(n, 7, 1.0f - p);
+        std::vector<float> want(n);
+        cpu::dropout_forward(cpu::default_context(), want.data(), inp.data(), mask.data(), p, n);
+        DeviceArray<float> d_inp(inp), d_out(n);
+        DeviceArray<unsigned char> d_mask(mask);
+        cuda::dropout_forward(ctx.get(), d_out.get(), d_inp.get(), d_mask.get(), p, n);
+        EXPECT_TRUE(all_close(d_out.download(), want, 0.0, 0.0)) << "n=" << n;
+        cuda::dropout_forward(ctx.get(), d_inp.get(), d_inp.get(), d_mask.get(), p, n);  // in place (embeddings)
+        EXPECT_TRUE(all_close(d_inp.download(), want, 0.0, 0.0)) << "in place, n=" << n;
+    }
+}
+
+}  // namespace
+}  // namespace adacc::test

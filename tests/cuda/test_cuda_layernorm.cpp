@@ -1,0 +1,114 @@
+// LayerNorm on CUDA against its CPU twin (kernels/cpu/layernorm.cpp). The formulas are the same,
+// the summation orders are not (a warp's butterfly vs the CPU's SIMD lanes; dweight / dbias summed
+// per row group then over groups vs row by row), so the results agree to fp32 rounding, not bits.
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/ops.h"
+#include "tests/cuda/cuda_test_support.h"
+
+namespace adacc::test {
+namespace {
+
+// Row statistics and outputs: a few ulp of relative error. The absolute floor covers elements
+// near zero (out = norm * weight + bias cancels; the mean of an offset row is ~0.5 but of
+// differences ~1e-7 absolute), far below any value that matters.
+constexpr double kRel = 1e-5, kAbs = 1e-6;
+// dweight / dbias sum N rows in a different order: the error grows with the partial sums, whose
+// size is ~sqrt(N) here, so the floor is a few ulp of those (N <= 300).
+constexpr double kParamAbs = 1e-5;
+
+struct Shape {
+    int N, C;
+};
+
+struct Inputs {
+    std::vector<float> x, weight, bias;
+    Inputs(const Shape& s, std::uint64_t seed)
+        : x(random_floats(static_cast<std::size_t>(s.N) * s.C, seed, -1.0f, 2.0f)),  // mean ~0.5, not 0
+          weight(random_floats(s.C, seed + 1, 0.5f, 1.5f)),
+          bias(random_floats(s.C, seed + 2, -0.5f, 0.5f)) {}
+};
+
+TEST(CudaLayernorm, ForwardMatchesTheCpu) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    // One row, odd widths, rows over several blocks (8 per block), C not a multiple of 32.
+    for (const Shape& s : {Shape{1, 40}, Shape{14, 72}, Shape{37, 300}, Shape{3, 768}}) {
+        const Inputs in(s, 100 + s.C);
+        std::vector<float> out(in.x.size()), mean(s.N), rstd(s.N);
+        cpu::layernorm_forward(cpu::default_context(), out.data(), mean.data(), rstd.data(), in.x.data(),
+                               in.weight.data(), in.bias.data(), s.N, s.C);
+        DeviceArray<float> d_x(in.x), d_w(in.weight), d_b(in.bias), d_out(in.x.size()), d_mean(s.N), d_rstd(s.N);
+        cuda::layernorm_forward(ctx.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
+                                s.N, s.C);
+        EXPECT_TRUE(all_close(d_out.download(), out, kRel, kAbs)) << "out N=" << s.N << " C=" << s.C;
+        EXPECT_TRUE(all_close(d_mean.download(), mean, kRel, kAbs)) << "mean N=" << s.N << " C=" << s.C;
+        EXPECT_TRUE(all_close(d_rstd.download(), rstd, kRel, 0.0)) << "rstd N=" << s.N << " C=" << s.C;
+    }
+}
+
+// Backward from the CPU's saved statistics (so both start from the same mean and rstd), with
+// nonzero dinp, dweight, dbias: all three accumulate. `scratch_bytes` (0: the context's own)
+// shrinks the reduction scratch to force fewer, larger row groups.
+void check_backward(const Shape& s, std::size_t scratch_bytes = 0) {
+    CudaTestContext ctx;
+    KernelContext kctx = ctx.get();
+    if (scratch_bytes) kctx.reduction_scratch_bytes = scratch_bytes;
+    const Inputs in(s, 200 + s.C);
+    const std::size_t n = in.x.size();
+    std::vector<float> out(n), mean(s.N), rstd(s.N);
+    cpu::layernorm_forward(cpu::default_context(), out.data(), mean.data(), rstd.data(), in.x.data(), in.weight.data(),
+                           in.bias.data(), s.N, s.C);
+    const std::vector<float> dout = random_floats(n, 7);
+    std::vector<float> dinp = random_floats(n, 8), dweight = random_floats(s.C, 9), dbias = random_floats(s.C, 10);
+    DeviceArray<float> d_x(in.x), d_w(in.weight), d_mean(mean), d_rstd(rstd), d_dout(dout), d_dinp(dinp),
+        d_dweight(dweight), d_dbias(dbias);
+    cpu::layernorm_backward(cpu::default_context(), dinp.data(), dweight.data(), dbias.data(), dout.data(),
+                            in.x.data(), in.weight.data(), mean.data(), rstd.data(), s.N, s.C);
+    cuda::layernorm_backward(kctx, d_dinp.get(), d_dweight.get(), d_dbias.get(), d_dout.get(), d_x.get(), d_w.get(),
+                             d_mean.get(), d_rstd.get(), s.N, s.C);
+    EXPECT_TRUE(all_close(d_dinp.download(), dinp, kRel, kAbs)) << "dinp N=" << s.N << " C=" << s.C;
+    EXPECT_TRUE(all_close(d_dweight.download(), dweight, kRel, kParamAbs)) << "dweight N=" << s.N << " C=" << s.C;
+    EXPECT_TRUE(all_close(d_dbias.download(), dbias, kRel, kParamAbs)) << "dbias N=" << s.N << " C=" << s.C;
+}
+
+TEST(CudaLayernorm, BackwardMatchesTheCpu) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    // One row; odd widths; 300 rows = 10 row groups of 32 (the last short) over 4-warp blocks.
+    for (const Shape& s : {Shape{1, 40}, Shape{14, 72}, Shape{300, 100}}) check_backward(s);
+}
+
+TEST(CudaLayernorm, BackwardWithFewerWarpsAndFewerGroups) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    check_backward(Shape{5, 2000});  // 16 KB of shared memory per warp: 3 warps per block
+    check_backward(Shape{3, 6000});  // 48000 bytes: one warp
+    // Scratch for 3 groups of 2 * 40 floats: 300 rows become 3 groups of 100.
+    check_backward(Shape{300, 40}, 3 * 2 * 40 * sizeof(float));
+}
+
+TEST(CudaLayernorm, BackwardIsDeterministic) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    const Shape s{70, 72};
+    const Inputs in(s, 300);
+    const std::size_t n = in.x.size();
+    std::vector<float> out(n), mean(s.N), rstd(s.N);
+    cpu::layernorm_forward(cpu::default_context(), out.data(), mean.data(), rstd.data(), in.x.data(), in.weight.data(),
+                           in.bias.data(), s.N, s.C);
+    DeviceArray<float> d_x(in.x), d_w(in.weight), d_mean(mean), d_rstd(rstd), d_dout(random_floats(n, 3));
+    std::vector<std::vector<float>> runs;
+    for (int run = 0; run < 2; ++run) {
+        DeviceArray<float> d_dinp(n), d_dweight(s.C), d_dbias(s.C);
+        cuda::layernorm_backward(ctx.get(), d_dinp.get(), d_dweight.get(), d_dbias.get(), d_dout.get(), d_x.get(),
+                                 d_w.get(), d_mean.get(), d_rstd.get(), s.N, s.C);
+        runs.push_back(d_dweight.download());
+        std::vector<float> dbias = d_dbias.download(), dinp = d_dinp.download();
+        runs.back().insert(runs.back().end(), dbias.begin(), dbias.end());
+        runs.back().insert(runs.back().end(), dinp.begin(), dinp.end());
+    }
+    EXPECT_TRUE(all_close(runs[1], runs[0], 0.0, 0.0));
+}
+
+}  // namespace
+}  // namespace adacc::test
