@@ -59,9 +59,11 @@ struct Grid {
 thread_local Grid* running = nullptr;
 thread_local std::vector<Stack> stack_pool;
 
+// Never destroyed: the log writer below reads it at exit, after function statics created later
+// than the writer would have been destroyed.
 std::set<std::string>& launched() {
-    static std::set<std::string> names;
-    return names;
+    static auto* names = new std::set<std::string>;
+    return *names;
 }
 
 // Writes the launched kernels' names to $SIMT_LAUNCH_LOG at exit (tests/cuda/ counts coverage).
