@@ -151,7 +151,7 @@ __global__ void group_dequantize_kernel(const std::uint8_t* blob, std::size_t ro
             } else if (k == 0) {
                 v = static_cast<float>(get_code(row_codes, j)) * row_scales[j / G];
             } else {
-                // t = the number of outlier channels below j (binary search of the ascending indices).
+                // lo = the number of outlier channels below j (binary search of the ascending indices).
                 unsigned lo = 0, hi = static_cast<unsigned>(k);
                 while (lo < hi) {
                     const unsigned mid = (lo + hi) / 2;
