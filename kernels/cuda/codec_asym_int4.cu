@@ -1,0 +1,130 @@
+// Asymmetric group INT4 for softmax probabilities on CUDA (twin: kernels/cpu/codec_asym_int4.cpp).
+// Per row group of G: s = (max - min) / 15, o = min + 8 s, q = clip(round((x - o) / s), -8, 7),
+// x^ = fma(q, s, o); s = 0 stores code 0 and decodes to min. Same shape as group_int4's row
+// kernel: a block per row, a warp (or for G < 32 a thread) per group for min and max, a barrier,
+// then a code byte per thread.
+//
+// Bytes equal the CPU's with one exception: in a group whose values are all zeros of both signs,
+// min and max are +-0 depending on the order they are met (fminf/fmaxf here, the CPU's AVX-512
+// lane order there; the CPU's scalar and vector paths differ in it too), so the stored scale and
+// offset may differ in the sign of zero. The decoded values compare equal (both are zeros).
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/cuda/codecs.cuh"
+
+namespace adacc::cuda::codec_detail {
+namespace {
+
+// The CPU's ordering of a group's statistics: s from the range, o = fma(8, s, lo) (= lo + 8 s
+// exactly, 8 s being exact).
+__device__ inline void store_group(float lo, float hi, float* scale, float* offset) {
+    const float s = (hi - lo) / 15.0f;
+    *scale = s;
+    *offset = fmaf(8.0f, s, lo);
+}
+
+__device__ inline int asym_code(float x, float s, float o) { return s == 0.0f ? 0 : round_clip((x - o) / s); }
+
+__global__ void asym_quantize_kernel(const float* src, std::size_t rows, std::size_t cols, int group_size,
+                                     BlobHeader header, CodecLayout L, std::uint8_t* blob) {
+    const unsigned c = static_cast<unsigned>(cols), G = static_cast<unsigned>(group_size);
+    const unsigned groups = (c + G - 1) / G, row_bytes = (c + 1) / 2;
+    float* scales = reinterpret_cast<float*>(blob + L.scales);
+    float* offsets = reinterpret_cast<float*>(blob + L.offsets);
+    std::uint8_t* codes = blob + L.codes;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
+    if (blockIdx.x == 0) {
+        if (tid == 0) store_header(blob, header);
+        zero_padding(blob, L.scales, std::size_t{4} * rows * groups, tid, blockDim.x);
+        zero_padding(blob, L.offsets, std::size_t{4} * rows * groups, tid, blockDim.x);
+        zero_padding(blob, L.codes, rows * row_bytes, tid, blockDim.x);
+    }
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        const float* x = src + i * cols;
+        float* row_scales = scales + i * groups;
+        float* row_offsets = offsets + i * groups;
+        if (G >= 32) {
+            for (unsigned g = warp; g < groups; g += warps) {
+                const unsigned end = g * G + G < c ? g * G + G : c;
+                float lo = INFINITY, hi = -INFINITY;
+                for (unsigned e = g * G + lane; e < end; e += 32) {
+                    lo = fminf(lo, x[e]);
+                    hi = fmaxf(hi, x[e]);
+                }
+                lo = warp_min(lo);
+                hi = warp_max(hi);
+                if (lane == 0) store_group(lo, hi, row_scales + g, row_offsets + g);
+            }
+        } else {
+            for (unsigned g = tid; g < groups; g += blockDim.x) {
+                const unsigned end = g * G + G < c ? g * G + G : c;
+                float lo = INFINITY, hi = -INFINITY;
+                for (unsigned e = g * G; e < end; ++e) {
+                    lo = fminf(lo, x[e]);
+                    hi = fmaxf(hi, x[e]);
+                }
+                store_group(lo, hi, row_scales + g, row_offsets + g);
+            }
+        }
+        __syncthreads();  // the row's scales and offsets (global memory) are visible to the block
+        std::uint8_t* row_codes = codes + i * row_bytes;
+        for (unsigned b = tid; b < row_bytes; b += blockDim.x) {
+            const unsigned e = 2 * b, g0 = e / G;
+            const int q0 = asym_code(x[e], row_scales[g0], row_offsets[g0]);
+            int q1 = 0;
+            if (e + 1 < c) {
+                const unsigned g1 = (e + 1) / G;
+                q1 = asym_code(x[e + 1], row_scales[g1], row_offsets[g1]);
+            }
+            row_codes[b] = pack_codes(q0, q1);
+        }
+    }
+}
+
+// Decodes rows (G from the header); a header that does not match decodes to NaN.
+__global__ void asym_dequantize_kernel(const std::uint8_t* blob, std::size_t rows, std::size_t cols, float* dst) {
+    const BlobHeader& h = *reinterpret_cast<const BlobHeader*>(blob);
+    const bool good = header_ok(h, Codec::asym_int4, rows, cols);
+    const unsigned c = static_cast<unsigned>(cols), G = good ? h.group_size : 1;
+    const unsigned groups = (c + G - 1) / G, row_bytes = (c + 1) / 2;
+    // The layout of codec_format.h: header, scales, offsets, codes (all present: rows, cols > 0).
+    const std::size_t scale_bytes = align64(std::size_t{4} * rows * groups);
+    const float* scales = reinterpret_cast<const float*>(blob + sizeof(BlobHeader));
+    const float* offsets = reinterpret_cast<const float*>(blob + sizeof(BlobHeader) + scale_bytes);
+    const std::uint8_t* codes = blob + sizeof(BlobHeader) + 2 * scale_bytes;
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        const std::uint8_t* row_codes = codes + i * row_bytes;
+        for (unsigned j = threadIdx.x; j < c; j += blockDim.x) {
+            float v = quiet_nan();
+            if (good) {
+                const std::size_t g = i * groups + j / G;
+                v = fmaf(static_cast<float>(get_code(row_codes, j)), scales[g], offsets[g]);
+            }
+            dst[i * cols + j] = v;
+        }
+    }
+}
+
+
+}  // namespace
+
+void compress_asym_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+                        const CodecParams& params, void* dst) {
+    check_columns(cols);
+    const BlobHeader header = codec_format::make_header(Codec::asym_int4, rows, cols, params, 0);  // checks params
+    const CodecLayout L = codec_layout(Codec::asym_int4, rows, cols, params);
+    ADACC_LAUNCH(asym_quantize_kernel, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+        src, rows, cols, params.group_size, header, L, static_cast<std::uint8_t*>(dst));
+    check_launch("codec_compress (asym_int4)");
+}
+
+void decompress_asym_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, float* dst) {
+    check_columns(cols);
+    if (rows == 0 || cols == 0) return;
+    ADACC_LAUNCH(asym_dequantize_kernel, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+        static_cast<const std::uint8_t*>(blob), rows, cols, dst);
+    check_launch("codec_decompress (asym_int4)");
+}
+
+}  // namespace adacc::cuda::codec_detail

@@ -1,0 +1,355 @@
+// Group INT4 on CUDA: the naive symmetric group codec (mode `quant`) and the outlier-separated one
+// for Linear/LayerNorm inputs, which quantizes its non-outlier channels with the very same row
+// kernel (kernels/cpu/codec_group_int4.cpp is the twin; formats in kernels/codec_format.h).
+//
+// group_int4 compress is one kernel, a block per row: its warps take the row's groups (max |x|,
+// s = max / 7), a barrier, then each thread packs one code byte (two elements) at a time.
+// outlier_int4 adds two kernels before it, and decides k on the device:
+//   1. Sh_j = sum_i |x_ij| in double, summed in row order exactly as the CPU does (so the blob
+//      matches it byte for byte): a block per 32 columns streams row tiles through shared memory
+//      while one warp adds them in order;
+//   2. one block: mean and population std of Sh (sequential, as the CPU), Z_j in place, the
+//      candidates Z_j > z, the cap largest (ties to the lower channel) by counting ranks, and a
+//      fixed-order prefix sum that writes the ascending channel indices into the blob, the
+//      header with k, and the compacted order of the kept columns into scratch;
+//   3. the row kernel reads k from the blob's header, the kept columns through that map, and
+//      stores the outlier channels exactly.
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/cuda/codecs.cuh"
+
+namespace adacc::cuda::codec_detail {
+namespace {
+
+// ---- Block scans (fixed order; every thread of the block must call them). ----
+
+// Exclusive prefix sum of v over the block in thread order; `total` gets the block's sum.
+// `warp_totals` is __shared__ int[32] of the caller.
+__device__ inline int block_exclusive_scan(int v, int* warp_totals, int& total) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int inclusive = v;
+    for (int offset = 1; offset < 32; offset <<= 1) {
+        const int n = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) inclusive += n;
+    }
+    if (lane == 31) warp_totals[warp] = inclusive;
+    __syncthreads();
+    if (warp == 0) {
+        int t = lane < warps ? warp_totals[lane] : 0;
+        for (int offset = 1; offset < 32; offset <<= 1) {
+            const int n = __shfl_up_sync(0xffffffffu, t, offset);
+            if (lane >= offset) t += n;
+        }
+        warp_totals[lane] = t;  // inclusive over warps
+    }
+    __syncthreads();
+    const int before = (warp > 0 ? warp_totals[warp - 1] : 0) + inclusive - v;
+    total = warp_totals[warps - 1];
+    __syncthreads();  // warp_totals may be reused
+    return before;
+}
+
+// ---- The symmetric group row kernel (both codecs). ----
+
+// Writes rows [blockIdx.x, +gridDim.x, ...) of a group_int4 blob, or of an outlier_int4 blob
+// with kDeviceK: then k and the channel indices are already in the blob (outlier_select_kernel)
+// and the row's kept values are x[keep[m]], m < c = cols - k. Without kDeviceK, k = 0 and block
+// 0 writes `header`. Block 0 also zeroes every section's padding.
+template <bool kDeviceK>
+__global__ void group_quantize_kernel(const float* src, std::size_t rows, std::size_t cols, int group_size,
+                                      const std::int32_t* keep, BlobHeader header, std::uint8_t* blob) {
+    // k: the selection's, from the blob; else the header's to be written (0).
+    const std::size_t k = kDeviceK ? reinterpret_cast<const BlobHeader*>(blob)->outlier_channels : header.outlier_channels;
+    const unsigned c = static_cast<unsigned>(cols - k), G = static_cast<unsigned>(group_size);
+    const unsigned groups = (c + G - 1) / G, row_bytes = (c + 1) / 2;
+    const QuantLayout L = quant_layout(rows, cols, G, k);
+    const auto* idx = reinterpret_cast<const std::int32_t*>(blob + L.indices);
+    float* outliers = reinterpret_cast<float*>(blob + L.outliers);
+    float* scales = reinterpret_cast<float*>(blob + L.scales);
+    std::uint8_t* codes = blob + L.codes;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
+    if (blockIdx.x == 0) {
+        if (!kDeviceK && tid == 0) store_header(blob, header);
+        zero_padding(blob, L.indices, 4 * k, tid, blockDim.x);
+        zero_padding(blob, L.outliers, 4 * rows * k, tid, blockDim.x);
+        zero_padding(blob, L.scales, std::size_t{4} * rows * groups, tid, blockDim.x);
+        zero_padding(blob, L.codes, rows * row_bytes, tid, blockDim.x);
+    }
+    const bool gather = k > 0;
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        const float* x = src + i * cols;
+        auto value = [x, keep, gather](unsigned m) { return x[gather ? keep[m] : m]; };
+        float* row_scales = scales + i * groups;
+        // Scales: max |x| is exact whatever the order, so a warp (or, for G < 32, a thread) per group.
+        if (G >= 32) {
+            for (unsigned g = warp; g < groups; g += warps) {
+                const unsigned end = g * G + G < c ? g * G + G : c;
+                float m = 0.0f;
+                for (unsigned e = g * G + lane; e < end; e += 32) m = fmaxf(m, fabsf(value(e)));
+                m = warp_max(m);
+                if (lane == 0) row_scales[g] = m / 7.0f;
+            }
+        } else {
+            for (unsigned g = tid; g < groups; g += blockDim.x) {
+                const unsigned end = g * G + G < c ? g * G + G : c;
+                float m = 0.0f;
+                for (unsigned e = g * G; e < end; ++e) m = fmaxf(m, fabsf(value(e)));
+                row_scales[g] = m / 7.0f;
+            }
+        }
+        __syncthreads();  // the row's scales (global memory) are visible to the whole block
+        // Codes: one byte (elements 2b, 2b + 1; a last odd element's high nibble 0) per thread.
+        std::uint8_t* row_codes = codes + i * row_bytes;
+        for (unsigned b = tid; b < row_bytes; b += blockDim.x) {
+            const unsigned e = 2 * b;
+            const int q0 = sym_code(value(e), row_scales[e / G]);
+            const int q1 = e + 1 < c ? sym_code(value(e + 1), row_scales[(e + 1) / G]) : 0;
+            row_codes[b] = pack_codes(q0, q1);
+        }
+        // The outlier channels, exactly (row-major rows x k).
+        for (std::size_t t = tid; t < k; t += blockDim.x) outliers[i * k + t] = x[idx[t]];
+        // No barrier before the next row: it writes other scales, and this row's are not rewritten.
+    }
+}
+
+// Decodes rows of a group_int4 or outlier_int4 blob; G and k come from its header. A header
+// that does not match (codec, rows, cols), or outlier indices that are not ascending channels
+// below cols, decode to NaN (the CPU's decompress throws there).
+__global__ void group_dequantize_kernel(const std::uint8_t* blob, std::size_t rows, std::size_t cols, Codec codec,
+                                        float* dst) {
+    __shared__ int bad_of[kRowThreads];
+    const BlobHeader& h = *reinterpret_cast<const BlobHeader*>(blob);
+    const bool header_good = header_ok(h, codec, rows, cols);
+    // group_int4 ignores the header's k, as the CPU does.
+    const std::size_t k = header_good && codec == Codec::outlier_int4 ? h.outlier_channels : 0;
+    const unsigned G = header_good ? h.group_size : 1;
+    const unsigned c = static_cast<unsigned>(cols - k), groups = (c + G - 1) / G, row_bytes = (c + 1) / 2;
+    const QuantLayout L = quant_layout(rows, cols, G, k);
+    const auto* idx = reinterpret_cast<const std::int32_t*>(blob + L.indices);
+    const float* outliers = reinterpret_cast<const float*>(blob + L.outliers);
+    const float* scales = reinterpret_cast<const float*>(blob + L.scales);
+    const std::uint8_t* codes = blob + L.codes;
+    const int tid = threadIdx.x;
+    bool bad = !header_good;
+    if (k > 0) {  // (uniform in the block) validate the channel indices before reading through them
+        int mine = 0;
+        for (std::size_t t = tid; t < k; t += blockDim.x)
+            if (idx[t] < 0 || static_cast<std::size_t>(idx[t]) >= cols || (t > 0 && idx[t] <= idx[t - 1])) mine = 1;
+        bad_of[tid] = mine;
+        __syncthreads();
+        for (int t = 0; t < kRowThreads; ++t) bad = bad || bad_of[t];  // launched with kRowThreads
+    }
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        const std::uint8_t* row_codes = codes + i * row_bytes;
+        const float* row_scales = scales + i * groups;
+        float* out = dst + i * cols;
+        for (unsigned j = tid; j < cols; j += blockDim.x) {
+            float v;
+            if (bad) {
+                v = quiet_nan();
+            } else if (k == 0) {
+                v = static_cast<float>(get_code(row_codes, j)) * row_scales[j / G];
+            } else {
+                // lo = the number of outlier channels below j (binary search of the ascending indices).
+                unsigned lo = 0, hi = static_cast<unsigned>(k);
+                while (lo < hi) {
+                    const unsigned mid = (lo + hi) / 2;
+                    if (static_cast<unsigned>(idx[mid]) < j) lo = mid + 1;
+                    else hi = mid;
+                }
+                if (lo < k && static_cast<unsigned>(idx[lo]) == j) {
+                    v = outliers[i * k + lo];
+                } else {
+                    const unsigned m = j - lo;  // its place among the kept columns, < c
+                    v = static_cast<float>(get_code(row_codes, m)) * row_scales[m / G];
+                }
+            }
+            out[j] = v;
+        }
+    }
+}
+
+// ---- Outlier channel selection. ----
+
+constexpr int kSumThreads = 256;     // 8 warps load a tile; warp 0 adds it
+constexpr int kSumCols = 32;         // columns per block: one per lane
+constexpr int kSumTileRows = 128;    // rows per shared-memory tile (two tiles: 32 KiB)
+constexpr int kSumRowsPerThread = kSumTileRows / (kSumThreads / 32);
+
+// sums[j] = sum_i |x_ij| in double, adding rows in order 0, 1, ..., rows - 1 from 0.0: the CPU's
+// order exactly (a double sum is not associative, and Sh decides which channels are outliers).
+// The serial chain per column is inherent; what runs in parallel is the loading: while warp 0
+// adds tile t from shared memory, every warp has tile t + 1's loads in flight.
+__global__ void outlier_channel_sums_kernel(const float* src, std::size_t rows, std::size_t cols, double* sums) {
+    __shared__ float tile[2][kSumTileRows][kSumCols];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const std::size_t j = static_cast<std::size_t>(blockIdx.x) * kSumCols + lane;
+    const bool live = j < cols;
+    const std::size_t tiles = div_up(rows, kSumTileRows);
+    float next[kSumRowsPerThread];
+    auto load = [&](std::size_t t) {
+        for (int r = 0; r < kSumRowsPerThread; ++r) {
+            const std::size_t row = t * kSumTileRows + warp + r * (kSumThreads / 32);
+            next[r] = live && row < rows ? src[row * cols + j] : 0.0f;
+        }
+    };
+    auto store = [&](int buffer) {
+        for (int r = 0; r < kSumRowsPerThread; ++r) tile[buffer][warp + r * (kSumThreads / 32)][lane] = next[r];
+    };
+    load(0);
+    store(0);
+    double acc = 0.0;
+    for (std::size_t t = 0; t < tiles; ++t) {
+        __syncthreads();  // tile t is complete; tile t - 1's buffer is no longer read
+        if (t + 1 < tiles) load(t + 1);
+        if (warp == 0) {
+            const std::size_t left = rows - t * kSumTileRows;
+            const int n = left < kSumTileRows ? static_cast<int>(left) : kSumTileRows;
+            for (int r = 0; r < n; ++r) acc += fabs(static_cast<double>(tile[t % 2][r][lane]));
+        }
+        if (t + 1 < tiles) store(static_cast<int>((t + 1) % 2));
+    }
+    if (warp == 0 && live) sums[j] = acc;
+}
+
+constexpr int kSelectThreads = 256;
+constexpr int kStageDoubles = 1024;  // 8 KiB of shared memory
+
+// The CPU's serial sums over channels, in j order from 0.0, on thread 0 (its result is valid
+// there only): sum_j Sh_j, or with `squares` the variance's fma(Sh_j - mean, Sh_j - mean, acc).
+// The block stages Sh through shared memory in chunks, so the serial chain waits on shared
+// memory rather than on global loads.
+__device__ inline double serial_sum(const double* sums, std::size_t cols, double mean, bool squares, double* stage) {
+    double acc = 0.0;
+    for (std::size_t base = 0; base < cols; base += kStageDoubles) {
+        const int n = cols - base < kStageDoubles ? static_cast<int>(cols - base) : kStageDoubles;
+        for (int t = threadIdx.x; t < n; t += blockDim.x) stage[t] = sums[base + t];
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int t = 0; t < n; ++t) acc = squares ? fma(stage[t] - mean, stage[t] - mean, acc) : acc + stage[t];
+        __syncthreads();  // before the stage is refilled
+    }
+    return acc;
+}
+
+// One block. In: sums[cols] = Sh. Out: sums = Z (when std > 0), the k chosen channel indices
+// (ascending) in the blob's indices section, the header with k, keep[m] = the m-th kept column.
+// The CPU's statistics in its order: mean and variance summed serially over j (serial_sum, the
+// variance with fma as on the CPU), Z_j = (Sh_j - mean) / std. Above the cap, channel j is kept
+// when fewer than cap candidates beat it (larger Z, or equal Z and lower index): the CPU's sort
+// order, without sorting.
+__global__ void outlier_select_kernel(double* sums, std::size_t cols, double z, std::size_t cap, std::int32_t* keep,
+                                      BlobHeader header, std::uint8_t* blob) {
+    __shared__ double stats[2];
+    __shared__ int warp_totals[32];
+    const int tid = threadIdx.x;
+    __shared__ double stage[kStageDoubles];
+    const double sum = serial_sum(sums, cols, 0.0, false, stage);
+    if (tid == 0) stats[0] = sum / static_cast<double>(cols);
+    __syncthreads();
+    const double var = serial_sum(sums, cols, stats[0], true, stage);
+    if (tid == 0) stats[1] = sqrt(var / static_cast<double>(cols));
+    __syncthreads();
+    const double mean = stats[0], std_dev = stats[1];
+    const bool spread = std_dev > 0.0;  // else every channel alike (or non-finite data): no outliers
+    if (spread)
+        for (std::size_t j = tid; j < cols; j += blockDim.x) sums[j] = (sums[j] - mean) / std_dev;
+    __syncthreads();
+    int candidates = 0, total = 0;
+    if (spread)
+        for (std::size_t j = tid; j < cols; j += blockDim.x) candidates += sums[j] > z;
+    block_exclusive_scan(candidates, warp_totals, total);
+    const bool capped = static_cast<std::size_t>(total) > cap;
+    auto* indices = reinterpret_cast<std::int32_t*>(blob + sizeof(BlobHeader));  // the section's place when k > 0
+    std::size_t k = 0;
+    for (std::size_t base = 0; base < cols; base += blockDim.x) {
+        const std::size_t j = base + tid;
+        bool chosen = false;
+        if (spread && j < cols && sums[j] > z) {
+            chosen = true;
+            if (capped) {
+                const double zj = sums[j];
+                std::size_t beaten_by = 0;
+                for (std::size_t b = 0; b < cols && beaten_by < cap; ++b) {
+                    const double zb = sums[b];
+                    beaten_by += zb > z && (zb > zj || (zb == zj && b < j));
+                }
+                chosen = beaten_by < cap;
+            }
+        }
+        int chosen_here = 0;
+        const std::size_t before = k + block_exclusive_scan(chosen ? 1 : 0, warp_totals, chosen_here);
+        if (j < cols) {
+            if (chosen) indices[before] = static_cast<std::int32_t>(j);
+            else keep[j - before] = static_cast<std::int32_t>(j);
+        }
+        k += chosen_here;
+    }
+    if (tid == 0) {
+        header.outlier_channels = static_cast<std::uint32_t>(k);
+        store_header(blob, header);
+    }
+}
+
+template <bool kDeviceK>
+void launch_quantize(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols, int G,
+                     const std::int32_t* keep, const BlobHeader& header, void* dst) {
+    ADACC_LAUNCH(group_quantize_kernel<kDeviceK>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+        src, rows, cols, G, keep, header, static_cast<std::uint8_t*>(dst));
+    check_launch(kDeviceK ? "codec_compress (outlier_int4)" : "codec_compress (group_int4)");
+}
+
+
+}  // namespace
+
+// ---- group_int4 ----
+
+void compress_group_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+                         const CodecParams& params, void* dst) {
+    check_columns(cols);
+    const BlobHeader header = codec_format::make_header(Codec::group_int4, rows, cols, params, 0);  // checks params
+    launch_quantize<false>(ctx, src, rows, cols, params.group_size, nullptr, header, dst);
+}
+
+void decompress_group_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, float* dst) {
+    check_columns(cols);
+    if (rows == 0 || cols == 0) return;
+    ADACC_LAUNCH(group_dequantize_kernel, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+        static_cast<const std::uint8_t*>(blob), rows, cols, Codec::group_int4, dst);
+    check_launch("codec_decompress (group_int4)");
+}
+
+// ---- outlier_int4 ----
+
+void compress_outlier_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+                           const CodecParams& params, void* dst) {
+    check_columns(cols);
+    const BlobHeader header = codec_format::make_header(Codec::outlier_int4, rows, cols, params, 0);  // checks params
+    const std::size_t cap = outlier_channel_cap(cols, params);
+    if (rows == 0 || cap == 0) {  // no outliers possible (cols = 0 gives cap 0): group_int4's rows
+        launch_quantize<false>(ctx, src, rows, cols, params.group_size, nullptr, header, dst);
+        return;
+    }
+    if (!ctx.scratch || ctx.scratch_bytes < codec_scratch_bytes(Codec::outlier_int4, rows, cols, params))
+        throw std::invalid_argument("outlier_int4 compress needs codec_scratch_bytes() of scratch");
+    auto* sums = static_cast<double*>(ctx.scratch);
+    auto* keep = reinterpret_cast<std::int32_t*>(static_cast<std::uint8_t*>(ctx.scratch) + align64(8 * cols));
+    ADACC_LAUNCH(outlier_channel_sums_kernel, ceil_div(cols, kSumCols), kSumThreads, 0, ctx.stream)(src, rows, cols, sums);
+    check_launch("codec_compress (outlier_int4 channel sums)");
+    ADACC_LAUNCH(outlier_select_kernel, 1, kSelectThreads, 0, ctx.stream)(
+        sums, cols, static_cast<double>(params.outlier_z), cap, keep, header, static_cast<std::uint8_t*>(dst));
+    check_launch("codec_compress (outlier_int4 selection)");
+    launch_quantize<true>(ctx, src, rows, cols, params.group_size, keep, header, dst);
+}
+
+void decompress_outlier_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols,
+                             float* dst) {
+    check_columns(cols);
+    if (rows == 0 || cols == 0) return;
+    ADACC_LAUNCH(group_dequantize_kernel, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+        static_cast<const std::uint8_t*>(blob), rows, cols, Codec::outlier_int4, dst);
+    check_launch("codec_decompress (outlier_int4)");
+}
+
+}  // namespace adacc::cuda::codec_detail

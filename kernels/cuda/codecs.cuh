@@ -1,0 +1,140 @@
+// Activation compression codecs on CUDA: what the codec files (kernels/cuda/codec_*.cu) share,
+// the device twin of kernels/cpu/codecs.h. The formats (sections, sizes, header) are
+// kernels/codec_format.h's and backend-neutral: a blob written here decodes on the CPU and vice
+// versa, byte for byte the CPU's blob (see each file for the one exception).
+//
+// Device rules the codecs follow:
+// - codec_compress only queues kernels: the header, every section and every padding byte are
+//   written by the kernels (block 0 writes the header and the sections' zero padding), nothing
+//   is read back. The outlier codec's k is decided on the device and read there from the blob's
+//   header by the kernels after it.
+// - Decoding reads the parameters (group size, k) from the blob's header on the device. A header
+//   that does not match the codec and shape (what the CPU's decompress throws on), or an outlier
+//   blob with corrupt channel indices, decodes to NaN everywhere instead: a device cannot throw,
+//   and this keeps every access in bounds while making the failure visible.
+// - No atomics; every reduction has a fixed order (max/min are exact, so their order is free).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+
+#include "kernels/codec_format.h"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace adacc::cuda::codec_detail {
+
+using codec_format::BlobHeader;
+
+// ---- The host entry points of each codec file (dispatched by codecs.cu). ----
+
+void compress_group_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+                         const CodecParams& params, void* dst);
+void decompress_group_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, float* dst);
+void compress_outlier_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+                           const CodecParams& params, void* dst);
+void decompress_outlier_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols,
+                             float* dst);
+void compress_channel_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+                           const CodecParams& params, void* dst);
+void decompress_channel_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols,
+                             float* dst);
+void compress_asym_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+                        const CodecParams& params, void* dst);
+void decompress_asym_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, float* dst);
+// n mask bytes -> A(ceil(n / 8)) bytes of bits, and back.
+void compress_bitpack(const KernelContext& ctx, const unsigned char* mask, std::size_t n, void* dst);
+void decompress_bitpack(const KernelContext& ctx, const void* blob, std::size_t n, unsigned char* mask);
+
+// ---- Shapes. ----
+
+// Row kernels: one block of kRowThreads per row, grid-striding when rows exceed kMaxRowBlocks.
+inline constexpr int kRowThreads = 128;
+inline constexpr std::size_t kMaxRowBlocks = 65535;
+inline unsigned row_blocks(std::size_t rows) {
+    return static_cast<unsigned>(rows == 0 ? 1 : (rows < kMaxRowBlocks ? rows : kMaxRowBlocks));
+}
+
+// Row-local indices are 32-bit on the device (a row of 2^31 floats is far beyond any activation).
+inline void check_columns(std::size_t cols) {
+    if (cols >= (std::size_t{1} << 31)) throw std::invalid_argument("codec: more than 2^31 - 1 columns");
+}
+
+// codec_format's align64 / ceil_div, callable on the device too.
+__host__ __device__ inline std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
+__host__ __device__ inline std::size_t div_up(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+
+// The layout of a group_int4 / outlier_int4 blob (k = 0: group_int4's, which outlier_int4 with
+// no outliers shares), computed where k is known: on the device for the outlier codec. The same
+// formulas as codec_layout (kernels/codec_format.cpp); tests/cuda/test_cuda_codecs.cpp checks
+// them equal.
+struct QuantLayout {
+    std::size_t indices, outliers, scales, codes, total;
+};
+__host__ __device__ inline QuantLayout quant_layout(std::size_t rows, std::size_t cols, std::size_t G, std::size_t k) {
+    const std::size_t c = cols - k;
+    const std::size_t bytes[4] = {4 * k, 4 * rows * k, 4 * rows * div_up(c, G), rows * div_up(c, 2)};
+    std::size_t offset[4] = {0, 0, 0, 0}, at = sizeof(BlobHeader);
+    for (int s = 0; s < 4; ++s)  // sections in order; an empty one takes no bytes (offset 0)
+        if (bytes[s] > 0) {
+            offset[s] = at;
+            at += align64(bytes[s]);
+        }
+    return QuantLayout{offset[0], offset[1], offset[2], offset[3], at};
+}
+
+// codec_format::check_header as a predicate, for the device.
+__host__ __device__ inline bool header_ok(const BlobHeader& h, Codec codec, std::size_t rows, std::size_t cols) {
+    return h.magic == codec_format::kBlobMagic && h.version == codec_format::kBlobVersion &&
+           h.codec == static_cast<std::uint8_t>(codec) && h.rows == rows && h.cols == cols && h.group_size >= 1 &&
+           h.group_size <= static_cast<std::uint32_t>(kMaxGroupSize) && h.outlier_channels <= cols;
+}
+
+// ---- Codes (the CPU's codec_detail::round_clip / put_nibble / get_nibble). ----
+
+// round_half_even(clip(v, -8, 7)); NaN gives -8, as on the CPU.
+__device__ inline int round_clip(float v) {
+    v = v >= -8.0f ? (v > 7.0f ? 7.0f : v) : -8.0f;
+    return static_cast<int>(rintf(v));  // round to nearest, ties to even
+}
+// A symmetric code at scale s (scale 0 codes 0). x / s is IEEE division (no fast math).
+__device__ inline int sym_code(float x, float s) { return s == 0.0f ? 0 : round_clip(x / s); }
+// Two codes in one byte: low nibble = even element.
+__device__ inline std::uint8_t pack_codes(int even, int odd) {
+    return static_cast<std::uint8_t>((even & 15) | (odd & 15) << 4);
+}
+// Code j of a row's packed codes, sign-extended.
+__device__ inline int get_code(const std::uint8_t* row_codes, std::size_t j) {
+    const int nibble = (row_codes[j / 2] >> (j & 1) * 4) & 15;
+    return (nibble ^ 8) - 8;
+}
+
+// ---- Blob pieces written by block 0 of a compress kernel. ----
+
+// The 64-byte header (padding zero, as make_header left it); one thread writes it.
+__device__ inline void store_header(void* blob, const BlobHeader& h) { *static_cast<BlobHeader*>(blob) = h; }
+// Zeroes the padding of a section of `used` bytes at `offset`: bytes [used, align64(used)), split
+// over the calling threads (thread `t` of `threads`). Nothing for an absent section (used = 0).
+__device__ inline void zero_padding(std::uint8_t* blob, std::size_t offset, std::size_t used, int t, int threads) {
+    for (std::size_t b = used + t; b < align64(used); b += threads) blob[offset + b] = 0;
+}
+
+// What a blob that fails header_ok decodes to.
+__device__ inline float quiet_nan() { return nanf(""); }
+
+// ---- Reductions in double (warp butterfly, fixed order). ----
+
+__device__ inline double warp_sum_double(double v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+__device__ inline double warp_max_double(double v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+__device__ inline float warp_min(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+}  // namespace adacc::cuda::codec_detail
