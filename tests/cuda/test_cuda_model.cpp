@@ -3,11 +3,14 @@
 // micro-batches each. fp32 throughout: relative 1e-5 on losses, logits and parameters.
 // On the CUDA backend alone, recompute-only plans (full, selective) give the keep-all gradients
 // bit for bit, and a checkpoint written from a CUDA model loads into a CPU model and back.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "src/common/errors.h"
+#include "src/common/units.h"
 #include "src/config/run_config.h"
 #include "src/engine/backend.h"
 #include "src/engine/gpt_model.h"
@@ -73,11 +76,19 @@ TrainOutcome train_two_steps(Backend& backend, const GPTConfig& cfg, const Activ
     return out;
 }
 
+// fp32 on both backends; the absolute floor covers gradients that cancel to ~1e-9 (sums of
+// terms ~1e-3 whose order differs between cuBLASLt and Eigen).
+constexpr double kRel = 1e-5, kAbs = 1e-7;
+// Parameters after AdamW: a gradient that cancels to near AdamW's eps (1e-8) moves its parameter
+// by lr x g / (|g| + eps), so a 1e-9 difference in g moves it by up to ~lr / 10 x 1e-9 / 1e-8;
+// with lr = 1e-3 that is 1e-5 at worst, and 5e-7 was the largest seen. The floor is 2e-6.
+constexpr double kParamAbs = 2e-6;
+
 void expect_same_training(const TrainOutcome& cuda, const TrainOutcome& cpu, double rel, double abs,
                           const char* what) {
     EXPECT_TRUE(all_close(cuda.losses, cpu.losses, rel)) << what << ": losses";
     EXPECT_TRUE(all_close(cuda.grads, cpu.grads, rel, abs)) << what << ": gradients";
-    EXPECT_TRUE(all_close(cuda.params, cpu.params, rel, abs)) << what << ": parameters";
+    EXPECT_TRUE(all_close(cuda.params, cpu.params, rel, std::max(abs, kParamAbs))) << what << ": parameters";
     EXPECT_TRUE(all_close(cuda.logits, cpu.logits, rel, abs)) << what << ": logits";
 }
 
@@ -85,9 +96,6 @@ bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// fp32 on both backends; the absolute floor covers gradients that cancel to ~1e-9 (sums of
-// terms ~1e-3 whose order differs between cuBLASLt and Eigen).
-constexpr double kRel = 1e-5, kAbs = 1e-7;
 
 TEST(CudaModel, TrainingStepsMatchTheCpuBackendInEveryFixedMode) {
     ADACC_REQUIRE_CUDA_DEVICE();
@@ -102,10 +110,10 @@ TEST(CudaModel, TrainingStepsMatchTheCpuBackendInEveryFixedMode) {
     }
 }
 
-// INT4 codecs round to 16 levels, so an input that differs in its last bit between backends can
-// land on the other side of a rounding boundary: one element moves by one quantisation step.
-// The training still agrees to 1e-3 relative after two steps; the codecs themselves are compared
-// exactly in test_cuda_codecs.cpp.
+// The INT4 codecs write the CPU's bytes for the same input (test_cuda_codecs.cpp). Inputs that
+// differ between backends in their last bits could round to a neighbouring INT4 level; these
+// shapes and seeds do not hit that, so quant agrees at the fp32 tolerance. (At another shape a
+// failure here can be such a rounding flip, not a bug: compare the codecs first.)
 TEST(CudaModel, QuantTrainingMatchesTheCpuBackend) {
     ADACC_REQUIRE_CUDA_DEVICE();
     const int B = 2, T = 7;
@@ -113,7 +121,7 @@ TEST(CudaModel, QuantTrainingMatchesTheCpuBackend) {
     const ActivationPlan plan = plan_for_mode(cfg, B, T, MemoryMode::quant);
     const TrainOutcome cuda = train_two_steps(cuda_backend(), cfg, plan, B, T);
     const TrainOutcome cpu = train_two_steps(cpu_backend(), cfg, plan, B, T);
-    expect_same_training(cuda, cpu, 1e-3, 1e-5, "quant");
+    expect_same_training(cuda, cpu, kRel, kAbs, "quant");
 }
 
 TEST(CudaModel, RecomputePlansGiveTheKeepAllGradientsBitForBit) {
@@ -171,9 +179,12 @@ TEST(CudaModel, DeviceArenasAreThePlannedSizesAndOversizedRunsAreRefused) {
     GPTModel model(cfg, B, T, plan, {}, ModelUse::training, cuda_backend());
     const ModelMemory planned = GPTModel::plan_memory(cfg, B, T, plan, {}, ModelUse::training, Device::cuda);
     EXPECT_EQ(model.memory().total(), planned.total());
-    EXPECT_EQ(model.memory().logits, GPTModel::plan_memory(cfg, B, T, plan).logits + 2 * B * T * sizeof(int));
+    // The staged token ids and targets, each a 64-byte aligned buffer of the workspace.
+    EXPECT_EQ(model.memory().logits,
+              GPTModel::plan_memory(cfg, B, T, plan).logits + 2 * align_up(B * T * sizeof(int), 64));
 
-    const GPTConfig huge = *gpt_preset("gpt-4.7b");
+    // gpt-345m at batch 512 needs about 2 TiB; the emulated GPU has 80 GiB.
+    const GPTConfig huge = *gpt_preset("gpt-345m");
     const std::uint64_t total = memory_for_mode(huge, 512, 1024, MemoryMode::none, Device::cuda).total();
     try {
         check_physical_memory(huge, 512, 1024, MemoryMode::none, total, Device::cuda);
