@@ -50,6 +50,18 @@ TEST_F(Cli, ValidConfigTrains) {
     EXPECT_NE(r.output.find("step      2/2"), std::string::npos) << r.output;
 }
 
+// Without a GPU (or in a build without CUDA) --device cuda is a user error naming the reason and
+// the way back to the CPU; planned modes say they plan on the CPU only so far. Skipped where
+// the CUDA backend finds a GPU.
+TEST_F(Cli, DeviceCudaWithoutAGpuSaysWhyAndHowToRunOnTheCpu) {
+    const Result probe = run_adacc("train --config " + config() + " --device cuda");
+    if (probe.status == 0) GTEST_SKIP() << "this machine has a usable GPU";
+    expect_user_error("train --config " + config() + " --device cuda", {"--device cuda:", "--device cpu"});
+    expect_user_error("train --config " + config() + " --set training.device=gpu", {"training.device", "cpu, cuda"});
+    expect_user_error("train --config " + config() + " --device cuda --set memory.mode=adacc --memory-budget 1GiB",
+                      {"plans on the CPU backend only", "--device"});
+}
+
 TEST_F(Cli, MalformedToml) {
     std::ofstream(dir / "bad.toml") << "[model\nn_layer = 1\n";
     expect_user_error("train --config " + (dir / "bad.toml").string(), {"bad.toml:1:", "malformed TOML"});

@@ -101,7 +101,10 @@ CudaDeviceInfo cuda_device_info() {
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess || count == 0) {
         cudaGetLastError();
-        info.problem = status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device found";
+        // Without a GPU the runtime usually reports the missing driver as "insufficient driver".
+        info.problem = status == cudaErrorInsufficientDriver
+                           ? "no NVIDIA driver found, or one older than this CUDA runtime needs"
+                           : (status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device found");
         return info;
     }
     cudaDeviceProp prop{};

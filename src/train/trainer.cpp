@@ -39,6 +39,10 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
                  const std::optional<WeightsFile>& init_from)
     : config_(config), run_dir_(config.logging.run_dir) {
     if (config_.training.threads > 0) configure_cpu_threads(config_.training.threads);
+    // A device that cannot run this config (no GPU; a mode that plans on the CPU only) fails
+    // before the run folder is touched.
+    if (const MemoryMode mode = parse_memory_mode(config_.memory.mode); is_planned(mode)) regulator_options(config_, mode);
+    backend_for(parse_device(config_.training.device));
     create_run_folder(run_dir_);
     {
         const std::string text = to_toml(config_);

@@ -9,6 +9,7 @@
 #include "kernels/cuda/blas_context.h"
 #include "kernels/cuda/device_sizes.h"
 #include "kernels/rng.h"
+#include "src/cuda/cuda_device.h"
 
 namespace adacc::test {
 
@@ -27,13 +28,8 @@ bool running_under_emulation() {
 }
 
 std::string cuda_device_problem() {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) {
-        cudaGetLastError();
-        return cudaGetErrorString(status);
-    }
-    return count > 0 ? std::string() : std::string("cudaGetDeviceCount found 0 devices");
+    const CudaDeviceInfo info = cuda_device_info();
+    return info.available ? std::string() : info.problem;
 }
 
 template <typename T>
