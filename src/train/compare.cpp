@@ -84,7 +84,9 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
             } else {
                 plan = plan_for_mode(config.model, B, T, mode);
             }
-            row.total_bytes = GPTModel::plan_memory(config.model, B, T, plan, codec_params).total();
+            row.total_bytes = GPTModel::plan_memory(config.model, B, T, plan, codec_params, ModelUse::training,
+                                                    parse_device(config.training.device))
+                                  .total();
             row.fits = options.budget == 0 || row.total_bytes <= options.budget;
             // none is the reference every other mode is measured against: run it even over budget.
             if (row.fits || mode == MemoryMode::none) {
@@ -159,7 +161,8 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
         MaxBatchRow row;
         row.mode = mode;
         row.max_batch = is_planned(mode) ? largest_planned_batch(config, mode, budget)
-                                         : largest_batch(config.model, T, mode, budget);
+                                         : largest_batch(config.model, T, mode, budget, 1 << 16,
+                                                         parse_device(config.training.device));
         if (row.max_batch > 0) {
             RunConfig at_batch = config;
             at_batch.training.batch_size = row.max_batch;
@@ -173,7 +176,9 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
                 train_steps(at_batch, regulator.plan().plan, regulator.plan().codec_params, 1, 0);
             } else {
                 const ActivationPlan plan = plan_for_mode(config.model, row.max_batch, T, mode);
-                row.total_bytes = GPTModel::plan_memory(config.model, row.max_batch, T, plan).total();
+                row.total_bytes = GPTModel::plan_memory(config.model, row.max_batch, T, plan, {}, ModelUse::training,
+                                                        parse_device(config.training.device))
+                                      .total();
                 train_steps(at_batch, plan, {}, 1, 0);  // allocates every arena and runs a step
             }
             row.verified = row.total_bytes <= budget;
