@@ -37,22 +37,15 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
     params[i] = fmaf(-lr, fmaf(weight_decay, p, update), p);  // p - lr * (update + weight_decay * p)
 }
 
-// Sum of shuffled doubles over a warp, a fixed butterfly (every lane gets the same sum: the
-// additions are commutative and nothing multiplies, so there is nothing to contract).
-__device__ inline double warp_sum_double(double v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
-
 // Block-wide sum in double (block size a multiple of 32); the result is valid in thread 0.
 __device__ inline double block_sum_double(double v) {
     __shared__ double partials[32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = warp_sum_double(v);
+    v = warp_sum(v);
     if (lane == 0) partials[warp] = v;
     __syncthreads();
     v = lane < warps ? partials[lane] : 0.0;
-    return warp_sum_double(v);
+    return warp_sum(v);
 }
 
 // partials[block] = sum of x[i]^2 over i = block * blockDim + thread + k * gridDim * blockDim.

@@ -35,9 +35,9 @@ __device__ inline void block_error_sums(double err2, double ref2, double max_err
         ref2 += values[1][t];
         max_err = fmax(max_err, values[2][t]);
     }
-    err2 = warp_sum_double(err2);
-    ref2 = warp_sum_double(ref2);
-    max_err = warp_max_double(max_err);
+    err2 = warp_sum(err2);
+    ref2 = warp_sum(ref2);
+    max_err = warp_max(max_err);
     if (lane == 0) {
         out[0] = err2;
         out[1] = ref2;

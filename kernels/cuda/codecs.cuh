@@ -122,19 +122,4 @@ __device__ inline void zero_padding(std::uint8_t* blob, std::size_t offset, std:
 // What a blob that fails header_ok decodes to.
 __device__ inline float quiet_nan() { return nanf(""); }
 
-// ---- Reductions in double (warp butterfly, fixed order). ----
-
-__device__ inline double warp_sum_double(double v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
-__device__ inline double warp_max_double(double v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
-__device__ inline float warp_min(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
-
 }  // namespace adacc::cuda::codec_detail

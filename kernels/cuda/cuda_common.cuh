@@ -44,6 +44,19 @@ __device__ inline float warp_max(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;
 }
+__device__ inline float warp_min(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+// The same in double (the gradient norm and the codec error statistics accumulate in double).
+__device__ inline double warp_sum(double v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+__device__ inline double warp_max(double v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 
 // Sum over a block whose size is a multiple of 32 (at most 1024); every thread gets the
 // result. `partials` is __shared__ float[32] of the caller, reused after the final barrier.
