@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 if [ "${1:-}" = "--sanitize" ]; then
-  bash scripts/build.sh build-asan -DADACC_SANITIZE=ON -DADACC_NATIVE=ON
+  # The CUDA kernels run here under the SIMT emulation (sanitized); the nvcc targets are built and
+  # linked by the Release build.
+  bash scripts/build.sh build-asan -DADACC_SANITIZE=ON -DADACC_NATIVE=ON -DADACC_CUDA_EMULATION_ONLY=ON
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # The SIGKILL resume tests kill a training process at moments chosen by wall time; they run in
   # the Release suite (a sanitized adacc is ~10x slower, so they would mostly test the timing).

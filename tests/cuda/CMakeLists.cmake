@@ -38,11 +38,13 @@ target_compile_definitions(test_cuda_emulated PRIVATE ADACC_SOURCE_DIR="${CMAKE_
 gtest_discover_tests(test_cuda_emulated DISCOVERY_TIMEOUT 60 TEST_PREFIX "emulated."
   PROPERTIES TIMEOUT 900 LABELS "cuda_emulated" ENVIRONMENT "OMP_WAIT_POLICY=passive")
 
-add_executable(test_cuda_device ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT})
-target_include_directories(test_cuda_device PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-adacc_link_engine(test_cuda_device adacc_cuda)
-target_link_libraries(test_cuda_device PRIVATE GTest::gtest GTest::gtest_main)
-target_compile_definitions(test_cuda_device PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-  ADACC_BINARY="$<TARGET_FILE:adacc>")
-gtest_discover_tests(test_cuda_device DISCOVERY_TIMEOUT 60 TEST_PREFIX "device."
-  PROPERTIES TIMEOUT 900 LABELS "cuda" ENVIRONMENT "OMP_WAIT_POLICY=passive")
+if(TARGET adacc_cuda)
+  add_executable(test_cuda_device ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT})
+  target_include_directories(test_cuda_device PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  adacc_link_engine(test_cuda_device adacc_cuda)
+  target_link_libraries(test_cuda_device PRIVATE GTest::gtest GTest::gtest_main)
+  target_compile_definitions(test_cuda_device PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    ADACC_BINARY="$<TARGET_FILE:adacc>")
+  gtest_discover_tests(test_cuda_device DISCOVERY_TIMEOUT 60 TEST_PREFIX "device."
+    PROPERTIES TIMEOUT 900 LABELS "cuda" ENVIRONMENT "OMP_WAIT_POLICY=passive")
+endif()
