@@ -22,7 +22,11 @@ status=0
 step() { echo; echo "== $* ($(date +%T))"; }
 
 step "GPU"
-nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee "$RESULTS/gpu.txt"
+if ! nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv > "$RESULTS/gpu.txt" 2>&1; then
+  echo "gpu_check: no NVIDIA GPU visible here (nvidia-smi failed): nothing to check"
+  exit 2
+fi
+cat "$RESULTS/gpu.txt"
 [ -f "$HERE/COMMIT" ] && echo "bundle of commit $(cat "$HERE/COMMIT")"
 
 step "CUDA tests on the device"
