@@ -17,6 +17,7 @@
 #include "src/engine/gpt_model.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/optimizer.h"
+#include "tests/test_support.h"
 
 namespace adacc {
 namespace {
@@ -52,12 +53,7 @@ public:
     std::size_t to_device = 0, to_host = 0;
 };
 
-std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::vector<int> t(n);
-    for (auto& x : t) x = static_cast<int>(gen() % vocab);
-    return t;
-}
+using test::random_tokens;
 
 GPTConfig tiny_config() {
     GPTConfig cfg = *gpt_preset("gpt-micro");

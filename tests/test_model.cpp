@@ -40,12 +40,7 @@ GPTConfig micro_config(float dropout) {
     return c;
 }
 
-std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::vector<int> t(n);
-    for (auto& x : t) x = static_cast<int>(gen() % vocab);
-    return t;
-}
+using test::random_tokens;
 
 double mean_loss(const GPTModel& model, int n) {
     std::vector<float> losses(static_cast<std::size_t>(n));

@@ -1,5 +1,7 @@
 #include "tests/test_support.h"
 
+#include <random>
+
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -15,6 +17,13 @@
 extern char** environ;
 
 namespace adacc::test {
+
+std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::vector<int> t(n);
+    for (auto& x : t) x = static_cast<int>(gen() % vocab);
+    return t;
+}
 
 std::filesystem::path shared_data_dir() {
     const std::filesystem::path dir = std::filesystem::path(ADACC_SOURCE_DIR) / ".." / "shared" / "data";

@@ -1,11 +1,15 @@
 // Small helpers shared by the tests: where the shared data lives, scratch directories.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 namespace adacc::test {
+
+// n token ids uniform in [0, vocab) from a fixed seed (std::mt19937: the same ids on every machine).
+std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed);
 
 // ../shared/data beside the checkout; empty path when it is not there (tests then GTEST_SKIP).
 std::filesystem::path shared_data_dir();

@@ -10,18 +10,14 @@
 #include "src/adacc/codec_sampler.h"
 #include "src/engine/gpt_model.h"
 #include "src/engine/memory_report.h"
+#include "tests/test_support.h"
 
 namespace adacc {
 namespace {
 
 std::size_t a64(std::size_t n) { return (n + 63) / 64 * 64; }
 
-std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::vector<int> t(n);
-    for (auto& x : t) x = static_cast<int>(gen() % vocab);
-    return t;
-}
+using test::random_tokens;
 
 GPTConfig config_with(const char* preset, int n_layer, float dropout) {
     GPTConfig c = *gpt_preset(preset);

@@ -38,12 +38,6 @@ GPTConfig odd_config() {
     return cfg;
 }
 
-std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::vector<int> t(n);
-    for (auto& x : t) x = static_cast<int>(gen() % vocab);
-    return t;
-}
 
 struct TrainOutcome {
     std::vector<float> losses, grads, params, logits;
