@@ -5,6 +5,7 @@
 
 #include <cstddef>
 
+#include "kernels/activation.h"
 #include "kernels/codec_format.h"
 #include "kernels/kernel_context.h"
 

@@ -132,22 +132,32 @@ TEST(Backend, ARemoteBackendComputesTheCpuNumbersBitForBit) {
     }
 }
 
-// What crosses the seam in one training forward + backward: the token ids and targets in (and the
-// tokens again for backward), the per-token losses out. No tensor size or other value comes back.
-TEST(Backend, ATrainingStepCopiesOnlyTokensInAndLossesOut) {
+// What crosses the seam in one training step as TrainingStep runs it (forward_step, backward, the
+// gradient norm and AdamW queued): the token ids and targets in (and the tokens again for
+// backward), and once, at the end, the step's loss and gradient norm out (two floats). No tensor,
+// size or other value comes back, so a device backend runs the step without waiting.
+TEST(Backend, ATrainingStepCopiesOnlyTokensInAndTheLossAndNormOut) {
     const int B = 2, T = 16, N = B * T;
     const GPTConfig cfg = tiny_config();
     RemoteBackend remote;
     GPTModel model(cfg, B, T, mixed_plan(cfg, B, T), {}, ModelUse::training, remote);
     model.init_weights(5);
     const auto tokens = random_tokens(N, cfg.vocab_size, 1), targets = random_tokens(N, cfg.vocab_size, 2);
-    model.forward(tokens.data(), targets.data(), B, T, DropoutContext{3, 1, 0, true}, 1.0f / N);  // warm-up
+    const float loss = model.forward(tokens.data(), targets.data(), B, T, DropoutContext{3, 2, 0, true}, 1.0f / N);
     model.backward(tokens.data(), B, T, false);
     remote.to_device = remote.to_host = 0;
-    model.forward(tokens.data(), targets.data(), B, T, DropoutContext{3, 2, 0, true}, 1.0f / N);
+    model.forward_step(tokens.data(), targets.data(), B, T, DropoutContext{3, 2, 0, true}, 1.0f / N, N, false);
     model.backward(tokens.data(), B, T, false);
+    queue_gradient_norm(model);
+    queue_adamw_step(model, OptimizerSection{}, 1e-3f, 1);
+    EXPECT_EQ(remote.to_host, 0u) << "nothing is read back before the step's end";
+    const StepReadout readout = model.read_step();
     EXPECT_EQ(remote.to_device, 3 * N * sizeof(int));
-    EXPECT_EQ(remote.to_host, N * sizeof(float));
+    EXPECT_EQ(remote.to_host, 2 * sizeof(float));
+    // The figures are the host-side path's: forward()'s loss, gradient_norm()'s norm (AdamW
+    // changed the parameters, not the gradients).
+    EXPECT_EQ(readout.loss, loss);
+    EXPECT_EQ(readout.grad_norm, gradient_norm(model));
 }
 
 // The tape reserves a compressed tensor at its codec's bound and learns the exact size only when

@@ -36,8 +36,9 @@ TEST(DeviceMemory, CudaArenasFollowTheFormulas) {
             EXPECT_EQ(cuda.tape, cpu.tape);
             EXPECT_EQ(cuda.materialize, cpu.materialize);
             EXPECT_EQ(cuda.transients, cpu.transients);
-            // logits (N x Vp fp32) and per-token losses, plus the staged token ids and targets.
-            EXPECT_EQ(cuda.logits, N * cfg.padded_vocab_size() * 4 + N * 4 + 2 * N * sizeof(int));
+            // logits (N x Vp fp32), per-token losses and the loss and norm scalars (one 64-byte
+            // aligned slot), plus the staged token ids and targets.
+            EXPECT_EQ(cuda.logits, N * cfg.padded_vocab_size() * 4 + N * 4 + 64 + 2 * N * sizeof(int));
             EXPECT_EQ(cuda.backend, cuda::kBlasWorkspaceBytes + cuda::kReductionScratchBytes);
             EXPECT_EQ(cuda.total(), cpu.total() + 2 * N * sizeof(int) + cuda.backend);
         }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -236,15 +237,18 @@ TEST(FusedClassifier, LossMatchesDoubleReference) {
     }
 }
 
+// Clipping on the device: a norm of 2 against grad_clip 1 scales the gradients by 0.5.
 TEST(AdamW, MatchesDoubleReference) {
     std::mt19937 gen(3);
     const long n = 37;
     Vec p = random_vec(n, gen), g = random_vec(n, gen), m = random_vec(n, gen, 0.1f), v(n);
     for (auto& x : v) x = std::abs(random_vec(1, gen, 0.1f)[0]);
-    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, clip = 1.0f, norm = 2.0f, scale = 0.5f;
     const int t = 3;
     Vec p2 = p, m2 = m, v2 = v;
-    adamw_update(kCtx, p2.data(), g.data(), m2.data(), v2.data(), n, lr, b1, b2, eps, wd, scale, t);
+    std::vector<bf16> working(n);
+    adamw_update(kCtx, p2.data(), working.data(), g.data(), m2.data(), v2.data(), n, lr, b1, b2, eps, wd, clip, &norm,
+                 t);
     for (long i = 0; i < n; ++i) {
         const double gi = static_cast<double>(g[i]) * scale;
         const double mi = b1 * static_cast<double>(m[i]) + (1 - b1) * gi;
@@ -254,15 +258,100 @@ TEST(AdamW, MatchesDoubleReference) {
         EXPECT_NEAR(m2[i], mi, 1e-6);
         EXPECT_NEAR(v2[i], vi, 1e-6);
         EXPECT_NEAR(p2[i], expected, 1e-6 * (1 + std::abs(expected)));
+        EXPECT_EQ(working[i].bits, to_bf16(p2[i]).bits) << "the bf16 working copy is the updated parameter, rounded";
     }
 }
 
-TEST(SumOfSquares, MatchesDoubleLoop) {
+// Below the clip the gradients pass unscaled; a non-finite norm leaves parameters and moments.
+TEST(AdamW, ClipsOnlyAboveTheClipAndSkipsANonFiniteNorm) {
+    std::mt19937 gen(4);
+    const long n = 19;
+    const Vec p = random_vec(n, gen), g = random_vec(n, gen);
+    auto step = [&](float clip, float norm, float grad_factor) {
+        Vec params = p, grads = g, m(n), v(n);
+        for (float& x : grads) x *= grad_factor;
+        adamw_update(kCtx, params.data(), nullptr, grads.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f,
+                     0.0f, clip, &norm, 1);
+        return std::make_pair(params, m);
+    };
+    EXPECT_EQ(step(1.0f, 0.5f, 1.0f), step(0.0f, 0.5f, 1.0f)) << "norm below the clip: no scaling";
+    EXPECT_EQ(step(1.0f, 4.0f, 1.0f).second, step(0.0f, 4.0f, 0.25f).second) << "norm 4, clip 1: gradients x 0.25";
+    for (float bad : {NAN, INFINITY}) {
+        const auto [params, m] = step(1.0f, bad, 1.0f);
+        EXPECT_EQ(params, p) << "norm " << bad;
+        EXPECT_EQ(m, Vec(n, 0.0f)) << "norm " << bad;
+    }
+}
+
+TEST(GlobalNorm, MatchesDoubleLoop) {
     std::mt19937 gen(5);
     Vec x = random_vec(100003, gen);
     double expected = 0;
     for (float v : x) expected += static_cast<double>(v) * v;
-    EXPECT_NEAR(sum_of_squares(kCtx, x.data(), static_cast<long>(x.size())), expected, 1e-9 * expected);
+    float norm = -1.0f;
+    global_norm(kCtx, &norm, x.data(), static_cast<long>(x.size()));
+    EXPECT_NEAR(norm, std::sqrt(expected), 1e-6 * std::sqrt(expected));
+    global_norm(kCtx, &norm, x.data(), 0);
+    EXPECT_EQ(norm, 0.0f);
+}
+
+TEST(LossAccumulate, SumsInDoubleAndAccumulates) {
+    std::mt19937 gen(6);
+    const Vec a = random_vec(1001, gen), b = random_vec(77, gen);
+    double sa = 0, sb = 0;
+    for (float x : a) sa += x;
+    for (float x : b) sb += x;
+    float total = 123.0f;
+    loss_accumulate(kCtx, &total, a.data(), static_cast<int>(a.size()), 4.0, false);
+    EXPECT_EQ(total, static_cast<float>(sa / 4.0));
+    loss_accumulate(kCtx, &total, b.data(), static_cast<int>(b.size()), 4.0, true);
+    EXPECT_EQ(total, static_cast<float>(static_cast<double>(static_cast<float>(sa / 4.0)) + sb / 4.0));
+}
+
+// to_bf16 against brute force: the nearest of the two bf16 neighbours (in double), ties to the
+// even one; NaN stays NaN, infinities and signed zeros stay.
+TEST(Bf16, RoundsToNearestEven) {
+    std::mt19937 gen(8);
+    std::uniform_int_distribution<std::uint32_t> bits;
+    auto as_float = [](std::uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
+    for (int i = 0; i < 200000; ++i) {
+        std::uint32_t u = bits(gen);
+        if (i % 7 == 0) u = (u & 0xffff0000u) | 0x8000u;  // exact ties
+        const float x = as_float(u);
+        const bf16 r = to_bf16(x);
+        if (std::isnan(x)) {
+            EXPECT_TRUE(std::isnan(to_float(r)));
+            continue;
+        }
+        if (std::isinf(x)) continue;  // below
+        // The neighbours toward and away from zero; past the largest bf16 the next one is infinity,
+        // which rounding treats as 2^128 (the next power of the exponent).
+        const float lo = as_float(u & 0xffff0000u), hi = as_float((u & 0xffff0000u) + 0x10000u);
+        const double hi_value = std::isinf(hi) && !std::isinf(x) ? std::copysign(std::ldexp(1.0, 128), x) : hi;
+        const double dlo = std::fabs(double(x) - lo), dhi = std::fabs(double(x) - hi_value);
+        const bool lo_even = ((u >> 16) & 1u) == 0;
+        const float want = dlo < dhi || (dlo == dhi && lo_even) ? lo : hi;
+        EXPECT_EQ(to_float(r), want) << std::hex << u;
+    }
+    EXPECT_EQ(to_float(to_bf16(-0.0f)), -0.0f);
+    EXPECT_TRUE(std::signbit(to_float(to_bf16(-0.0f))));
+    EXPECT_EQ(to_float(to_bf16(INFINITY)), INFINITY);
+}
+
+TEST(Convert, Fp32ToBf16AndBack) {
+    std::mt19937 gen(9);
+    const Vec x = random_vec(1003, gen, 5.0f);
+    std::vector<bf16> h(x.size());
+    Vec back(x.size());
+    convert(kCtx, h.data(), x.data(), static_cast<long>(x.size()));
+    convert(kCtx, back.data(), h.data(), static_cast<long>(x.size()));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        EXPECT_EQ(h[i].bits, to_bf16(x[i]).bits);
+        EXPECT_EQ(back[i], to_float(h[i]));
+    }
+    Vec copy(x.size());
+    convert(kCtx, copy.data(), x.data(), static_cast<long>(x.size()));
+    EXPECT_EQ(copy, x);
 }
 
 // The vectorisable exp and tanh against libm in double, over the range the kernels use.

@@ -30,7 +30,9 @@ inline float keep_scale(const unsigned char* mask, long idx, float p) {
 
 }  // namespace
 
-void attention_softmax_forward(const KernelContext& ctx, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_softmax_forward(const KernelContext& ctx, Act att_act, ConstAct qkv_act, int B, int T, int C, int NH) {
+    float* att = att_act.as<float>();
+    const float* qkv = qkv_act.as<float>();
     const HeadView hv{3L * C, C / NH};
     const float scale = 1.0f / std::sqrt(static_cast<float>(hv.hs));
 #pragma omp parallel for collapse(2) num_threads(team(ctx))
@@ -55,8 +57,11 @@ void attention_softmax_forward(const KernelContext& ctx, float* att, const float
             }
 }
 
-void attention_value_forward(const KernelContext& ctx, float* atty, const float* att, const unsigned char* mask,
-                             float dropout_p, const float* qkv, int B, int T, int C, int NH) {
+void attention_value_forward(const KernelContext& ctx, Act atty_act, ConstAct att_act, const unsigned char* mask,
+                             float dropout_p, ConstAct qkv_act, int B, int T, int C, int NH) {
+    float* atty = atty_act.as<float>();
+    const float* att = att_act.as<float>();
+    const float* qkv = qkv_act.as<float>();
     const HeadView hv{3L * C, C / NH};
 #pragma omp parallel for collapse(2) num_threads(team(ctx))
     for (int b = 0; b < B; ++b)
@@ -74,9 +79,14 @@ void attention_value_forward(const KernelContext& ctx, float* atty, const float*
             }
 }
 
-void attention_value_backward(const KernelContext& ctx, float* datt, float* dqkv, const float* datty, const float* att,
-                              const unsigned char* mask, float dropout_p, const float* qkv, int B, int T,
+void attention_value_backward(const KernelContext& ctx, Act datt_act, Act dqkv_act, ConstAct datty_act, ConstAct att_act,
+                              const unsigned char* mask, float dropout_p, ConstAct qkv_act, int B, int T,
                               int C, int NH) {
+    float* datt = datt_act.as<float>();
+    float* dqkv = dqkv_act.as<float>();
+    const float* datty = datty_act.as<float>();
+    const float* att = att_act.as<float>();
+    const float* qkv = qkv_act.as<float>();
     const HeadView hv{3L * C, C / NH};
 #pragma omp parallel for collapse(2) num_threads(team(ctx))
     for (int b = 0; b < B; ++b)
@@ -103,8 +113,12 @@ void attention_value_backward(const KernelContext& ctx, float* datt, float* dqkv
         }
 }
 
-void attention_softmax_backward(const KernelContext& ctx, float* dqkv, float* datt, const float* att,
-                                const float* qkv, int B, int T, int C, int NH) {
+void attention_softmax_backward(const KernelContext& ctx, Act dqkv_act, Act datt_act, ConstAct att_act,
+                                ConstAct qkv_act, int B, int T, int C, int NH) {
+    float* dqkv = dqkv_act.as<float>();
+    float* datt = datt_act.as<float>();
+    const float* att = att_act.as<float>();
+    const float* qkv = qkv_act.as<float>();
     const HeadView hv{3L * C, C / NH};
     const float scale = 1.0f / std::sqrt(static_cast<float>(hv.hs));
 #pragma omp parallel for collapse(2) num_threads(team(ctx))

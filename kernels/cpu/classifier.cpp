@@ -7,8 +7,9 @@
 
 namespace adacc::cpu {
 
-void fused_classifier(const KernelContext& ctx, float* logits, float* losses, const int* targets, int N, int V, int Vp,
+void fused_classifier(const KernelContext& ctx, Act logits_act, float* losses, const int* targets, int N, int V, int Vp,
                       float dloss) {
+    float* logits = logits_act.as<float>();
 #pragma omp parallel for num_threads(team(ctx))
     for (int i = 0; i < N; ++i) {
         float* row = logits + static_cast<long>(i) * Vp;
@@ -27,6 +28,14 @@ void fused_classifier(const KernelContext& ctx, float* logits, float* losses, co
         row[target] -= dloss;
         for (int j = V; j < Vp; ++j) row[j] = 0.0f;
     }
+}
+
+// Sequential on purpose: a fixed order whatever the thread count, and n is one row per token.
+void loss_accumulate(const KernelContext& ctx, float* total, const float* losses, int n, double divisor,
+                     bool accumulate) {
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) sum += losses[i];
+    *total = static_cast<float>((accumulate ? static_cast<double>(*total) : 0.0) + sum / divisor);
 }
 
 }  // namespace adacc::cpu

@@ -73,14 +73,22 @@ CodecStats measure_error(const float* original, const float* decoded, std::size_
 
 // ---- the codec kernels of kernels/ops.inc ----
 
-void codec_compress(const KernelContext& ctx, Codec codec, const void* src, std::size_t rows, std::size_t cols,
+// The CPU's codecs read and write fp32 (mask bytes for bitpack): as<> refuses anything else.
+static const void* codec_elements(Codec codec, ConstAct tensor) {
+    return codec == Codec::bitpack ? static_cast<const void*>(tensor.as<unsigned char>()) : tensor.as<float>();
+}
+static void* codec_elements(Codec codec, Act tensor) {
+    return codec == Codec::bitpack ? static_cast<void*>(tensor.as<unsigned char>()) : tensor.as<float>();
+}
+
+void codec_compress(const KernelContext& ctx, Codec codec, ConstAct src, std::size_t rows, std::size_t cols,
                     const CodecParams& params, void* dst) {
-    compress(codec, src, rows, cols, params, dst, ctx.scratch);
+    compress(codec, codec_elements(codec, src), rows, cols, params, dst, ctx.scratch);
 }
 
 void codec_decompress(const KernelContext& ctx, Codec codec, const void* blob, std::size_t rows, std::size_t cols,
-                      void* dst) {
-    decompress(codec, blob, rows, cols, dst);
+                      Act dst) {
+    decompress(codec, blob, rows, cols, codec_elements(codec, dst));
 }
 
 std::size_t codec_outlier_count(const KernelContext& ctx, Codec codec, const void* blob) {

@@ -3,8 +3,9 @@
 
 namespace adacc::cpu {
 
-void encoder_forward(const KernelContext& ctx, float* out, const int* tokens, const float* wte, const float* wpe, int B,
+void encoder_forward(const KernelContext& ctx, Act out_act, const int* tokens, const float* wte, const float* wpe, int B,
                      int T, int C) {
+    float* out = out_act.as<float>();
 #pragma omp parallel for collapse(2) num_threads(team(ctx))
     for (int b = 0; b < B; ++b)
         for (int t = 0; t < T; ++t) {
@@ -18,8 +19,9 @@ void encoder_forward(const KernelContext& ctx, float* out, const int* tokens, co
 
 // Rows of dwte are scattered by token id, so two positions may hit the same row: run serially
 // over tokens but parallel over channels, which is race-free and deterministic.
-void encoder_backward(const KernelContext& ctx, float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
+void encoder_backward(const KernelContext& ctx, float* dwte, float* dwpe, ConstAct dout_act, const int* tokens, int B,
                       int T, int C) {
+    const float* dout = dout_act.as<float>();
 #pragma omp parallel for num_threads(team(ctx))
     for (int c0 = 0; c0 < C; c0 += 64) {
         const int c1 = c0 + 64 < C ? c0 + 64 : C;

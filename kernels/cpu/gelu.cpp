@@ -7,7 +7,9 @@ namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 }
 
-void gelu_forward(const KernelContext& ctx, float* out, const float* inp, long n) {
+void gelu_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, long n) {
+    float* out = out_act.as<float>();
+    const float* inp = inp_act.as<float>();
 #pragma omp parallel for simd schedule(static) num_threads(team(ctx))
     for (long i = 0; i < n; ++i) {
         const float x = inp[i];
@@ -15,7 +17,10 @@ void gelu_forward(const KernelContext& ctx, float* out, const float* inp, long n
     }
 }
 
-void gelu_backward(const KernelContext& ctx, float* dinp, const float* inp, const float* dout, long n) {
+void gelu_backward(const KernelContext& ctx, Act dinp_act, ConstAct inp_act, ConstAct dout_act, long n) {
+    float* dinp = dinp_act.as<float>();
+    const float* inp = inp_act.as<float>();
+    const float* dout = dout_act.as<float>();
 #pragma omp parallel for simd schedule(static) num_threads(team(ctx))
     for (long i = 0; i < n; ++i) {
         const float x = inp[i];

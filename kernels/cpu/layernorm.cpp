@@ -5,8 +5,10 @@
 
 namespace adacc::cpu {
 
-void layernorm_forward(const KernelContext& ctx, float* out, float* mean, float* rstd, const float* inp,
+void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float* rstd, ConstAct inp_act,
                        const float* weight, const float* bias, int N, int C) {
+    float* out = out_act.as<float>();
+    const float* inp = inp_act.as<float>();
 #pragma omp parallel for num_threads(team(ctx))
     for (int i = 0; i < N; ++i) {
         const float* x = inp + static_cast<long>(i) * C;
@@ -28,8 +30,11 @@ void layernorm_forward(const KernelContext& ctx, float* out, float* mean, float*
 
 // Two passes so that no two threads write the same address: rows in parallel for dinp, then
 // channel blocks in parallel for dweight / dbias (each thread sums its channels over all rows).
-void layernorm_backward(const KernelContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,
+                        ConstAct inp_act, const float* weight, const float* mean, const float* rstd, int N, int C) {
+    float* dinp = dinp_act.as<float>();
+    const float* dout = dout_act.as<float>();
+    const float* inp = inp_act.as<float>();
 #pragma omp parallel for num_threads(team(ctx))
     for (int i = 0; i < N; ++i) {
         const float* x = inp + static_cast<long>(i) * C;

@@ -31,8 +31,12 @@ Range thread_range(int n) {
 
 }  // namespace
 
-void matmul_forward(const KernelContext& ctx, float* out, const float* inp, const float* weight, const float* bias,
+void matmul_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, ConstAct weight_act, ConstAct bias_act,
                     int N, int C, int OC) {
+    float* out = out_act.as<float>();
+    const float* inp = inp_act.as<float>();
+    const float* weight = weight_act.as<float>();
+    const float* bias = bias_act.as<float>();
     // Split over output channels: each thread multiplies all rows by its slice of W.
 #pragma omp parallel num_threads(team(ctx))
     {
@@ -50,8 +54,12 @@ void matmul_forward(const KernelContext& ctx, float* out, const float* inp, cons
     }
 }
 
-void matmul_backward(const KernelContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC, bool accumulate) {
+void matmul_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,
+                     ConstAct inp_act, ConstAct weight_act, int N, int C, int OC, bool accumulate) {
+    float* dinp = dinp_act.as<float>();
+    const float* dout = dout_act.as<float>();
+    const float* inp = inp_act.as<float>();
+    const float* weight = weight_act.as<float>();
 #pragma omp parallel num_threads(team(ctx))
     {
         // dinp (N x C) = dout (N x OC) @ W (OC x C), split over input channels.

@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include "kernels/activation.h"
 #include "kernels/codec_format.h"
 #include "kernels/kernel_context.h"
 

@@ -174,7 +174,9 @@ long att_rows(int B, int T, int NH) { return static_cast<long>(B) * NH * T; }
 
 }  // namespace
 
-void attention_softmax_forward(const KernelContext& ctx, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_softmax_forward(const KernelContext& ctx, Act att_act, ConstAct qkv_act, int B, int T, int C, int NH) {
+    float* att = att_act.as<float>();
+    const float* qkv = qkv_act.as<float>();
     if (B <= 0 || T <= 0) return;
     const int hs = C / NH;
     const HeadPairs p = head_pairs(B, T, C, NH);
@@ -190,8 +192,11 @@ void attention_softmax_forward(const KernelContext& ctx, float* att, const float
     check_launch("attention_softmax_forward");
 }
 
-void attention_value_forward(const KernelContext& ctx, float* atty, const float* att, const unsigned char* mask,
-                             float dropout_p, const float* qkv, int B, int T, int C, int NH) {
+void attention_value_forward(const KernelContext& ctx, Act atty_act, ConstAct att_act, const unsigned char* mask,
+                             float dropout_p, ConstAct qkv_act, int B, int T, int C, int NH) {
+    float* atty = atty_act.as<float>();
+    const float* att = att_act.as<float>();
+    const float* qkv = qkv_act.as<float>();
     if (B <= 0 || T <= 0) return;
     const int hs = C / NH;
     if (mask) {
@@ -210,9 +215,14 @@ void attention_value_forward(const KernelContext& ctx, float* atty, const float*
              "attention_value_forward (att v)");
 }
 
-void attention_value_backward(const KernelContext& ctx, float* datt, float* dqkv, const float* datty, const float* att,
-                              const unsigned char* mask, float dropout_p, const float* qkv, int B, int T, int C,
+void attention_value_backward(const KernelContext& ctx, Act datt_act, Act dqkv_act, ConstAct datty_act, ConstAct att_act,
+                              const unsigned char* mask, float dropout_p, ConstAct qkv_act, int B, int T, int C,
                               int NH) {
+    float* datt = datt_act.as<float>();
+    float* dqkv = dqkv_act.as<float>();
+    const float* datty = datty_act.as<float>();
+    const float* att = att_act.as<float>();
+    const float* qkv = qkv_act.as<float>();
     if (B <= 0 || T <= 0) return;
     const int hs = C / NH;
     const HeadPairs p = head_pairs(B, T, C, NH);
@@ -241,8 +251,12 @@ void attention_value_backward(const KernelContext& ctx, float* datt, float* dqkv
              "attention_value_backward (att^T datty)");
 }
 
-void attention_softmax_backward(const KernelContext& ctx, float* dqkv, float* datt, const float* att, const float* qkv,
+void attention_softmax_backward(const KernelContext& ctx, Act dqkv_act, Act datt_act, ConstAct att_act, ConstAct qkv_act,
                                 int B, int T, int C, int NH) {
+    float* dqkv = dqkv_act.as<float>();
+    float* datt = datt_act.as<float>();
+    const float* att = att_act.as<float>();
+    const float* qkv = qkv_act.as<float>();
     if (B <= 0 || T <= 0) return;
     const int hs = C / NH;
     const float scale = softmax_scale(hs);

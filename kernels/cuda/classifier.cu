@@ -13,6 +13,7 @@ namespace adacc::cuda {
 namespace {
 
 constexpr int kThreads = 512;  // ~100 columns per thread at V = 50257
+constexpr int kLossThreads = 1024;
 
 // The running (max, sum) pair after merging (m2, s2) into (m, s); an empty side has max -inf.
 __device__ inline void merge_softmax(float& m, float& s, float m2, float s2) {
@@ -81,13 +82,34 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
     }
 }
 
+// One block: each thread sums a fixed stride of the losses in double, then a fixed butterfly.
+__global__ void loss_accumulate_kernel(float* total, const float* losses, int n, double divisor, bool accumulate) {
+    __shared__ double partials[32];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += losses[i];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    acc = warp_sum(acc);
+    if (lane == 0) partials[warp] = acc;
+    __syncthreads();
+    if (warp != 0) return;
+    acc = warp_sum(lane < static_cast<int>(blockDim.x / 32) ? partials[lane] : 0.0);
+    if (lane == 0) *total = static_cast<float>((accumulate ? static_cast<double>(*total) : 0.0) + acc / divisor);
+}
+
 }  // namespace
 
-void fused_classifier(const KernelContext& ctx, float* logits, float* losses, const int* targets, int N, int V, int Vp,
+void fused_classifier(const KernelContext& ctx, Act logits_act, float* losses, const int* targets, int N, int V, int Vp,
                       float dloss) {
+    float* logits = logits_act.as<float>();
     if (N == 0) return;
     ADACC_LAUNCH(fused_classifier_kernel<float>, N, kThreads, 0, ctx.stream)(logits, losses, targets, V, Vp, dloss);
     check_launch("fused_classifier");
+}
+
+void loss_accumulate(const KernelContext& ctx, float* total, const float* losses, int n, double divisor,
+                     bool accumulate) {
+    ADACC_LAUNCH(loss_accumulate_kernel, 1, kLossThreads, 0, ctx.stream)(total, losses, n, divisor, accumulate);
+    check_launch("loss_accumulate");
 }
 
 }  // namespace adacc::cuda

@@ -72,30 +72,33 @@ __global__ void error_finish_kernel(const double* partials, unsigned blocks, dou
 
 }  // namespace
 
-void codec_compress(const KernelContext& ctx, Codec codec, const void* src, std::size_t rows, std::size_t cols,
+void codec_compress(const KernelContext& ctx, Codec codec, ConstAct src, std::size_t rows, std::size_t cols,
                     const CodecParams& params, void* dst) {
-    const auto* x = static_cast<const float*>(src);
+    if (codec == Codec::bitpack) {
+        codec_format::check_params(params);  // refused for every codec alike, though bitpack reads none
+        return compress_bitpack(ctx, src.as<unsigned char>(), rows * cols, dst);
+    }
+    const float* x = src.as<float>();
     switch (codec) {
     case Codec::group_int4: return compress_group_int4(ctx, x, rows, cols, params, dst);
     case Codec::outlier_int4: return compress_outlier_int4(ctx, x, rows, cols, params, dst);
     case Codec::channel_int4: return compress_channel_int4(ctx, x, rows, cols, params, dst);
     case Codec::asym_int4: return compress_asym_int4(ctx, x, rows, cols, params, dst);
-    case Codec::bitpack:
-        codec_format::check_params(params);  // refused for every codec alike, though bitpack reads none
-        return compress_bitpack(ctx, static_cast<const unsigned char*>(src), rows * cols, dst);
+    case Codec::bitpack: break;
     }
     throw std::invalid_argument("codec_compress: unknown codec");
 }
 
 void codec_decompress(const KernelContext& ctx, Codec codec, const void* blob, std::size_t rows, std::size_t cols,
-                      void* dst) {
-    auto* y = static_cast<float*>(dst);
+                      Act dst) {
+    if (codec == Codec::bitpack) return decompress_bitpack(ctx, blob, rows * cols, dst.as<unsigned char>());
+    float* y = dst.as<float>();
     switch (codec) {
     case Codec::group_int4: return decompress_group_int4(ctx, blob, rows, cols, y);
     case Codec::outlier_int4: return decompress_outlier_int4(ctx, blob, rows, cols, y);
     case Codec::channel_int4: return decompress_channel_int4(ctx, blob, rows, cols, y);
     case Codec::asym_int4: return decompress_asym_int4(ctx, blob, rows, cols, y);
-    case Codec::bitpack: return decompress_bitpack(ctx, blob, rows * cols, static_cast<unsigned char*>(dst));
+    case Codec::bitpack: break;
     }
     throw std::invalid_argument("codec_decompress: unknown codec");
 }

@@ -49,8 +49,11 @@ void dropout_mask(const KernelContext& ctx, unsigned char* mask, long n, float p
     check_launch("dropout_mask");
 }
 
-void residual_dropout_forward(const KernelContext& ctx, float* out, const float* residual, const float* inp,
+void residual_dropout_forward(const KernelContext& ctx, Act out_act, ConstAct residual_act, ConstAct inp_act,
                               const unsigned char* mask, float p, long n) {
+    float* out = out_act.as<float>();
+    const float* residual = residual_act.as<float>();
+    const float* inp = inp_act.as<float>();
     if (n == 0) return;
     const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
     ADACC_LAUNCH(residual_dropout_forward_kernel<float>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
@@ -59,8 +62,10 @@ void residual_dropout_forward(const KernelContext& ctx, float* out, const float*
 }
 
 // The residual branch's gradient is dout itself; dinp = dout * mask / (1 - p).
-void residual_dropout_backward(const KernelContext& ctx, float* dinp, const float* dout, const unsigned char* mask,
+void residual_dropout_backward(const KernelContext& ctx, Act dinp_act, ConstAct dout_act, const unsigned char* mask,
                                float p, long n) {
+    float* dinp = dinp_act.as<float>();
+    const float* dout = dout_act.as<float>();
     if (n == 0) return;
     const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
     ADACC_LAUNCH(dropout_scale_kernel<float>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(dinp, dout, mask, scale,
@@ -68,8 +73,10 @@ void residual_dropout_backward(const KernelContext& ctx, float* dinp, const floa
     check_launch("residual_dropout_backward");
 }
 
-void dropout_forward(const KernelContext& ctx, float* out, const float* inp, const unsigned char* mask, float p,
+void dropout_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, const unsigned char* mask, float p,
                      long n) {
+    float* out = out_act.as<float>();
+    const float* inp = inp_act.as<float>();
     if (n == 0) return;
     const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;  // the CPU twin requires a mask; null keeps all
     ADACC_LAUNCH(dropout_scale_kernel<float>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(out, inp, mask, scale, n);

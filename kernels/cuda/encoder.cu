@@ -92,15 +92,17 @@ __global__ void encoder_dwpe_kernel(float* dwpe, const T* dout, int B, int T_len
 
 }  // namespace
 
-void encoder_forward(const KernelContext& ctx, float* out, const int* tokens, const float* wte, const float* wpe,
+void encoder_forward(const KernelContext& ctx, Act out_act, const int* tokens, const float* wte, const float* wpe,
                      int B, int T, int C) {
+    float* out = out_act.as<float>();
     if (B * T == 0 || C == 0) return;
     ADACC_LAUNCH(encoder_forward_kernel<float>, B * T, kThreads, 0, ctx.stream)(out, tokens, wte, wpe, T, C);
     check_launch("encoder_forward");
 }
 
-void encoder_backward(const KernelContext& ctx, float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
+void encoder_backward(const KernelContext& ctx, float* dwte, float* dwpe, ConstAct dout_act, const int* tokens, int B,
                       int T, int C) {
+    const float* dout = dout_act.as<float>();
     const int N = B * T;
     if (N == 0 || C == 0) return;
     if (static_cast<std::size_t>(N) * sizeof(int) > ctx.reduction_scratch_bytes)

@@ -32,13 +32,18 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
 
 }  // namespace
 
-void gelu_forward(const KernelContext& ctx, float* out, const float* inp, long n) {
+void gelu_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, long n) {
+    float* out = out_act.as<float>();
+    const float* inp = inp_act.as<float>();
     if (n == 0) return;
     ADACC_LAUNCH(gelu_forward_kernel, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(out, inp, n);
     check_launch("gelu_forward");
 }
 
-void gelu_backward(const KernelContext& ctx, float* dinp, const float* inp, const float* dout, long n) {
+void gelu_backward(const KernelContext& ctx, Act dinp_act, ConstAct inp_act, ConstAct dout_act, long n) {
+    float* dinp = dinp_act.as<float>();
+    const float* inp = inp_act.as<float>();
+    const float* dout = dout_act.as<float>();
     if (n == 0) return;
     ADACC_LAUNCH(gelu_backward_kernel, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(dinp, inp, dout, n);
     check_launch("gelu_backward");

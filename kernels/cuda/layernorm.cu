@@ -119,8 +119,10 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
 
 }  // namespace
 
-void layernorm_forward(const KernelContext& ctx, float* out, float* mean, float* rstd, const float* inp,
+void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float* rstd, ConstAct inp_act,
                        const float* weight, const float* bias, int N, int C) {
+    float* out = out_act.as<float>();
+    const float* inp = inp_act.as<float>();
     if (N == 0) return;
     constexpr int rows_per_block = kForwardThreads / 32;
     ADACC_LAUNCH(layernorm_forward_kernel<float>, ceil_div(N, rows_per_block), kForwardThreads, 0, ctx.stream)(
@@ -128,8 +130,11 @@ void layernorm_forward(const KernelContext& ctx, float* out, float* mean, float*
     check_launch("layernorm_forward");
 }
 
-void layernorm_backward(const KernelContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,
+                        ConstAct inp_act, const float* weight, const float* mean, const float* rstd, int N, int C) {
+    float* dinp = dinp_act.as<float>();
+    const float* dout = dout_act.as<float>();
+    const float* inp = inp_act.as<float>();
     if (N == 0 || C == 0) return;
     // Each warp's two shared slices take 8 C bytes; as many warps as fit in 48 KiB, up to 4.
     const std::size_t slice_bytes = 2 * static_cast<std::size_t>(C) * sizeof(float);

@@ -71,8 +71,12 @@ void bias_gradient(const KernelContext& ctx, float* dbias, const float* dout, in
 
 }  // namespace
 
-void matmul_forward(const KernelContext& ctx, float* out, const float* inp, const float* weight, const float* bias,
+void matmul_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, ConstAct weight_act, ConstAct bias_act,
                     int N, int C, int OC) {
+    float* out = out_act.as<float>();
+    const float* inp = inp_act.as<float>();
+    const float* weight = weight_act.as<float>();
+    const float* bias = bias_act.as<float>();
     // out (N x OC) = inp (N x C) @ weight^T, weight stored OC x C; the bias (OC) is added to
     // every row by cuBLASLt's BIAS epilogue (none when null).
     GemmShape s;
@@ -88,8 +92,12 @@ void matmul_forward(const KernelContext& ctx, float* out, const float* inp, cons
     gemm(ctx, s, x, w, out, OC, 0, bias, "matmul_forward");
 }
 
-void matmul_backward(const KernelContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC, bool accumulate) {
+void matmul_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,
+                     ConstAct inp_act, ConstAct weight_act, int N, int C, int OC, bool accumulate) {
+    float* dinp = dinp_act.as<float>();
+    const float* dout = dout_act.as<float>();
+    const float* inp = inp_act.as<float>();
+    const float* weight = weight_act.as<float>();
     if (N <= 0) {
         // No rows: the gradients add nothing; overwriting means zeroing.
         if (!accumulate) {

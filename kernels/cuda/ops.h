@@ -4,6 +4,7 @@
 // to the host (sum_of_squares, codec_outlier_count, codec_error), which synchronise.
 #pragma once
 
+#include "kernels/activation.h"
 #include "kernels/codec_format.h"
 #include "kernels/kernel_context.h"
 

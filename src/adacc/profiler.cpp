@@ -37,19 +37,19 @@ TensorProfile profile_tensor(const GPTModel& model, TensorKind kind, int B, int 
     const KernelTable& k = backend.kernels();
     const int L = model.config().n_layer;
     for (int l = 0; l < L; ++l) {
-        const void* data = model.tape().data(*model.tape().find(l, kind));
+        const ConstAct data(model.tape().data(*model.tape().find(l, kind)), info.dtype);
         auto t0 = Clock::now();
         k.codec_compress(ctx, p.codec, data, rows, cols, params, blob.data());
         backend.synchronize();
         p.compress_ms += ms_since(t0) / L;
         t0 = Clock::now();
-        k.codec_decompress(ctx, p.codec, blob.data(), rows, cols, decoded.data());
+        k.codec_decompress(ctx, p.codec, blob.data(), rows, cols, Act(decoded.data(), data.dtype()));
         backend.synchronize();
         p.decompress_ms += ms_since(t0) / L;
         const std::size_t outliers = k.codec_outlier_count(ctx, p.codec, blob.data());
         p.compressed_bytes = std::max(p.compressed_bytes, codec_bytes(p.codec, rows, cols, params, outliers));
         if (!codec_is_lossless(p.codec)) {  // bitpack: no error, no outliers
-            const CodecStats stats = k.codec_error(ctx, static_cast<const float*>(data), decoded.as<float>(), numel);
+            const CodecStats stats = k.codec_error(ctx, data.as<float>(), decoded.as<float>(), numel);
             p.relative_error = std::max(p.relative_error, stats.relative_l2);
             p.outlier_fraction = std::max(p.outlier_fraction, double(outliers) / static_cast<double>(cols));
         }

@@ -141,7 +141,8 @@ void Driver::compress_output(int layer, TensorKind kind, int B, int T) {
     const TensorPolicy& p = layout_->plan().at(layer, kind);
     const std::size_t numel = layout_->numel(kind, B, T), rows = layout_->rows(kind, B, T);
     void* blob = push_scheduled(layer, kind);
-    k_.codec_compress(ctx_, p.codec, view(kind), rows, numel / rows, layout_->codec_params(), blob);
+    const ConstAct src(view(kind), layout_->block().tensor(kind).dtype);
+    k_.codec_compress(ctx_, p.codec, src, rows, numel / rows, layout_->codec_params(), blob);
     if (observer_ && observer_->wants_compressed_tensors()) report_compressed(layer, kind, p.codec, blob, B, T);
 }
 
@@ -273,7 +274,7 @@ void Driver::materialize_block(int layer, int B, int T) {
             if (p.policy == Policy::compress) {
                 const void* blob = tape.data(*tape.find(layer, t));
                 const std::size_t numel = layout_->numel(t, B, T), rows = layout_->rows(t, B, T);
-                k_.codec_decompress(ctx_, p.codec, blob, rows, numel / rows, buffer(t));
+                k_.codec_decompress(ctx_, p.codec, blob, rows, numel / rows, Act(buffer(t), block.tensor(t).dtype));
                 view_slot(t) = buffer(t);
             }
         }

@@ -29,8 +29,7 @@ GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& 
                    const CodecParams& codec_params, ModelUse use, Backend& backend)
     : backend_(&backend),
       layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use, traits_of(backend))),
-      arenas_(backend, *layout_), driver_(backend, *layout_, arenas_),
-      host_losses_(static_cast<std::size_t>(B) * T) {}
+      arenas_(backend, *layout_), driver_(backend, *layout_, arenas_) {}
 
 GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, Backend& backend) {
     return GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer), {}, ModelUse::inference,
@@ -83,7 +82,8 @@ void GPTModel::read_logits(std::size_t row, std::size_t rows, float* host) const
 }
 
 void GPTModel::read_losses(std::size_t count, float* host) const {
-    if (count > host_losses_.size()) throw std::out_of_range("read_losses: beyond B x T");
+    if (count > static_cast<std::size_t>(max_batch()) * max_seq_len())
+        throw std::out_of_range("read_losses: beyond B x T");
     backend_->copy_to_host(host, arenas_.views.losses, count * sizeof(float));
 }
 
@@ -138,11 +138,26 @@ float GPTModel::forward(const int* tokens, const int* targets, int B, int T, con
     const int* device_tokens = tokens_for_kernels(tokens, &device_targets, B, T);
     driver_.forward(device_tokens, device_targets, B, T, dropout, dloss);
     if (!targets) return 0.0f;
-    const int N = B * T;
-    read_losses(N, host_losses_.data());
-    double total = 0.0;
-    for (int i = 0; i < N; ++i) total += host_losses_[i];
-    return static_cast<float>(total / N);
+    backend_->kernels().loss_accumulate(backend_->context(), arenas_.views.loss_total, arenas_.views.losses, B * T,
+                                        static_cast<double>(B) * T, false);
+    float loss = 0.0f;
+    backend_->copy_to_host(&loss, arenas_.views.loss_total, sizeof loss);
+    return loss;
+}
+
+void GPTModel::forward_step(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
+                            float dloss, double loss_divisor, bool accumulate_loss) {
+    const int* device_targets = targets;
+    const int* device_tokens = tokens_for_kernels(tokens, &device_targets, B, T);
+    driver_.forward(device_tokens, device_targets, B, T, dropout, dloss);
+    backend_->kernels().loss_accumulate(backend_->context(), arenas_.views.loss_total, arenas_.views.losses, B * T,
+                                        loss_divisor, accumulate_loss);
+}
+
+StepReadout GPTModel::read_step() const {
+    float scalars[2];
+    backend_->copy_to_host(scalars, arenas_.views.loss_total, sizeof scalars);
+    return {scalars[0], scalars[1]};
 }
 
 void GPTModel::backward(const int* tokens, int B, int T, bool accumulate) {

@@ -23,6 +23,12 @@
 
 namespace adacc {
 
+// What a training step reads back once, after its update is queued (GPTModel::read_step).
+struct StepReadout {
+    float loss = 0;       // the step's mean loss (forward_step's sum)
+    float grad_norm = 0;  // the global gradient norm (global_norm, before clipping)
+};
+
 // The fp32 arenas the host API reads and writes.
 enum class ModelArena : std::uint8_t { parameters, gradients, adam_m, adam_v };
 
@@ -63,6 +69,8 @@ public:
     float* grads() const { return arenas_.grads.as<float>(); }  // null for inference
     float* adam_m() const { return arenas_.adam_m.as<float>(); }
     float* adam_v() const { return arenas_.adam_v.as<float>(); }
+    // Where global_norm writes the gradient norm and adamw_update reads it (backend memory).
+    float* grad_norm_slot() const { return arenas_.views.grad_norm; }
 
     // ---- host API --------------------------------------------------------------------------
     // `count` floats of an arena from element `offset` to / from host memory.
@@ -91,6 +99,13 @@ public:
     // into dlogits scaled by dloss (ready for backward()), otherwise they stay logits
     // (read_logits). Without targets returns 0.
     float forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss);
+    // A training step's forward (targets and dloss required): the same pass, but nothing is read
+    // back; its per-token losses, summed and divided by loss_divisor, are added to the step's loss
+    // in backend memory (accumulate_loss false: the step's first micro-batch starts the sum).
+    void forward_step(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss,
+                      double loss_divisor, bool accumulate_loss);
+    // The step's loss and gradient norm in one copy back (waits for everything queued).
+    StepReadout read_step() const;
     // Backward pass of the last forward (which must have had targets and dloss != 0), with the
     // same tokens: before each block's backward, its dropped tensors are recomputed and its
     // compressed ones decompressed into the workspace; after it, its tape slots are released.
@@ -115,7 +130,6 @@ private:
     std::unique_ptr<ModelLayout> layout_;  // behind a pointer: the driver keeps its address across set_plan
     ModelArenas arenas_;
     Driver driver_;
-    std::vector<float> host_losses_;  // B*T, for forward's mean loss
 };
 
 }  // namespace adacc

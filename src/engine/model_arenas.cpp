@@ -49,6 +49,8 @@ void ModelArenas::carve(const ModelLayout& layout) {
     v.codec_scratch = w.codec_scratch_bytes ? at_byte<void>(workspace, w.codec_scratch) : nullptr;
     v.logits = at_byte<float>(workspace, w.logits);
     v.losses = at_byte<float>(workspace, w.losses);
+    v.loss_total = at_byte<float>(workspace, w.scalars);
+    v.grad_norm = v.loss_total + 1;
     if (layout.stage_tokens()) {
         v.tokens = at_byte<int>(workspace, w.tokens);
         v.targets = at_byte<int>(workspace, w.targets);

@@ -19,6 +19,7 @@ struct WorkspaceViews {
     float* discard = nullptr;  // outputs a recompute must produce but that are already materialised
     void* codec_scratch = nullptr;
     float *logits = nullptr, *losses = nullptr;
+    float *loss_total = nullptr, *grad_norm = nullptr;  // the two scalars (WorkspaceLayout::scalars)
     int *tokens = nullptr, *targets = nullptr;  // staged token ids (null: the host's arrays are read in place)
 };
 

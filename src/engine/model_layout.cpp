@@ -74,6 +74,7 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
     w.transients = c.bytes - w.materialize;
     w.logits = c.take(N * cfg.padded_vocab_size() * F);
     w.losses = c.take(N * F);
+    w.scalars = c.take(2 * F);
     if (stage_tokens) {
         w.tokens = c.take(N * sizeof(int));
         w.targets = c.take(N * sizeof(int));

@@ -24,7 +24,8 @@ struct ModelMemory {
     std::size_t tape = 0;            // capacity: every saved activation at its reserved size (bounds for codecs)
     std::size_t materialize = 0;     // workspace: full-size buffers for tensors not kept in some layer
     std::size_t transients = 0;      // workspace: op outputs no backward needs, backward's gradient buffers
-    std::size_t logits = 0;          // workspace: logits / dlogits (N x Vp), per-token losses (and staged tokens)
+    std::size_t logits = 0;          // workspace: logits / dlogits (N x Vp), per-token losses, the loss and norm
+                                     // scalars (and staged tokens)
     std::size_t backend = 0;         // the backend's own fixed memory (DeviceTraits::resident_bytes; 0 on the CPU)
     std::size_t workspace() const { return materialize + transients + logits; }
     std::size_t static_bytes() const { return parameters + gradients + optimizer_state; }
@@ -57,6 +58,7 @@ struct WorkspaceLayout {
     std::size_t dres = 0, dc_a = 0, dc_b = 0, dqkv = 0, dfc = 0, datt = 0, discard = 0;  // training only
     std::size_t codec_scratch = 0, codec_scratch_bytes = 0;
     std::size_t logits = 0, losses = 0;
+    std::size_t scalars = 0;  // two floats: the summed loss (loss_accumulate) and the gradient norm (global_norm)
     std::size_t tokens = 0, targets = 0;  // staged token ids (backends the host cannot address)
     std::size_t materialize = 0, transients = 0, logits_bytes = 0, total = 0;
 };

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-
 namespace adacc {
 
 float learning_rate(const LrSection& lr, int step, int total_steps) {
@@ -14,27 +13,39 @@ float learning_rate(const LrSection& lr, int step, int total_steps) {
     return static_cast<float>(lr.min + cosine * (lr.max - lr.min));
 }
 
-float gradient_norm(const GPTModel& model) {
+void queue_gradient_norm(const GPTModel& model) {
     const Backend& backend = model.backend();
-    return static_cast<float>(std::sqrt(
-        backend.kernels().sum_of_squares(backend.context(), model.grads(), static_cast<long>(model.num_params()))));
+    backend.kernels().global_norm(backend.context(), model.grad_norm_slot(), model.grads(),
+                                  static_cast<long>(model.num_params()));
 }
 
-OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {
-    return adamw_step(model, opt, lr, t, gradient_norm(model));
+float gradient_norm(const GPTModel& model) {
+    queue_gradient_norm(model);
+    float norm = 0.0f;
+    model.backend().copy_to_host(&norm, model.grad_norm_slot(), sizeof norm);
+    return norm;
 }
 
-OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t, float grad_norm) {
-    OptimizerStepStats stats;
-    stats.grad_norm = grad_norm;
-    if (opt.grad_clip > 0.0f && stats.grad_norm > opt.grad_clip) stats.grad_scale = opt.grad_clip / stats.grad_norm;
+float clip_scale(float grad_clip, float grad_norm) {
+    return grad_clip > 0.0f && grad_norm > grad_clip ? grad_clip / grad_norm : 1.0f;
+}
+
+void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {
     const Backend& backend = model.backend();
     for (const ParamTensorInfo& info : model.layout().tensors()) {
         const std::size_t o = info.offset;
-        backend.kernels().adamw_update(backend.context(), model.params() + o, model.grads() + o, model.adam_m() + o,
-                                       model.adam_v() + o, static_cast<long>(info.numel), lr, opt.beta1, opt.beta2,
-                                       opt.eps, info.weight_decay ? opt.weight_decay : 0.0f, stats.grad_scale, t);
+        backend.kernels().adamw_update(backend.context(), model.params() + o, nullptr, model.grads() + o,
+                                       model.adam_m() + o, model.adam_v() + o, static_cast<long>(info.numel), lr,
+                                       opt.beta1, opt.beta2, opt.eps, info.weight_decay ? opt.weight_decay : 0.0f,
+                                       opt.grad_clip, model.grad_norm_slot(), t);
     }
+}
+
+OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {
+    OptimizerStepStats stats;
+    stats.grad_norm = gradient_norm(model);
+    stats.grad_scale = clip_scale(opt.grad_clip, stats.grad_norm);
+    queue_adamw_step(model, opt, lr, t);
     return stats;
 }
 

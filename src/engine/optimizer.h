@@ -17,12 +17,20 @@ struct OptimizerStepStats {
     float grad_scale = 1;  // factor applied to the gradients (clipping)
 };
 
-// Global L2 norm of the gradient arena (what clipping and the divergence check look at).
+// Queues the global L2 norm of the gradient arena (what clipping and the divergence check look at)
+// into model.grad_norm_slot(), in backend memory; nothing is read back.
+void queue_gradient_norm(const GPTModel& model);
+// The same, read back (waits for the backend).
 float gradient_norm(const GPTModel& model);
 
-// One AdamW step on every parameter tensor of the model, at 1-based step t. Allocation-free.
+// Queues one AdamW step on every parameter tensor, at 1-based step t, clipped by the norm that
+// queue_gradient_norm left in backend memory; when that norm is not finite the kernels change
+// nothing (the step is skipped on the device). Reads nothing back; allocation-free.
+void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t);
+// The norm, then the step, with the norm and the clipping factor read back.
 OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t);
-// The same with the gradient norm already computed by gradient_norm().
-OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t, float grad_norm);
+// The clipping factor for a gradient norm: min(1, grad_clip / norm), 1 without clipping (the
+// kernels' expression, for reports).
+float clip_scale(float grad_clip, float grad_norm);
 
 }  // namespace adacc

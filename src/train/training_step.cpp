@@ -19,20 +19,26 @@ StepResult TrainingStep::run(int step) {
     const auto start = std::chrono::steady_clock::now();
     if (regulator_) regulator_->before_step(step, model_);
     const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
-    double loss = 0.0;
+    const double tokens_per_step = static_cast<double>(B) * T * accum;
     for (int micro = 0; micro < accum; ++micro) {
         data_.next_batch(inputs_, targets_);
         const DropoutContext dropout{training_.seed, static_cast<std::uint64_t>(step),
                                      static_cast<std::uint64_t>(micro), true};
-        loss += model_.forward(inputs_.data(), targets_.data(), B, T, dropout, dloss);
+        model_.forward_step(inputs_.data(), targets_.data(), B, T, dropout, dloss, tokens_per_step,
+                            /*accumulate_loss=*/micro > 0);
         model_.backward(inputs_.data(), B, T, /*accumulate=*/micro > 0);
     }
+    // Everything is queued before the one read back. The device skips the update when the norm
+    // is not finite; a non-finite loss always comes with one (its logits, hence dlogits and the
+    // head's gradient, are non-finite too), so the host's flag below and the device agree.
     StepResult result;
-    result.loss = static_cast<float>(loss / accum);
     result.lr = learning_rate(lr_, step, training_.steps);
-    result.grad_norm = gradient_norm(model_);
+    queue_gradient_norm(model_);
+    queue_adamw_step(model_, optimizer_, result.lr, step);
+    const StepReadout readout = model_.read_step();
+    result.loss = readout.loss;
+    result.grad_norm = readout.grad_norm;
     result.updated = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
-    if (result.updated) adamw_step(model_, optimizer_, result.lr, step, result.grad_norm);
     result.seconds = seconds_since(start);
     return result;
 }

@@ -60,6 +60,7 @@ std::vector<T> DeviceArray<T>::download() const {
 template class DeviceArray<float>;
 template class DeviceArray<int>;
 template class DeviceArray<unsigned char>;
+template class DeviceArray<bf16>;
 
 CudaTestContext::CudaTestContext(std::size_t scratch_bytes) {
     cudaStream_t stream = nullptr;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/kernel_context.h"
 
 namespace adacc::test {
@@ -70,5 +71,14 @@ std::vector<unsigned char> random_mask(std::size_t n, std::uint64_t seed, float 
                                      double abs = 0.0);
 ::testing::AssertionResult all_equal_bytes(const std::vector<unsigned char>& got,
                                            const std::vector<unsigned char>& want);
+// The same for any element type, compared as its bytes (floats, bf16: bit for bit, NaNs included).
+template <typename T>
+::testing::AssertionResult all_equal_bytes(const std::vector<T>& got, const std::vector<T>& want) {
+    auto bytes = [](const std::vector<T>& v) {
+        const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+        return std::vector<unsigned char>(p, p + v.size() * sizeof(T));
+    };
+    return all_equal_bytes(bytes(got), bytes(want));
+}
 
 }  // namespace adacc::test

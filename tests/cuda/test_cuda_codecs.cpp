@@ -163,7 +163,7 @@ struct DeviceBlob {
 
 // Compresses on CUDA; returns the blob's exact bytes (its size from the device's k) and checks
 // that the rest of the slot kept `fill`.
-Bytes cuda_compress(const CudaTestContext& ctx, Codec codec, const void* src, std::size_t rows, std::size_t cols,
+Bytes cuda_compress(const CudaTestContext& ctx, Codec codec, ConstAct src, std::size_t rows, std::size_t cols,
                     const CodecParams& p, DeviceBlob& blob, unsigned char fill, std::size_t* k_out = nullptr) {
     cuda::codec_compress(ctx.get(), codec, src, rows, cols, p, blob.slot.get());
     const std::size_t k = cuda::codec_outlier_count(ctx.get(), codec, blob.slot.get());

@@ -171,6 +171,10 @@ inline float __fmul_rn(float a, float b) {
     volatile float product = a * b;
     return product;
 }
+// CUDA's classification functions are global names in device code.
+using std::isfinite;
+using std::isinf;
+using std::isnan;
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 template <typename T>
 T __ldg(const T* p) { return *p; }
