@@ -86,7 +86,7 @@ void adamw_update(const KernelContext& ctx, float* params, Act working, const fl
     // On the host, with the CPU twin's expressions, so both backends divide by the same values.
     const float bias1 = 1.0f - std::pow(beta1, static_cast<float>(t));
     const float bias2 = 1.0f - std::pow(beta2, static_cast<float>(t));
-    auto* working_bf16 = reinterpret_cast<__nv_bfloat16*>(working.as<bf16>());
+    __nv_bfloat16* working_bf16 = device_ptr<__nv_bfloat16>(working);
     ADACC_LAUNCH(adamw_kernel, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
         params, working_bf16, grads, m, v, n, lr, beta1, beta2, 1.0f - beta1, 1.0f - beta2, bias1, bias2, eps,
         weight_decay, grad_clip, norm);

@@ -28,11 +28,11 @@ void convert(const KernelContext& ctx, Act dst, ConstAct src, long n) {
               "convert: cudaMemcpyAsync");
     } else if (dst.dtype() == DType::bf16) {
         ADACC_LAUNCH(float_to_bf16_kernel, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
-            reinterpret_cast<__nv_bfloat16*>(dst.as<bf16>()), src.as<float>(), n);
+            device_ptr<__nv_bfloat16>(dst), src.as<float>(), n);
         check_launch("convert (fp32 to bf16)");
     } else {
         ADACC_LAUNCH(bf16_to_float_kernel, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
-            dst.as<float>(), reinterpret_cast<const __nv_bfloat16*>(src.as<bf16>()), n);
+            dst.as<float>(), device_ptr<__nv_bfloat16>(src), n);
         check_launch("convert (bf16 to fp32)");
     }
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #ifdef ADACC_SIMT_EMULATION
 #include "simt/simt.h"
@@ -22,6 +23,10 @@
     kernel<<<(grid), (block), (smem), static_cast<cudaStream_t>(stream)>>>
 #endif
 
+#include <stdexcept>
+#include <string>
+
+#include "kernels/activation.h"
 #include "kernels/kernel_context.h"
 
 namespace adacc::cuda {
@@ -34,6 +39,44 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel)
 inline cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
 
 inline unsigned ceil_div(std::size_t a, std::size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+// ---- activation element types -----------------------------------------------------------------
+// Kernels are templates on the activation type T (float or __nv_bfloat16); they load with
+// to_f32, compute in fp32 and store with from_f32 (bf16: round to nearest even). A launcher
+// picks T from the Act's dtype with with_activation_type and gets typed pointers from
+// device_ptr<T>, which refuses an Act of another type.
+template <typename T>
+struct TypeTag {
+    using type = T;
+};
+
+// body(TypeTag<T>{}) for the activation dtype; a logic_error naming `kernel` for any other.
+template <typename Body>
+void with_activation_type(DType dtype, const char* kernel, Body&& body) {
+    if (dtype == DType::f32) return body(TypeTag<float>{});
+    if (dtype == DType::bf16) return body(TypeTag<__nv_bfloat16>{});
+    throw std::logic_error(std::string(kernel) + ": activations of type " + std::string(dtype_name(dtype)) +
+                           " (the CUDA kernels run f32 and bf16)");
+}
+
+template <typename T>
+T* device_ptr(Act a) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) return reinterpret_cast<__nv_bfloat16*>(a.as<bf16>());
+    else return a.as<T>();
+}
+template <typename T>
+const T* device_ptr(ConstAct a) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) return reinterpret_cast<const __nv_bfloat16*>(a.as<bf16>());
+    else return a.as<T>();
+}
+
+__device__ inline float to_f32(float x) { return x; }
+__device__ inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ inline T from_f32(float x) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(x);
+    else return x;
+}
 
 // Sum over the 32 lanes of a warp; every lane gets the result (a fixed butterfly order).
 __device__ inline float warp_sum(float v) {
