@@ -52,9 +52,10 @@ struct StepTiming {
     float loss = 0;
 };
 
-StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, int steps, int warmup) {
+// Steps as TrainingStep runs them: everything queued, the loss and norm read back once at the end.
+StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType dtype, int steps, int warmup) {
     Backend& backend = cuda_backend();
-    GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, mode), {}, ModelUse::training, backend);
+    GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, mode), {}, ModelUse::training, backend, dtype);
     model.init_weights(1337);
     std::mt19937 gen(1);
     std::vector<int> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
@@ -66,10 +67,12 @@ StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, int s
     for (int step = 1; step <= warmup + steps; ++step) {
         backend.synchronize();
         const auto t0 = std::chrono::steady_clock::now();
-        timing.loss = model.forward(tokens.data(), targets.data(), B, T, DropoutContext{}, 1.0f / (B * T));
+        model.forward_step(tokens.data(), targets.data(), B, T, DropoutContext{}, 1.0f / (B * T), double(B) * T,
+                           false);
         model.backward(tokens.data(), B, T, false);
-        adamw_step(model, opt, 3e-4f, step);
-        backend.synchronize();
+        queue_gradient_norm(model);
+        queue_adamw_step(model, opt, 3e-4f, step);
+        timing.loss = model.read_step().loss;
         if (step > warmup) ms.push_back(ms_since(t0));
     }
     std::sort(ms.begin(), ms.end());
@@ -77,11 +80,11 @@ StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, int s
     return timing;
 }
 
-int largest_power_of_two_batch(const GPTConfig& cfg, int T, MemoryMode mode) {
+int largest_power_of_two_batch(const GPTConfig& cfg, int T, MemoryMode mode, DType dtype) {
     const std::uint64_t free = device_memory_bytes(Device::cuda);
     int B = 0;
     for (int b = 1; b <= 4096; b *= 2)
-        if (memory_for_mode(cfg, b, T, mode, Device::cuda).total() <= free) B = b;
+        if (memory_for_mode(cfg, b, T, mode, {Device::cuda, dtype}).total() <= free) B = b;
     return B;
 }
 
@@ -91,12 +94,13 @@ int main(int argc, char** argv) {
     CLI::App app("adacc GPU training-step benchmark");
     std::vector<std::string> presets{"gpt-117m", "gpt-345m"};
     int T = 1024, steps = 6, warmup = 2;
-    std::string json_file;
+    std::string json_file, dtype_name = "bf16";
     app.add_option("--presets", presets, "model presets")->delimiter(',');
     app.add_option("--seq", T, "sequence length");
     app.add_option("--steps", steps, "measured steps")->check(CLI::Range(1, 1000));
     app.add_option("--warmup", warmup, "steps before measuring")->check(CLI::Range(0, 1000));
     app.add_option("--json", json_file, "also write the results here");
+    app.add_option("--dtype", dtype_name, "model dtype: bf16 (default) or fp32")->check(CLI::IsMember({"bf16", "fp32"}));
     CLI11_PARSE(app, argc, argv);
     try {
         const CudaDeviceInfo gpu = cuda_device_info();
@@ -105,43 +109,45 @@ int main(int argc, char** argv) {
             return 0;
         }
         const GpuPeak peak = peak_for(gpu.name);
-        const double peak_tflops = peak.fp32_tflops;  // the kernels are fp32 (no TF32) so far
+        const DType dtype = resolve_model_dtype(dtype_name, Device::cuda);
+        // MFU against the dense peak of the matmuls' input type (fp32 runs true fp32, never TF32).
+        const double peak_tflops = dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops;
         nlohmann::json out = {{"gpu", gpu.name}, {"compute_capability", gpu.compute_capability},
-                              {"precision", "fp32"}, {"peak_tflops_fp32", peak.fp32_tflops},
+                              {"precision", dtype_name}, {"peak_tflops_fp32", peak.fp32_tflops},
                               {"peak_tflops_bf16", peak.bf16_tflops}, {"flops_per_token", "6N + 6LCT (llm.c)"},
                               {"seq_len", T}, {"runs", nlohmann::json::array()}, {"modes", nlohmann::json::array()}};
-        std::printf("GPU %s (sm_%d), fp32 kernels; MFU = (6N + 6LCT) x tokens/s over the dense peak (fp32 %.1f, "
+        std::printf("GPU %s (sm_%d), %s; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 %.1f, "
                     "bf16 %.0f TFLOP/s)\n\n",
-                    gpu.name.c_str(), gpu.compute_capability, peak.fp32_tflops, peak.bf16_tflops);
+                    gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(), dtype_name.c_str(), peak.fp32_tflops,
+                    peak.bf16_tflops);
         std::printf("%-10s %6s %6s %10s %12s %9s %12s %8s\n", "model", "batch", "seq", "step_ms", "tokens/s",
-                    "TFLOP/s", "MFU(fp32)", "loss");
+                    "TFLOP/s", "MFU", "loss");
         int modes_batch = 0;
         for (const std::string& name : presets) {
             const auto cfg = gpt_preset(name);
             if (!cfg) throw UserError("unknown preset " + name);
-            const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none);
+            const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none, dtype);
             if (B == 0) {
                 std::printf("%-10s does not fit even at batch 1\n", name.c_str());
                 continue;
             }
             if (modes_batch == 0) modes_batch = B;
-            const StepTiming t = time_steps(*cfg, B, T, MemoryMode::none, steps, warmup);
+            const StepTiming t = time_steps(*cfg, B, T, MemoryMode::none, dtype, steps, warmup);
             const double tokens_per_s = B * T / (t.median_ms / 1e3);
             const double tflops = llmc_flops_per_token(*cfg, ParameterLayout(*cfg).total(), T) * tokens_per_s / 1e12;
             const double mfu = peak_tflops > 0 ? tflops / peak_tflops : 0.0;
             std::printf("%-10s %6d %6d %10.1f %12.0f %9.1f %11.1f%% %8.4f\n", name.c_str(), B, T, t.median_ms,
                         tokens_per_s, tflops, 100 * mfu, t.loss);
             out["runs"].push_back({{"model", name}, {"batch", B}, {"step_ms", t.median_ms},
-                                   {"tokens_per_s", tokens_per_s}, {"tflops", tflops}, {"mfu_fp32", mfu},
-                                   {"mfu_bf16_peak", peak.bf16_tflops > 0 ? tflops / peak.bf16_tflops : 0.0}});
+                                   {"tokens_per_s", tokens_per_s}, {"tflops", tflops}, {"mfu", mfu}});
         }
         if (modes_batch > 0) {
             const GPTConfig cfg = *gpt_preset(presets.front());
             std::printf("\n%s at batch %d x seq %d, fixed memory modes:\n%-10s %10s %12s %12s\n",
                         presets.front().c_str(), modes_batch, T, "mode", "step_ms", "tape", "total");
             for (MemoryMode mode : fixed_memory_modes()) {
-                const ModelMemory m = memory_for_mode(cfg, modes_batch, T, mode, Device::cuda);
-                const StepTiming t = time_steps(cfg, modes_batch, T, mode, steps, warmup);
+                const ModelMemory m = memory_for_mode(cfg, modes_batch, T, mode, {Device::cuda, dtype});
+                const StepTiming t = time_steps(cfg, modes_batch, T, mode, dtype, steps, warmup);
                 std::printf("%-10s %10.1f %12s %12s\n", memory_mode_name(mode), t.median_ms,
                             format_bytes(m.tape).c_str(), format_bytes(m.total()).c_str());
                 out["modes"].push_back({{"mode", memory_mode_name(mode)}, {"batch", modes_batch},

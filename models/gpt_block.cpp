@@ -17,7 +17,7 @@ std::size_t tensor_rows(const GPTConfig& config, TensorKind kind, int B, int T) 
     return static_cast<std::size_t>(B) * T * (is_attention_matrix(kind) ? config.n_head : 1);
 }
 
-BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T) : has_dropout_(cfg.dropout > 0.0f) {
+BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : has_dropout_(cfg.dropout > 0.0f) {
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, H = cfg.n_head;
     const std::size_t TT = static_cast<std::size_t>(B) * H * T * T;
     using K = TensorKind;
@@ -27,26 +27,27 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T) : has_dropout_(cfg.dr
         bool saved, tiny;
     };
     const bool d = has_dropout_;
+    const DType A = activation, S = DType::f32, M = DType::u8;  // activations, layernorm statistics, masks
     const Spec specs[kNumTensorKinds] = {
-        {DType::f32, N * C, true, false},       // x
-        {DType::f32, N * C, true, false},       // ln1
-        {DType::f32, N, true, true},            // ln1_mean
-        {DType::f32, N, true, true},            // ln1_rstd
-        {DType::f32, N * 3 * C, true, false},   // qkv
-        {DType::f32, TT, true, false},          // att
-        {DType::u8, d ? TT : 0, d, false},      // att_mask
-        {DType::f32, N * C, true, false},       // atty
-        {DType::f32, N * C, false, false},      // attproj
-        {DType::u8, d ? N * C : 0, d, false},   // res1_mask
-        {DType::f32, N * C, true, false},       // x2
-        {DType::f32, N * C, true, false},       // ln2
-        {DType::f32, N, true, true},            // ln2_mean
-        {DType::f32, N, true, true},            // ln2_rstd
-        {DType::f32, N * 4 * C, true, false},   // fch
-        {DType::f32, N * 4 * C, true, false},   // fch_gelu
-        {DType::f32, N * C, false, false},      // fcproj
-        {DType::u8, d ? N * C : 0, d, false},   // res2_mask
-        {DType::f32, N * C, false, false},      // out (saved as the next block's x)
+        {A, N * C, true, false},       // x
+        {A, N * C, true, false},       // ln1
+        {S, N, true, true},            // ln1_mean
+        {S, N, true, true},            // ln1_rstd
+        {A, N * 3 * C, true, false},   // qkv
+        {A, TT, true, false},          // att
+        {M, d ? TT : 0, d, false},     // att_mask
+        {A, N * C, true, false},       // atty
+        {A, N * C, false, false},      // attproj
+        {M, d ? N * C : 0, d, false},  // res1_mask
+        {A, N * C, true, false},       // x2
+        {A, N * C, true, false},       // ln2
+        {S, N, true, true},            // ln2_mean
+        {S, N, true, true},            // ln2_rstd
+        {A, N * 4 * C, true, false},   // fch
+        {A, N * 4 * C, true, false},   // fch_gelu
+        {A, N * C, false, false},      // fcproj
+        {M, d ? N * C : 0, d, false},  // res2_mask
+        {A, N * C, false, false},      // out (saved as the next block's x)
     };
     for (int i = 0; i < kNumTensorKinds; ++i)
         tensors_.push_back({static_cast<K>(i), kTensorNames[i], specs[i].dtype, specs[i].numel, specs[i].saved,

@@ -84,8 +84,9 @@ struct OpInfo {
 class BlockGraph {
 public:
     // Dropout masks exist only when config.dropout > 0; without dropout they are absent from
-    // the op and tensor lists (nothing to save, nothing to plan).
-    BlockGraph(const GPTConfig& config, int B, int T);
+    // the op and tensor lists (nothing to save, nothing to plan). Activations are of type
+    // `activation` (the model's dtype); layernorm statistics are fp32 and masks bytes in every dtype.
+    BlockGraph(const GPTConfig& config, int B, int T, DType activation = DType::f32);
 
     const std::vector<OpInfo>& ops() const { return ops_; }
     const TensorInfo& tensor(TensorKind k) const { return tensors_[static_cast<int>(k)]; }

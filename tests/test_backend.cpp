@@ -47,7 +47,6 @@ public:
     }
     void synchronize() override {}
     bool host_addressable() const override { return false; }
-    DType activation_dtype() const override { return DType::f32; }
     std::size_t free_memory() const override { return std::size_t{1} << 40; }
 
     std::size_t to_device = 0, to_host = 0;

@@ -62,6 +62,14 @@ TEST_F(Cli, DeviceCudaWithoutAGpuSaysWhyAndHowToRunOnTheCpu) {
                       {"plans on the CPU backend only", "--device"});
 }
 
+// bf16 runs on CUDA only: on the CPU it is refused before anything runs, naming the fix.
+TEST_F(Cli, Bf16OnTheCpuSaysItRunsOnCudaOnly) {
+    for (const std::string command : {"train", "memory"})
+        expect_user_error(command + " --config " + config() + " --dtype bf16",
+                          {"model.dtype = \"bf16\" runs on CUDA only", "--device cuda"});
+    expect_user_error("train --config " + config() + " --set model.dtype=half", {"model.dtype", "auto, fp32, bf16"});
+}
+
 TEST_F(Cli, MalformedToml) {
     std::ofstream(dir / "bad.toml") << "[model\nn_layer = 1\n";
     expect_user_error("train --config " + (dir / "bad.toml").string(), {"bad.toml:1:", "malformed TOML"});

@@ -45,17 +45,51 @@ TEST(DeviceMemory, CudaArenasFollowTheFormulas) {
     }
 }
 
+// bf16 (CUDA's default dtype): the fp32 masters, gradients and AdamW state stay, a bf16 copy of
+// the weights joins them (2 bytes per parameter), and every activation element halves while
+// layernorm statistics (fp32) and dropout masks (bytes) stay. In keep-all (none) the tape holds,
+// per layer, x, ln1, qkv (3C), atty, x2, ln2, fch (4C), fch_gelu (4C) — 16 N C elements — and
+// the B H T^2 probabilities, plus the last block's output and lnf (N C each): each element saves
+// 2 bytes. The logits (N x Vp) are activations too.
+TEST(DeviceMemory, Bf16ArenasFollowTheFormulas) {
+    for (const char* preset : {"gpt-345m", "gpt-4.7b"}) {
+        const GPTConfig cfg = *gpt_preset(preset);
+        const int B = 8, T = 1024;
+        const std::size_t N = static_cast<std::size_t>(B) * T, P = gpt2_parameters(cfg), C = cfg.n_embd;
+        const ModelMemory f32 = memory_for_mode(cfg, B, T, MemoryMode::none, {Device::cuda, DType::f32});
+        const ModelMemory b16 = memory_for_mode(cfg, B, T, MemoryMode::none, {Device::cuda, DType::bf16});
+        EXPECT_EQ(b16.parameters, 4 * P) << preset;
+        EXPECT_EQ(b16.working_weights, 2 * P);
+        EXPECT_EQ(b16.gradients, 4 * P);
+        EXPECT_EQ(b16.optimizer_state, 8 * P);
+        const std::size_t tape_elements =
+            cfg.n_layer * (16 * N * C + static_cast<std::size_t>(B) * cfg.n_head * T * T) + 2 * N * C;
+        EXPECT_EQ(f32.tape - b16.tape, 2 * tape_elements) << preset;
+        EXPECT_EQ(b16.logits, N * cfg.padded_vocab_size() * 2 + N * 4 + 64 + 2 * N * sizeof(int));
+        EXPECT_EQ(f32.working_weights, 0u);
+    }
+}
+
 TEST(DeviceMemory, MemoryCommandPrintsDeviceArenasWithoutAGpu) {
+    // --device cuda alone is bf16 (model.dtype = auto); --dtype fp32 is CUDA's exact mode.
+    for (const DType dtype : {DType::bf16, DType::f32})
     for (const char* name : {"gpt-345m", "gpt-4.7b"}) {
+        const bool bf16 = dtype == DType::bf16;
         const auto r = run_adacc(std::string("memory --device cuda --config ") + ADACC_SOURCE_DIR + "/configs/" + name +
-                                 ".toml --set training.batch_size=8 --set training.seq_len=1024");
+                                 ".toml --set training.batch_size=8 --set training.seq_len=1024" +
+                                 (bf16 ? "" : " --dtype fp32"));
         ASSERT_EQ(r.status, 0) << r.output;
-        EXPECT_NE(r.output.find("device cuda: 16 bytes per parameter"), std::string::npos) << r.output;
-        EXPECT_NE(r.output.find("4 bytes per activation element (f32)"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find(bf16 ? "device cuda, dtype bf16: 18 bytes per parameter (fp32 weights 4 + their bf16 copy 2"
+                                     : "device cuda, dtype fp32: 16 bytes per parameter (fp32 weights 4,"),
+                  std::string::npos)
+            << r.output;
+        EXPECT_NE(r.output.find(bf16 ? "2 bytes per activation element" : "4 bytes per activation element"),
+                  std::string::npos)
+            << r.output;
         EXPECT_NE(r.output.find("backend fixed memory 48.00 MiB"), std::string::npos) << r.output;
         const GPTConfig cfg = *gpt_preset(name);
         for (MemoryMode mode : fixed_memory_modes()) {
-            const ModelMemory m = memory_for_mode(cfg, 8, 1024, mode, Device::cuda);
+            const ModelMemory m = memory_for_mode(cfg, 8, 1024, mode, {Device::cuda, dtype});
             std::istringstream lines(r.output);
             bool found = false;
             for (std::string line; std::getline(lines, line);) {
@@ -65,7 +99,7 @@ TEST(DeviceMemory, MemoryCommandPrintsDeviceArenasWithoutAGpu) {
                 if (first != memory_mode_name(mode)) continue;
                 found = true;
                 EXPECT_NE(line.find(format_bytes(m.total())), std::string::npos) << line;
-                EXPECT_NE(line.find(format_bytes(m.parameters)), std::string::npos) << line;
+                EXPECT_NE(line.find(format_bytes(m.parameters + m.working_weights)), std::string::npos) << line;
                 EXPECT_NE(line.find(format_bytes(m.backend)), std::string::npos) << line;
             }
             EXPECT_TRUE(found) << memory_mode_name(mode) << " row missing:\n" << r.output;

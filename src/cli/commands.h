@@ -28,6 +28,8 @@ void add_model_options(CLI::App& command, std::string& checkpoint, std::string& 
 // --device cpu|cuda (src/engine/device.h) into `device` (left empty when not given); commands
 // with a config pass it on as training.device. src/cli/device_option.cpp.
 void add_device_option(CLI::App& command, std::string& device, const char* default_text);
+// --dtype auto|fp32|bf16 (model.dtype) into `dtype` (left empty when not given), the same way.
+void add_dtype_option(CLI::App& command, std::string& dtype, const char* default_text);
 
 // How to set a config setting with the command that was parsed (its own flag for it, or --set),
 // for a SettingError's message; empty when the command takes neither.

@@ -14,7 +14,7 @@ namespace adacc {
 
 namespace {
 struct CompareArgs {
-    std::string config, budget, format = "table", output, device;
+    std::string config, budget, format = "table", output, device, dtype;
     std::vector<std::string> overrides, modes;
     std::vector<int> batches;
     int steps = 5, warmup = 1;
@@ -25,6 +25,7 @@ void run_compare(CompareArgs& args) {
     // As in train: --memory-budget is --set memory.budget=..., validated with the other keys.
     if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
     if (!args.device.empty()) args.overrides.push_back("training.device=" + args.device);
+    if (!args.dtype.empty()) args.overrides.push_back("model.dtype=" + args.dtype);
     RunConfig config = load_config(args.config, args.overrides);
     const std::uint64_t budget = config.memory.budget.empty() ? 0 : parse_size(config.memory.budget);
     CompareOptions options;
@@ -69,6 +70,7 @@ void add_compare_command(CLI::App& app) {
     cmd->add_option("--format", args->format, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}));
     cmd->add_option("--output", args->output, "also write the result to FILE");
     add_device_option(*cmd, args->device, "training.device");
+    add_dtype_option(*cmd, args->dtype, "model.dtype");
     cmd->add_option("--memory-budget", args->budget, "memory budget: batches over it are reported, not run");
     cmd->add_flag("--max-batch", args->max_batch, "largest batch per mode under --memory-budget, verified by a step");
     cmd->callback([args] { run_compare(*args); });

@@ -11,4 +11,14 @@ void add_device_option(CLI::App& command, std::string& device, const char* defau
         ->type_name("DEVICE");
 }
 
+void add_dtype_option(CLI::App& command, std::string& dtype, const char* default_text) {
+    command
+        .add_option("--dtype", dtype,
+                    std::string("activations and matmul inputs: auto (bf16 on cuda, fp32 on cpu), fp32, or bf16 (cuda "
+                                "only); default: ") +
+                        default_text)
+        ->check(CLI::IsMember(model_dtype_names()))
+        ->type_name("DTYPE");
+}
+
 }  // namespace adacc

@@ -25,7 +25,7 @@ namespace adacc {
 namespace {
 
 struct EvalArgs {
-    std::string checkpoint, llmc_model, task, data, vocab, split = "test", output, device = "cpu";
+    std::string checkpoint, llmc_model, task, data, vocab, split = "test", output, device = "cpu", dtype = "auto";
     std::size_t limit = 0;
     int batch = 8;
     int threads = 0;
@@ -65,7 +65,9 @@ void run_eval_command(const EvalArgs& args) {
 
     const int seq_len = required_seq_len(prepared.requests, config.max_seq_len);
     const int batch = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(args.batch), prepared.requests.size()));
-    GPTModel model = GPTModel::for_inference(config, batch, seq_len, backend_for(parse_device(args.device)));
+    const Device device = parse_device(args.device);
+    GPTModel model = GPTModel::for_inference(config, batch, seq_len, backend_for(device),
+                                             resolve_model_dtype(args.dtype, device));
     load_weights(weights, model);
 
     std::unique_ptr<std::ofstream> output;
@@ -117,6 +119,7 @@ void add_eval_command(CLI::App& app) {
         "a table and a JSON summary on stdout, per-document JSONL with --output");
     add_model_options(*cmd, args->checkpoint, args->llmc_model);
     add_device_option(*cmd, args->device, "cpu");
+    add_dtype_option(*cmd, args->dtype, "auto");
     cmd->add_option("--task", args->task, "lambada or arc_easy")->required()->type_name("TASK");
     cmd->add_option("--data", args->data,
                     "the task's jsonl, or a folder holding it (directly or in lambada_openai/, arc_easy/)")

@@ -16,7 +16,7 @@ namespace adacc {
 
 namespace {
 struct PlanArgs {
-    std::string config, budget, profile, format = "table", granularity, save_profile, device;
+    std::string config, budget, profile, format = "table", granularity, save_profile, device, dtype;
     std::vector<std::string> overrides;
     bool no_compress = false;
 };
@@ -44,6 +44,7 @@ void run_plan(PlanArgs& args) {
     if (!args.granularity.empty()) args.overrides.push_back("memory.granularity=" + args.granularity);
     if (!args.profile.empty()) args.overrides.push_back("memory.profile=" + args.profile);
     if (!args.device.empty()) args.overrides.push_back("training.device=" + args.device);
+    if (!args.dtype.empty()) args.overrides.push_back("model.dtype=" + args.dtype);
     RunConfig config = load_config(args.config, args.overrides);
     if (config.memory.budget.empty())
         throw UserError("adacc plan needs a memory budget: pass --memory-budget SIZE (e.g. 24GiB) or set memory.budget");
@@ -67,6 +68,7 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--profile", args->profile, "reuse a profile.json instead of profiling (default: memory.profile)");
     cmd->add_option("--save-profile", args->save_profile, "write the profile measured here to FILE");
     add_device_option(*cmd, args->device, "training.device");
+    add_dtype_option(*cmd, args->dtype, "model.dtype");
     cmd->add_option("--format", args->format, "table or json")->check(CLI::IsMember({"table", "json"}));
     cmd->add_option("--granularity", args->granularity,
                     "block (one plan for every layer) or global (layers may differ); default: memory.granularity")

@@ -14,7 +14,7 @@ namespace adacc {
 namespace {
 
 struct SampleArgs {
-    std::string checkpoint, llmc_model, prompt, vocab, device = "cpu";
+    std::string checkpoint, llmc_model, prompt, vocab, device = "cpu", dtype = "auto";
     SamplingOptions options;
 };
 
@@ -26,7 +26,9 @@ void run_sample(const SampleArgs& args) {
         throw UserError("the model's vocab_size is " + std::to_string(shape.vocab_size) + " but the tokenizer in " +
                         args.vocab + " has " + std::to_string(tokenizer.vocab_size()) +
                         " tokens: sample needs a model trained on GPT-2 token ids");
-    GPTModel model = GPTModel::for_inference(shape, 1, shape.max_seq_len, backend_for(parse_device(args.device)));
+    const Device device = parse_device(args.device);
+    GPTModel model = GPTModel::for_inference(shape, 1, shape.max_seq_len, backend_for(device),
+                                             resolve_model_dtype(args.dtype, device));
     load_weights(weights, model);
     const auto ids = tokenizer.encode(args.prompt);
     std::vector<int> prompt(ids.begin(), ids.end());
@@ -55,6 +57,7 @@ void add_sample_command(CLI::App& app) {
     add_model_options(*cmd, args->checkpoint, args->llmc_model);
     cmd->add_option("--prompt", args->prompt, "text to continue")->required();
     add_device_option(*cmd, args->device, "cpu");
+    add_dtype_option(*cmd, args->dtype, "auto");
     cmd->add_option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe")->required();
     cmd->add_option("--tokens", args->options.tokens, "tokens to generate")->check(CLI::Range(1, 100000));
     cmd->add_option("--temperature", args->options.temperature, "softmax temperature (0 = greedy)")

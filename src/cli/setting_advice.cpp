@@ -18,6 +18,7 @@ struct SettingFlag {
 constexpr SettingFlag kSettingFlags[] = {
     {"memory.budget", "--memory-budget", "SIZE"},
     {"training.device", "--device", "cpu|cuda"},
+    {"model.dtype", "--dtype", "auto|fp32|bf16"},
     {"memory.profile", "--profile", "FILE"},
     {"eval.data", "--data", "PATH"},
     {"eval.vocab", "--vocab", "DIR"},

@@ -22,7 +22,7 @@ struct TrainArgs {
     std::vector<std::string> overrides;
     std::string resume;
     std::string budget;
-    std::string device;
+    std::string device, dtype;
     std::string init_from;
     bool overwrite = false;
 };
@@ -99,6 +99,7 @@ void refuse_weights_inside_run_folder(const WeightsFile& weights, const std::str
 void run_train(TrainArgs& args) {
     if (!args.budget.empty()) args.overrides.push_back("memory.budget=" + args.budget);
     if (!args.device.empty()) args.overrides.push_back("training.device=" + args.device);
+    if (!args.dtype.empty()) args.overrides.push_back("model.dtype=" + args.dtype);
     if (!args.resume.empty() && !args.config.empty())
         throw UserError("--resume takes the config stored in the run's checkpoint, so --config cannot be given with "
                         "it; change what resume allows with --set (e.g. --set training.steps=2000)");
@@ -150,6 +151,7 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--resume", args->resume, "continue the run in RUN_DIR from its newest complete checkpoint");
     cmd->add_option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (same as --set memory.budget=...)");
     add_device_option(*cmd, args->device, "training.device");
+    add_dtype_option(*cmd, args->dtype, "model.dtype");
     cmd->add_option("--init-from", args->init_from,
                     "start from these weights (llm.c GPT-2 model file, adacc checkpoint or run folder) with a fresh "
                     "optimizer and the data from the start");

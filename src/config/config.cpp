@@ -309,6 +309,22 @@ KeySpec preset_key() {
     return spec;
 }
 
+// model.dtype lives outside GPTConfig (run_config.h says why).
+KeySpec dtype_key() {
+    return KeySpec{
+        "model",
+        "dtype",
+        ValueKind::string,
+        [](const RunConfig& config) { return ConfigValue{config.dtype}; },
+        [](RunConfig& config, const ConfigValue& value) -> std::optional<std::string> {
+            config.dtype = std::get<std::string>(value);
+            return std::nullopt;
+        },
+        one_of(model_dtype_names()),
+        "activations and matmul inputs: auto (bf16 on cuda, fp32 on cpu), fp32, or bf16 (cuda only)",
+    };
+}
+
 // The seq_len bound depends on another key, so it is checked against the resolved model.
 Allowed up_to_max_seq_len() {
     return {"in [1, model.max_seq_len]",
@@ -340,6 +356,7 @@ const std::vector<KeySpec>& registry() {
                                                   "positions the position embedding covers"),
         field<&R::model, &GPTConfig::dropout>("model", "dropout", below_one(),
                                               "embedding, attention and residual dropout probability"),
+        dtype_key(),
 
         field<&R::training, &TrainingSection::batch_size>("training", "batch_size", at_least(1),
                                                           "sequences per micro-batch (B)"),
@@ -773,6 +790,12 @@ void validate_config(const RunConfig& config, std::string_view source_name) {
         throw UserError("invalid " + where + ": " + *problem + "; fix the [model] section or pick a preset");
     if (const auto problem = activation_size_problem(config))
         throw UserError("invalid " + where + ": " + *problem);
+    compute_target(config);  // a dtype the device does not run is refused here, naming both
+}
+
+ComputeTarget compute_target(const RunConfig& config) {
+    const Device device = parse_device(config.training.device);
+    return {device, resolve_model_dtype(config.dtype, device)};
 }
 
 RunConfig config_from_toml_string(std::string_view text, std::string_view source_name) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "src/config/run_config.h"
+#include "src/engine/device.h"
 
 namespace adacc {
 
@@ -38,6 +39,9 @@ void apply_override(RunConfig& config, std::string_view assignment);
 // Throws UserError for the first key whose value is out of its allowed range, naming the key,
 // its value and the allowed range or values; `source_name` (a file, or empty) says where to fix it.
 void validate_config(const RunConfig& config, std::string_view source_name = {});
+// Where the config's model runs: training.device and model.dtype resolved ("auto": the device's
+// default). SettingError when the device does not run the dtype.
+ComputeTarget compute_target(const RunConfig& config);
 
 // The resolved config, one "section.key  value" row per key, values aligned in one column.
 std::string format_config_table(const RunConfig& config);

@@ -78,6 +78,9 @@ struct LoggingSection {
 struct RunConfig {
     std::string preset;          // informational: the preset the model section started from
     GPTConfig model;
+    // model.dtype (src/engine/device.h: auto, fp32, bf16). Outside GPTConfig: checkpoints hold the
+    // fp32 master weights whatever the dtype, so a model trains in one and evaluates in another.
+    std::string dtype = "auto";
     TrainingSection training;
     OptimizerSection optimizer;
     LrSection lr;

@@ -80,7 +80,6 @@ public:
     }
     void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
     bool host_addressable() const override { return false; }
-    DType activation_dtype() const override { return DType::f32; }
     std::size_t free_memory() const override {
         std::size_t free = 0, total = 0;
         check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");

@@ -32,8 +32,6 @@ public:
     // True when the host may read and write this backend's memory in place (the CPU's), so
     // large host reads such as a checkpoint's need no staging copy.
     virtual bool host_addressable() const = 0;
-    // Element type of activations on the tape and in the workspace (fp32 on the CPU).
-    virtual DType activation_dtype() const = 0;
     // Bytes this backend could still allocate (free device memory on a GPU), checked before a
     // model's arenas are allocated.
     virtual std::size_t free_memory() const = 0;

@@ -35,7 +35,6 @@ public:
     void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
     void synchronize() override {}
     bool host_addressable() const override { return true; }
-    DType activation_dtype() const override { return DType::f32; }
     std::size_t free_memory() const override { return physical_memory_bytes(); }
 
 private:

@@ -25,12 +25,40 @@ Device parse_device(const std::string& name) {
     throw SettingError("training.device", "training.device \"" + name + "\" is not a device; use one of " + valid);
 }
 
-DeviceTraits device_traits(Device device) {
+std::vector<std::string> model_dtype_names() {
+    std::vector<std::string> names{kAutoDtype};
+    for (const DtypeInfo& d : kModelDtypes) names.emplace_back(d.name);
+    return names;
+}
+
+const char* model_dtype_name(DType dtype) {
+    for (const DtypeInfo& d : kModelDtypes)
+        if (d.dtype == dtype) return d.name;
+    return "?";
+}
+
+DType resolve_model_dtype(const std::string& name, Device device) {
+    if (name == kAutoDtype) return device == Device::cuda ? DType::bf16 : DType::f32;
+    for (const DtypeInfo& d : kModelDtypes) {
+        if (name != d.name) continue;
+        if (d.dtype == DType::bf16 && device != Device::cuda)
+            throw SettingError("model.dtype", "model.dtype = \"bf16\" runs on CUDA only (the CPU kernels compute in "
+                                              "fp32); use model.dtype = \"fp32\" (or \"auto\"), or --device cuda");
+        return d.dtype;
+    }
+    std::string valid;
+    for (const std::string& n : model_dtype_names()) valid += (valid.empty() ? "" : ", ") + n;
+    throw SettingError("model.dtype", "model.dtype \"" + name + "\" is not a dtype; use one of " + valid);
+}
+
+DeviceTraits device_traits(const ComputeTarget& target) {
     DeviceTraits traits;
-    if (device == Device::cuda) {
+    if (target.device == Device::cuda) {
         traits.stage_tokens = true;
         traits.resident_bytes = cuda::kBlasWorkspaceBytes + cuda::kReductionScratchBytes;
     }
+    traits.activation = target.activation;
+    traits.working_weight_bytes = target.activation == DType::f32 ? 0 : dtype_size(target.activation);
     return traits;
 }
 

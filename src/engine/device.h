@@ -25,13 +25,39 @@ const char* device_name(Device device);
 Device parse_device(const std::string& name);
 std::vector<std::string> device_names();
 
-// What memory accounting needs to know about a device's backend.
+// model.dtype: the element type of activations and matmul inputs. fp32 runs everywhere (the
+// CPU's only dtype, and CUDA's exact mode); bf16 runs on CUDA (fp32 accumulation, fp32 master
+// weights, gradients and AdamW state, and a bf16 working copy of the weights for the matmuls).
+// "auto" is the device's default: bf16 on CUDA, fp32 on the CPU.
+struct DtypeInfo {
+    DType dtype;
+    const char* name;  // as written after model.dtype
+};
+inline constexpr DtypeInfo kModelDtypes[] = {{DType::f32, "fp32"}, {DType::bf16, "bf16"}};
+inline constexpr const char* kAutoDtype = "auto";
+std::vector<std::string> model_dtype_names();  // "auto" first
+const char* model_dtype_name(DType dtype);
+// The dtype `name` (a kModelDtypes name or "auto") means on `device`; SettingError on model.dtype
+// when the name is unknown or the device does not run that dtype.
+DType resolve_model_dtype(const std::string& name, Device device);
+
+// Where a model runs: the device and the activations' dtype (what sizes every arena). From a
+// bare Device, fp32.
+struct ComputeTarget {
+    ComputeTarget(Device d = Device::cpu, DType a = DType::f32) : device(d), activation(a) {}
+    Device device;
+    DType activation;
+};
+
+// What memory accounting needs to know about a target's backend.
 struct DeviceTraits {
     bool stage_tokens = false;        // token ids are copied into the workspace (the host cannot address it)
     std::size_t resident_bytes = 0;   // the backend's own fixed allocations (CUDA: cuBLASLt workspace, reduction scratch)
     DType activation = DType::f32;    // element type of activations and matmul inputs
-    std::size_t param_bytes = 4;      // bytes per parameter of the working weights (fp32 masters, grads, m, v are 4 each)
+    // Bytes per parameter of the matmuls' working copy beside the fp32 masters (bf16: 2; fp32: 0,
+    // the masters are the working weights). Masters, gradients, AdamW m and v are 4 each.
+    std::size_t working_weight_bytes = 0;
 };
-DeviceTraits device_traits(Device device);
+DeviceTraits device_traits(const ComputeTarget& target);
 
 }  // namespace adacc

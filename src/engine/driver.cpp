@@ -24,7 +24,17 @@ void Driver::rebind(const ModelLayout& layout) {
 }
 
 unsigned char* Driver::mask_view(TensorKind kind) const {
-    return dropout_active_ ? reinterpret_cast<unsigned char*>(view(kind)) : nullptr;
+    return dropout_active_ ? view(kind).as<unsigned char>() : nullptr;
+}
+
+const float* Driver::master(std::optional<ParamId> id, int layer) const {
+    return id ? layout_->parameters().at(arenas_.params.as<const float>(), *id, layer) : nullptr;
+}
+
+ConstAct Driver::matmul_weight(std::optional<ParamId> id, int layer) const {
+    if (!id) return nullptr;
+    if (!arenas_.working.data()) return master(id, layer);
+    return layout_->parameters().at(arenas_.working.as<const bf16>(), *id, layer);
 }
 
 float Driver::dropout_p() const { return dropout_active_ ? layout_->config().dropout : 0.0f; }
@@ -36,7 +46,7 @@ bool Driver::dropped(int layer, TensorKind kind) const {
 // Backward's gradient buffers: the residual stream's gradient (dres) is shared by x, x2 and
 // out because residual additions pass it through unchanged; the rest alternate between two
 // N x C buffers so that each op reads one and writes the other.
-float* Driver::grad_buffer(TensorKind kind) const {
+Act Driver::grad_buffer(TensorKind kind) const {
     using K = TensorKind;
     const WorkspaceViews& v = arenas_.views;
     switch (kind) {
@@ -52,7 +62,7 @@ float* Driver::grad_buffer(TensorKind kind) const {
         case K::fch_gelu: return v.dfc;
         case K::qkv: return v.dqkv;
         case K::att: return v.datt;
-        default: return nullptr;
+        default: return Act();
     }
 }
 
@@ -78,18 +88,16 @@ void Driver::run_op(const OpInfo& op, int layer, int B, int T) {
     const GPTConfig& cfg = layout_->config();
     const int N = B * T, C = cfg.n_embd, NH = cfg.n_head;
     const float p = dropout_p();
-    const float* params = arenas_.params.as<float>();
-    const ParameterLayout& pl = layout_->parameters();
-    auto weight = [&](std::optional<ParamId> id) { return id ? pl.at(params, *id, layer) : nullptr; };
     auto in = [&](int i) { return view(op.inputs[i]); };
     auto out = [&](int i) { return view(op.outputs[i]); };
     switch (op.kind) {
         case OpKind::layernorm:
-            k_.layernorm_forward(ctx_, out(0), out(1), out(2), in(0), weight(op.weight), weight(op.bias), N, C);
+            k_.layernorm_forward(ctx_, out(0), out(1).as<float>(), out(2).as<float>(), in(0), master(op.weight, layer),
+                                 master(op.bias, layer), N, C);
             break;
         case OpKind::matmul:
-            k_.matmul_forward(ctx_, out(0), in(0), weight(op.weight), weight(op.bias), N, op.in_features,
-                              op.out_features);
+            k_.matmul_forward(ctx_, out(0), in(0), matmul_weight(op.weight, layer), matmul_weight(op.bias, layer), N,
+                              op.in_features, op.out_features);
             break;
         case OpKind::attention_softmax: k_.attention_softmax_forward(ctx_, out(0), in(0), B, T, C, NH); break;
         case OpKind::dropout_mask:
@@ -114,12 +122,12 @@ void Driver::run_op(const OpInfo& op, int layer, int B, int T) {
 // buffer (compressed after the op, or dropped and recorded as such).
 void Driver::place_output(int layer, TensorKind kind, int B, int T) {
     if (layout_->use() == ModelUse::inference) {  // nothing is saved: one block's buffers serve every layer
-        view_slot(kind) = kind == TensorKind::out ? arenas_.views.residual[(layer + 1) % 2] : buffer(kind);
+        view_slot(kind) = kind == TensorKind::out ? arenas_.views.residual[(layer + 1) % 2].data() : buffer(kind);
         return;
     }
     if (kind == TensorKind::out) {
         layer_mark_[layer + 1] = arenas_.tape.mark();
-        view_slot(kind) = static_cast<float*>(push_scheduled(layer + 1, TensorKind::x));
+        view_slot(kind) = push_scheduled(layer + 1, TensorKind::x);
         return;
     }
     if (!layout_->block().tensor(kind).saved) {
@@ -128,7 +136,7 @@ void Driver::place_output(int layer, TensorKind kind, int B, int T) {
     }
     const Policy policy = layout_->plan().at(layer, kind).policy;
     if (policy == Policy::keep) {
-        view_slot(kind) = static_cast<float*>(push_scheduled(layer, kind));
+        view_slot(kind) = push_scheduled(layer, kind);
         return;
     }
     view_slot(kind) = buffer(kind);
@@ -141,8 +149,7 @@ void Driver::compress_output(int layer, TensorKind kind, int B, int T) {
     const TensorPolicy& p = layout_->plan().at(layer, kind);
     const std::size_t numel = layout_->numel(kind, B, T), rows = layout_->rows(kind, B, T);
     void* blob = push_scheduled(layer, kind);
-    const ConstAct src(view(kind), layout_->block().tensor(kind).dtype);
-    k_.codec_compress(ctx_, p.codec, src, rows, numel / rows, layout_->codec_params(), blob);
+    k_.codec_compress(ctx_, p.codec, view(kind), rows, numel / rows, layout_->codec_params(), blob);
     if (observer_ && observer_->wants_compressed_tensors()) report_compressed(layer, kind, p.codec, blob, B, T);
 }
 
@@ -154,13 +161,13 @@ void Driver::report_compressed(int layer, TensorKind kind, Codec codec, const vo
     t.layer = layer;
     t.kind = kind;
     t.codec = codec;
-    t.original = view(kind);
+    t.original = view(kind).data();
     t.blob = blob;
     t.rows = layout_->rows(kind, B, T);
     t.cols = layout_->numel(kind, B, T) / t.rows;
     t.exact_bytes = codec_bytes(codec, t.rows, t.cols, layout_->codec_params(), k_.codec_outlier_count(ctx_, codec,
                                 blob));
-    t.decode_buffer = is_attention_matrix(kind) ? arenas_.views.datt : arenas_.views.dfc;
+    t.decode_buffer = (is_attention_matrix(kind) ? arenas_.views.datt : arenas_.views.dfc).as<float>();  // the monitor runs fp32
     arenas_.tape.set_measured_bytes(t.exact_bytes);
     observer_->tensor_compressed(backend_, t);
 }
@@ -190,9 +197,8 @@ void Driver::forward(const int* tokens, const int* targets, int B, int T, const 
                      float dloss) {
     const GPTConfig& cfg = layout_->config();
     const int N = B * T, C = cfg.n_embd, L = cfg.n_layer, V = cfg.vocab_size, Vp = cfg.padded_vocab_size();
-    const float* params = arenas_.params.as<float>();
-    const ParameterLayout& pl = layout_->parameters();
     const WorkspaceViews& w = arenas_.views;
+    const DType a = layout_->device_traits().activation;
     const bool inference = layout_->use() == ModelUse::inference;
     TapeAllocator& tape = arenas_.tape;
     // Without dropout in this pass, the driver skips the mask ops and gates with null masks.
@@ -206,30 +212,30 @@ void Driver::forward(const int* tokens, const int* targets, int B, int T, const 
 
     if (dropout_active_) emb_mask_ = static_cast<unsigned char*>(push_scheduled(kEmbeddingLayer, TensorKind::emb_mask));
     layer_mark_[0] = tape.mark();
-    float* x = inference ? w.residual[0] : static_cast<float*>(push_scheduled(0, TensorKind::x));
-    k_.encoder_forward(ctx_, x, tokens, pl.at(params, ParamId::wte), pl.at(params, ParamId::wpe), B, T, C);
+    const Act x = inference ? w.residual[0] : Act(push_scheduled(0, TensorKind::x), a);
+    k_.encoder_forward(ctx_, x, tokens, master(ParamId::wte), master(ParamId::wpe), B, T, C);
     if (dropout_active_) {
         // Keyed as (layer L, kind x) since before emb_mask had a kind of its own: masks stay bit-identical.
         k_.dropout_mask(ctx_, emb_mask_, static_cast<long>(N) * C, cfg.dropout, dropout_key(L, TensorKind::x));
         k_.dropout_forward(ctx_, x, x, emb_mask_, cfg.dropout, static_cast<long>(N) * C);
     }
-    view_slot(TensorKind::x) = x;
+    view_slot(TensorKind::x) = x.data();
     for (int l = 0; l < L; ++l) {
         forward_block(l, B, T);
-        view_slot(TensorKind::x) = view(TensorKind::out);
+        view_slot(TensorKind::x) = view(TensorKind::out).data();
     }
     final_x_ = view(TensorKind::out);
     if (inference) {
         lnf_ = w.lnf, lnf_mean_ = w.lnf_mean, lnf_rstd_ = w.lnf_rstd;
     } else {
-        lnf_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf));
+        lnf_ = Act(push_scheduled(L, TensorKind::lnf), a);
         lnf_mean_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf_mean));
         lnf_rstd_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf_rstd));
         if (next_entry_ != schedule_.size()) throw std::logic_error("tape schedule out of step: entries left over");
     }
-    k_.layernorm_forward(ctx_, lnf_, lnf_mean_, lnf_rstd_, final_x_, pl.at(params, ParamId::lnfw),
-                         pl.at(params, ParamId::lnfb), N, C);
-    k_.matmul_forward(ctx_, w.logits, lnf_, pl.at(params, ParamId::wte), nullptr, N, C, Vp);
+    k_.layernorm_forward(ctx_, lnf_, lnf_mean_, lnf_rstd_, final_x_, master(ParamId::lnfw), master(ParamId::lnfb), N,
+                         C);
+    k_.matmul_forward(ctx_, w.logits, lnf_, matmul_weight(ParamId::wte), nullptr, N, C, Vp);
     has_dlogits_ = false;
     if (!targets) return;
     k_.fused_classifier(ctx_, w.logits, w.losses, targets, N, V, Vp, dloss);
@@ -259,7 +265,7 @@ void Driver::materialize_block(int layer, int B, int T) {
             for (TensorKind in : ops[i].inputs)
                 if (!block.tensor(in).saved && in != TensorKind::x) rerun[block.producer(in) - ops.data()] = true;
 
-    view_slot(TensorKind::x) = static_cast<float*>(tape.data(*tape.find(layer, TensorKind::x)));
+    view_slot(TensorKind::x) = tape.data(*tape.find(layer, TensorKind::x));
     for (std::size_t i = 0; i < ops.size(); ++i) {
         const OpInfo& op = ops[i];
         if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
@@ -270,7 +276,7 @@ void Driver::materialize_block(int layer, int B, int T) {
                 continue;
             }
             const TensorPolicy& p = plan.at(layer, t);
-            if (p.policy == Policy::keep) view_slot(t) = static_cast<float*>(tape.data(*tape.find(layer, t)));
+            if (p.policy == Policy::keep) view_slot(t) = tape.data(*tape.find(layer, t));
             if (p.policy == Policy::compress) {
                 const void* blob = tape.data(*tape.find(layer, t));
                 const std::size_t numel = layout_->numel(t, B, T), rows = layout_->rows(t, B, T);
@@ -281,10 +287,10 @@ void Driver::materialize_block(int layer, int B, int T) {
         if (!rerun[i]) continue;
         constexpr std::size_t kMaxOutputs = 4;
         if (op.outputs.size() > kMaxOutputs) throw std::logic_error("materialize_block: an op with more than 4 outputs");
-        float* in_view[kMaxOutputs] = {};
+        void* in_view[kMaxOutputs] = {};
         for (std::size_t o = 0; o < op.outputs.size(); ++o) {
             const TensorKind t = op.outputs[o];
-            in_view[o] = view(t);
+            in_view[o] = view(t).data();
             if (!block.tensor(t).saved || dropped(layer, t)) {
                 view_slot(t) = buffer(t);
             } else {
@@ -306,22 +312,20 @@ void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumul
     const float p = dropout_p();
     const ParameterLayout& pl = layout_->parameters();
     const WorkspaceViews& w = arenas_.views;
-    auto weight = [&](std::optional<ParamId> id) { return id ? pl.at(arenas_.params.as<float>(), *id,
-                      layer) : nullptr; };
     auto dweight = [&](std::optional<ParamId> id) { return id ? pl.at(arenas_.grads.as<float>(), *id,
                        layer) : nullptr; };
-    const float* att = view(TensorKind::att);
-    const float* qkv = view(TensorKind::qkv);
+    const ConstAct att = view(TensorKind::att);
+    const ConstAct qkv = view(TensorKind::qkv);
     switch (op.kind) {
         case OpKind::layernorm:
             k_.layernorm_backward(ctx_, grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
-                                  grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight),
-                                  view(op.outputs[1]), view(op.outputs[2]), N, C);
+                                  grad_buffer(op.outputs[0]), view(op.inputs[0]), master(op.weight, layer),
+                                  view(op.outputs[1]).as<float>(), view(op.outputs[2]).as<float>(), N, C);
             break;
         case OpKind::matmul:
             k_.matmul_backward(ctx_, grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
-                               grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight), N, op.in_features,
-                               op.out_features, accumulate);
+                               grad_buffer(op.outputs[0]), view(op.inputs[0]), matmul_weight(op.weight, layer), N,
+                               op.in_features, op.out_features, accumulate);
             break;
         case OpKind::attention_softmax:
             k_.attention_softmax_backward(ctx_, w.dqkv, w.datt, att, qkv, B, T, C, NH);
@@ -361,18 +365,17 @@ void Driver::backward(const int* tokens, int B, int T, bool accumulate) {
     const GPTConfig& cfg = layout_->config();
     const int N = B * T, C = cfg.n_embd, Vp = cfg.padded_vocab_size(), L = cfg.n_layer;
     const ParameterLayout& pl = layout_->parameters();
-    const float* params = arenas_.params.as<float>();
     float* grads = arenas_.grads.as<float>();
     const WorkspaceViews& w = arenas_.views;
     TapeAllocator& tape = arenas_.tape;
 
     if (!accumulate) zero_non_matmul_grads();
     // Classifier (tied head): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf; then the final layernorm.
-    k_.matmul_backward(ctx_, w.dc_a, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_, pl.at(params, ParamId::wte),
+    k_.matmul_backward(ctx_, w.dc_a, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_, matmul_weight(ParamId::wte),
                        N, C, Vp, accumulate);
-    backend_.memset(w.dres, 0, sizeof(float) * N * C);
+    backend_.memset(w.dres.data(), 0, dtype_size(w.dres.dtype()) * N * C);
     k_.layernorm_backward(ctx_, w.dres, pl.at(grads, ParamId::lnfw), pl.at(grads, ParamId::lnfb), w.dc_a, final_x_,
-                          pl.at(params, ParamId::lnfw), lnf_mean_, lnf_rstd_, N, C);
+                          master(ParamId::lnfw), lnf_mean_, lnf_rstd_, N, C);
     tape.release_to(layer_mark_[L]);
 
     const auto& ops = layout_->block().ops();

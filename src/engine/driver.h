@@ -41,12 +41,18 @@ public:
     void set_observer(ModelObserver* observer) { observer_ = observer; }
 
 private:
-    float* view(TensorKind kind) const { return view_[static_cast<int>(kind)]; }
-    float*& view_slot(TensorKind kind) { return view_[static_cast<int>(kind)]; }
-    float* buffer(TensorKind kind) const { return arenas_.views.buffer[static_cast<int>(kind)]; }
+    // Block tensor `kind` where it is now, typed by its TensorInfo (activations in the model's
+    // dtype, layernorm statistics fp32, masks bytes).
+    Act view(TensorKind kind) const { return Act(view_[static_cast<int>(kind)], layout_->block().tensor(kind).dtype); }
+    void*& view_slot(TensorKind kind) { return view_[static_cast<int>(kind)]; }
+    void* buffer(TensorKind kind) const { return arenas_.views.buffer[static_cast<int>(kind)]; }
     unsigned char* mask_view(TensorKind kind) const;  // null when this pass has no dropout
     float dropout_p() const;                          // 0 when this pass has no dropout
-    float* grad_buffer(TensorKind kind) const;
+    Act grad_buffer(TensorKind kind) const;
+    // Parameter tensor `id` (of `layer`): the fp32 master, or what the matmuls read (the bf16
+    // working copy when there is one, else the master).
+    const float* master(std::optional<ParamId> id, int layer = 0) const;
+    ConstAct matmul_weight(std::optional<ParamId> id, int layer = 0) const;
     std::uint64_t dropout_key(int layer, TensorKind kind) const;
     bool dropped(int layer, TensorKind kind) const;
     void* push_scheduled(int layer, TensorKind kind);
@@ -68,9 +74,10 @@ private:
 
     std::vector<TapeEntry> schedule_;  // this forward's tape pushes (reserved at construction)
     std::size_t next_entry_ = 0;
-    float* view_[kNumTensorKinds] = {};  // the current block's tensors (tape or workspace)
+    void* view_[kNumTensorKinds] = {};  // the current block's tensors (tape or workspace)
     std::vector<TapeAllocator::Mark> layer_mark_;  // tape mark before layer l's input x (l = L: the final layernorm)
-    float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *final_x_ = nullptr;
+    Act lnf_, final_x_;
+    float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
     unsigned char* emb_mask_ = nullptr;
     bool has_dlogits_ = false;
     bool dropout_active_ = false;  // the last forward applied dropout

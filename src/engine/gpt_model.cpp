@@ -8,15 +8,15 @@
 namespace adacc {
 
 ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T, const ActivationPlan& plan,
-                                  const CodecParams& codec_params, ModelUse use, Device device) {
-    return ModelLayout(cfg, B, T, plan, codec_params, use, device_traits(device)).memory();
+                                  const CodecParams& codec_params, ModelUse use, const ComputeTarget& target) {
+    return ModelLayout(cfg, B, T, plan, codec_params, use, device_traits(target)).memory();
 }
 
 namespace {
-// The device's traits, except that what the host can address is the backend's own word (a test
+// The target's traits, except that what the host can address is the backend's own word (a test
 // backend may stand in for a device without being one).
-DeviceTraits traits_of(const Backend& backend) {
-    DeviceTraits traits = device_traits(backend.device());
+DeviceTraits traits_of(const Backend& backend, DType activation) {
+    DeviceTraits traits = device_traits({backend.device(), activation});
     traits.stage_tokens = !backend.host_addressable();
     return traits;
 }
@@ -26,14 +26,18 @@ GPTModel::GPTModel(const GPTConfig& config, int B, int T)
     : GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer)) {}
 
 GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                   const CodecParams& codec_params, ModelUse use, Backend& backend)
+                   const CodecParams& codec_params, ModelUse use, Backend& backend, DType activation)
     : backend_(&backend),
-      layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use, traits_of(backend))),
+      layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use, traits_of(backend, activation))),
       arenas_(backend, *layout_), driver_(backend, *layout_, arenas_) {}
 
-GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, Backend& backend) {
+GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, Backend& backend, DType activation) {
     return GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer), {}, ModelUse::inference,
-                    backend);
+                    backend, activation);
+}
+
+Act GPTModel::working_weights() const {
+    return arenas_.working.data() ? Act(arenas_.working.data(), layout_->device_traits().activation) : Act();
 }
 
 void GPTModel::set_plan(const ActivationPlan& plan, const CodecParams& codec_params) {
@@ -64,6 +68,9 @@ void GPTModel::write_arena(ModelArena which, std::size_t offset, std::size_t cou
     const Arena& a = arena(which);
     if ((offset + count) * sizeof(float) > a.bytes()) throw std::out_of_range("write_arena: beyond the arena");
     backend_->copy_to_device(a.as<float>() + offset, host, count * sizeof(float));
+    if (which == ModelArena::parameters && arenas_.working.data())
+        backend_->kernels().convert(backend_->context(), arenas_.working.as<bf16>() + offset, a.as<float>() + offset,
+                                    static_cast<long>(count));
 }
 
 const float* GPTModel::host_readable(ModelArena which, std::vector<float>& staging) const {
@@ -78,7 +85,14 @@ void GPTModel::read_logits(std::size_t row, std::size_t rows, float* host) const
     const std::size_t Vp = static_cast<std::size_t>(config().padded_vocab_size());
     if (row + rows > static_cast<std::size_t>(max_batch()) * max_seq_len())
         throw std::out_of_range("read_logits: beyond B x T rows");
-    backend_->copy_to_host(host, arenas_.views.logits + row * Vp, rows * Vp * sizeof(float));
+    const Act logits = arenas_.views.logits;
+    if (logits.dtype() == DType::f32) {
+        backend_->copy_to_host(host, logits.as<float>() + row * Vp, rows * Vp * sizeof(float));
+        return;
+    }
+    logits_staging_.resize(rows * Vp);
+    backend_->copy_to_host(logits_staging_.data(), logits.as<bf16>() + row * Vp, rows * Vp * sizeof(bf16));
+    for (std::size_t i = 0; i < rows * Vp; ++i) host[i] = to_float(logits_staging_[i]);
 }
 
 void GPTModel::read_losses(std::size_t count, float* host) const {

@@ -37,18 +37,22 @@ public:
     // Allocates for micro-batches up to B x T (T <= config.max_seq_len) under `plan`
     // (default: keep everything), on `backend`.
     GPTModel(const GPTConfig& config, int B, int T);
+    // Activations (and the matmuls' working weights) are of type `activation`: fp32, or bf16 on
+    // CUDA, where a bf16 copy of the fp32 master weights is kept beside them (src/engine/device.h).
     GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
              const CodecParams& codec_params = {}, ModelUse use = ModelUse::training,
-             Backend& backend = cpu_backend());
+             Backend& backend = cpu_backend(), DType activation = DType::f32);
     // Not movable: the driver points into the arenas (for_inference returns by guaranteed elision).
     GPTModel(const GPTModel&) = delete;
     GPTModel& operator=(const GPTModel&) = delete;
-    static GPTModel for_inference(const GPTConfig& config, int B, int T, Backend& backend = cpu_backend());
-    // Every arena's size before allocating, as `device`'s backend allocates them (CUDA stages
-    // token ids, 2 x B x T ints in the workspace, and holds its fixed resident memory).
+    static GPTModel for_inference(const GPTConfig& config, int B, int T, Backend& backend = cpu_backend(),
+                                  DType activation = DType::f32);
+    // Every arena's size before allocating, as the target's backend allocates them (CUDA stages
+    // token ids, 2 x B x T ints in the workspace, and holds its fixed resident memory; bf16 halves
+    // activations and adds the weights' bf16 copy).
     static ModelMemory plan_memory(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
                                    const CodecParams& codec_params = {}, ModelUse use = ModelUse::training,
-                                   Device device = Device::cpu);
+                                   const ComputeTarget& target = {});
 
     const GPTConfig& config() const { return layout_->config(); }
     const ParameterLayout& layout() const { return layout_->parameters(); }
@@ -69,6 +73,9 @@ public:
     float* grads() const { return arenas_.grads.as<float>(); }  // null for inference
     float* adam_m() const { return arenas_.adam_m.as<float>(); }
     float* adam_v() const { return arenas_.adam_v.as<float>(); }
+    // The matmuls' bf16 copy of params(), which AdamW and write_arena keep current; null in fp32.
+    Act working_weights() const;
+    DType activation_dtype() const { return layout_->device_traits().activation; }
     // Where global_norm writes the gradient norm and adamw_update reads it (backend memory).
     float* grad_norm_slot() const { return arenas_.views.grad_norm; }
 
@@ -79,7 +86,8 @@ public:
     // A whole arena readable by the host: the arena itself where the backend's memory is
     // host-addressable (the CPU's), else a copy made into `staging`.
     const float* host_readable(ModelArena arena, std::vector<float>& staging) const;
-    // Rows [row, row + rows) of the last forward's logits (Vp floats each) into host memory.
+    // Rows [row, row + rows) of the last forward's logits (Vp floats each) into host memory
+    // (bf16 logits converted).
     void read_logits(std::size_t row, std::size_t rows, float* host) const;
     // The last forward's per-token losses (count <= B*T) into host memory.
     void read_losses(std::size_t count, float* host) const;
@@ -130,6 +138,7 @@ private:
     std::unique_ptr<ModelLayout> layout_;  // behind a pointer: the driver keeps its address across set_plan
     ModelArenas arenas_;
     Driver driver_;
+    mutable std::vector<bf16> logits_staging_;  // read_logits of bf16 logits
 };
 
 }  // namespace adacc

@@ -15,8 +15,8 @@ ActivationPlan plan_for_mode(const GPTConfig& config, int B, int T, MemoryMode m
     return ActivationPlan::for_mode(mode, BlockGraph(config, B, T), config.n_layer);
 }
 
-ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode, Device device) {
-    return GPTModel::plan_memory(config, B, T, plan_for_mode(config, B, T, mode), {}, ModelUse::training, device);
+ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode, const ComputeTarget& target) {
+    return GPTModel::plan_memory(config, B, T, plan_for_mode(config, B, T, mode), {}, ModelUse::training, target);
 }
 
 int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch) {
@@ -32,9 +32,9 @@ int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch) {
 }
 
 int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch,
-                  Device device) {
+                  const ComputeTarget& target) {
     return largest_fitting_batch(
-        [&](int B) { return memory_for_mode(config, B, T, mode, device).total() <= budget; }, max_batch);
+        [&](int B) { return memory_for_mode(config, B, T, mode, target).total() <= budget; }, max_batch);
 }
 
 namespace {
@@ -46,12 +46,12 @@ std::string breakdown(const ModelMemory& m) {
 }
 }  // namespace
 
-void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget, Device device) {
-    const ModelMemory m = memory_for_mode(config, B, T, mode, device);
+void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget, const ComputeTarget& target) {
+    const ModelMemory m = memory_for_mode(config, B, T, mode, target);
     if (m.total() <= budget) return;
     std::string fits;
     for (MemoryMode other : fixed_memory_modes()) {
-        const int b = largest_batch(config, T, other, budget, 1 << 16, device);
+        const int b = largest_batch(config, T, other, budget, 1 << 16, target);
         fits += std::string("\n  ") + memory_mode_name(other) + ": " +
                 (b > 0 ? "largest batch " + std::to_string(b) : std::string("does not fit even at batch 1"));
     }
@@ -84,15 +84,15 @@ std::uint64_t device_memory_bytes(Device device) {
 }
 
 void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total,
-                           Device device) {
-    const std::uint64_t machine = device_memory_bytes(device);
+                           const ComputeTarget& target) {
+    const std::uint64_t machine = device_memory_bytes(target.device);
     if (total <= machine) return;
-    const int fits = largest_batch(config, T, mode, machine, 1 << 16, device);
-    const std::string where = device == Device::cpu ? "this machine has " : "the GPU has ";
+    const int fits = largest_batch(config, T, mode, machine, 1 << 16, target);
+    const std::string where = target.device == Device::cpu ? "this machine has " : "the GPU has ";
     throw UserError("this run needs " + format_bytes(total) + " (batch " + std::to_string(B) + " x seq " +
                     std::to_string(T) + ", mode " + memory_mode_name(mode) + ": " +
-                    breakdown(memory_for_mode(config, B, T, mode, device)) + ") but " + where +
-                    format_bytes(machine) + (device == Device::cpu ? " of memory; " : " free; ") +
+                    breakdown(memory_for_mode(config, B, T, mode, target)) + ") but " + where +
+                    format_bytes(machine) + (target.device == Device::cpu ? " of memory; " : " free; ") +
                     (fits > 0 ? "the largest batch that fits in mode " + std::string(memory_mode_name(mode)) + " is " +
                                     std::to_string(fits) + " (--set training.batch_size=" + std::to_string(fits) + ")"
                               : std::string("not even batch 1 fits in mode ") + memory_mode_name(mode)) +
@@ -100,23 +100,23 @@ void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mod
 }
 
 std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
-                                std::uint64_t budget, Device device) {
+                                std::uint64_t budget, const ComputeTarget& target) {
     std::string out;
     char line[512];
     // The backend's fixed memory gets a column where there is any (CUDA), so the row adds up.
-    const bool backend_column = device_traits(device).resident_bytes > 0;
+    const bool backend_column = device_traits(target).resident_bytes > 0;
     std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n", "mode", "params", "grads",
                   "adamw", "tape", "materialize", "transients", "logits", backend_column ? "      backend" : "", "total",
                   budget ? "   max_batch" : "");
     out += line;
     for (MemoryMode mode : modes) {
-        const ModelMemory m = memory_for_mode(config, B, T, mode, device);
+        const ModelMemory m = memory_for_mode(config, B, T, mode, target);
         std::string max_batch;
-        if (budget) max_batch = "   " + std::to_string(largest_batch(config, T, mode, budget, 1 << 16, device));
+        if (budget) max_batch = "   " + std::to_string(largest_batch(config, T, mode, budget, 1 << 16, target));
         char backend[32] = "";
         if (backend_column) std::snprintf(backend, sizeof backend, " %12s", format_bytes(m.backend).c_str());
         std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n", memory_mode_name(mode),
-                      format_bytes(m.parameters).c_str(), format_bytes(m.gradients).c_str(),
+                      format_bytes(m.parameters + m.working_weights).c_str(), format_bytes(m.gradients).c_str(),
                       format_bytes(m.optimizer_state).c_str(), format_bytes(m.tape).c_str(),
                       format_bytes(m.materialize).c_str(), format_bytes(m.transients).c_str(),
                       format_bytes(m.logits).c_str(), backend, format_bytes(m.total()).c_str(),
@@ -126,14 +126,21 @@ std::string format_memory_table(const GPTConfig& config, int B, int T, const std
     return out;
 }
 
-std::string describe_device_memory(Device device) {
-    const DeviceTraits t = device_traits(device);
+std::string describe_device_memory(const ComputeTarget& target) {
+    const DeviceTraits t = device_traits(target);
     const std::size_t activation = dtype_size(t.activation);
-    char line[320];
+    char weights[64];
+    if (t.working_weight_bytes)
+        std::snprintf(weights, sizeof weights, "fp32 weights 4 + their %s copy %zu", model_dtype_name(t.activation),
+                      t.working_weight_bytes);
+    else
+        std::snprintf(weights, sizeof weights, "fp32 weights 4");
+    char line[400];
     std::snprintf(line, sizeof line,
-                  "device %s: %zu bytes per parameter (weights %zu, gradient 4, AdamW m 4 and v 4), %zu bytes per "
-                  "activation element (%s)%s%s\n",
-                  device_name(device), t.param_bytes + 12, t.param_bytes, activation, std::string(dtype_name(t.activation)).c_str(),
+                  "device %s, dtype %s: %zu bytes per parameter (%s, gradient 4, AdamW m 4 and v 4), %zu bytes per "
+                  "activation element%s%s\n",
+                  device_name(target.device), model_dtype_name(t.activation), 16 + t.working_weight_bytes, weights,
+                  activation,
                   t.resident_bytes ? "; backend fixed memory " : "",
                   t.resident_bytes ? (format_bytes(t.resident_bytes) + " (cuBLASLt workspace, reduction scratch)").c_str()
                                    : "");

@@ -13,8 +13,10 @@
 
 namespace adacc {
 
-// Every function here sizes arenas as `device`'s backend allocates them (src/engine/device.h).
-ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode, Device device = Device::cpu);
+// Every function here sizes arenas as the target's backend allocates them (src/engine/device.h):
+// its device and the activations' dtype. The table's params column counts the fp32 weights and,
+// in bf16, their bf16 copy.
+ModelMemory memory_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode, const ComputeTarget& target = {});
 ActivationPlan plan_for_mode(const GPTConfig& config, int B, int T, MemoryMode mode);
 
 // Largest B in [1, max_batch] with fits(B) (fits must be monotone: doubling, then bisection);
@@ -23,12 +25,12 @@ int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch = 
 
 // Largest B (up to max_batch) whose total fits in `budget` bytes; 0 when not even B = 1 fits.
 int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch = 1 << 16,
-                  Device device = Device::cpu);
+                  const ComputeTarget& target = {});
 
 // Throws UserError when the total for (B, T, mode) exceeds `budget`, with the arena breakdown
 // and, for every mode, the largest batch that would fit.
 void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget,
-                  Device device = Device::cpu);
+                  const ComputeTarget& target = {});
 
 // This machine's memory in bytes: physical RAM, or the cgroup's memory limit when lower
 // (containers, Slurm jobs).
@@ -43,13 +45,13 @@ std::uint64_t device_memory_bytes(Device device);
 // largest batch that fits it at seq T in `mode` (a fixed mode: planned modes pass the mode their
 // budget is compared with).
 void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total,
-                           Device device = Device::cpu);
+                           const ComputeTarget& target = {});
 
 // One row per mode: every arena, the total, and the largest batch under `budget` (when > 0).
 std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
-                                std::uint64_t budget, Device device = Device::cpu);
-// One line: the device, its backend's fixed memory, and bytes per parameter (working weights,
+                                std::uint64_t budget, const ComputeTarget& target = {});
+// One line: the device and dtype, its backend's fixed memory, and bytes per parameter (weights,
 // gradient, AdamW m and v) and per activation element.
-std::string describe_device_memory(Device device);
+std::string describe_device_memory(const ComputeTarget& target);
 
 }  // namespace adacc

@@ -10,15 +10,18 @@
 namespace adacc {
 
 // Pointers into the workspace arena, one per buffer of WorkspaceLayout (null where the layout
-// has none: inference has no gradient buffers, training no residual ping-pong).
+// has none: inference has no gradient buffers, training no residual ping-pong). Activation
+// buffers (Act: the model's dtype) and their gradients; layernorm statistics and losses are fp32.
 struct WorkspaceViews {
-    float* buffer[kNumTensorKinds] = {};  // materialised tensors and transients
-    float* residual[2] = {};              // inference: the residual stream, alternating between layers
-    float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // inference: the final layernorm
-    float *dres = nullptr, *dc_a = nullptr, *dc_b = nullptr, *dqkv = nullptr, *dfc = nullptr, *datt = nullptr;
-    float* discard = nullptr;  // outputs a recompute must produce but that are already materialised
+    void* buffer[kNumTensorKinds] = {};  // materialised tensors and transients (each in its TensorInfo dtype)
+    Act residual[2] = {};                // inference: the residual stream, alternating between layers
+    Act lnf;                             // inference: the final layernorm
+    float *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    Act dres, dc_a, dc_b, dqkv, dfc, datt;
+    float* discard = nullptr;  // layernorm statistics a recompute must produce but that are already materialised
     void* codec_scratch = nullptr;
-    float *logits = nullptr, *losses = nullptr;
+    Act logits;
+    float* losses = nullptr;
     float *loss_total = nullptr, *grad_norm = nullptr;  // the two scalars (WorkspaceLayout::scalars)
     int *tokens = nullptr, *targets = nullptr;  // staged token ids (null: the host's arrays are read in place)
 };
@@ -29,7 +32,7 @@ struct ModelArenas {
     // ones are freed before the new ones are allocated.
     void reshape(Backend& backend, const ModelLayout& layout);
 
-    Arena params, grads, adam_m, adam_v, workspace;
+    Arena params, working, grads, adam_m, adam_v, workspace;  // working: the bf16 copy of params (or none)
     TapeAllocator tape;
     WorkspaceViews views;
 

@@ -39,7 +39,9 @@ std::size_t codec_scratch_bytes(const GPTConfig& cfg, const BlockGraph& block, c
 WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, const ActivationPlan& plan,
                                  const CodecParams& codec_params, int B, int T, ModelUse use, bool stage_tokens) {
     WorkspaceLayout w;
+    // A: an activation element (the model's dtype); F: fp32 (layernorm statistics, losses).
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, F = sizeof(float);
+    const std::size_t A = dtype_size(block.tensor(TensorKind::x).dtype);
     const bool inference = use == ModelUse::inference;
     Cursor c;
     for (const TensorInfo& t : block.tensors()) {
@@ -51,28 +53,28 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
     w.codec_scratch_bytes = codec_scratch_bytes(cfg, block, plan, codec_params, B, T);
     w.codec_scratch = c.take(w.codec_scratch_bytes);
     if (inference) {
-        w.residual[0] = c.take(N * C * F);
-        w.residual[1] = c.take(N * C * F);
-        w.lnf = c.take(N * C * F);
+        w.residual[0] = c.take(N * C * A);
+        w.residual[1] = c.take(N * C * A);
+        w.lnf = c.take(N * C * A);
         w.lnf_mean = c.take(N * F);
         w.lnf_rstd = c.take(N * F);
     }
     w.materialize = c.bytes;
     for (TensorKind t : {TensorKind::attproj, TensorKind::fcproj}) {
-        w.buffer[static_cast<int>(t)] = c.take(N * C * F);
+        w.buffer[static_cast<int>(t)] = c.take(N * C * A);
         w.has_buffer[static_cast<int>(t)] = true;
     }
     if (!inference) {  // backward's buffers
-        w.dres = c.take(N * C * F);
-        w.dc_a = c.take(N * C * F);
-        w.dc_b = c.take(N * C * F);
-        w.dqkv = c.take(N * 3 * C * F);
-        w.dfc = c.take(N * 4 * C * F);
+        w.dres = c.take(N * C * A);
+        w.dc_a = c.take(N * C * A);
+        w.dc_b = c.take(N * C * A);
+        w.dqkv = c.take(N * 3 * C * A);
+        w.dfc = c.take(N * 4 * C * A);
         w.datt = c.take(block.tensor(TensorKind::att).bytes());
         w.discard = c.take(2 * N * F);
     }
     w.transients = c.bytes - w.materialize;
-    w.logits = c.take(N * cfg.padded_vocab_size() * F);
+    w.logits = c.take(N * cfg.padded_vocab_size() * A);
     w.losses = c.take(N * F);
     w.scalars = c.take(2 * F);
     if (stage_tokens) {
@@ -88,13 +90,14 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
 
 ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
                          const CodecParams& codec_params, ModelUse use, const DeviceTraits& traits)
-    : config_(config), parameters_(config), B_(B), T_(T), block_(config, B, T), plan_(plan),
+    : config_(config), parameters_(config), B_(B), T_(T), block_(config, B, T, traits.activation), plan_(plan),
       codec_params_(codec_params), use_(use), traits_(traits),
       workspace_(workspace_layout(config, block_, plan, codec_params, B, T, use, traits.stage_tokens)) {
     if (plan.n_layer() != config.n_layer) throw std::invalid_argument("activation plan has the wrong layer count");
     const std::size_t param_bytes = parameters_.total() * sizeof(float);
     const bool training = use == ModelUse::training;
     memory_.parameters = param_bytes;
+    memory_.working_weights = parameters_.total() * traits.working_weight_bytes;
     memory_.backend = traits.resident_bytes;
     memory_.gradients = training ? param_bytes : 0;
     memory_.optimizer_state = training ? 2 * param_bytes : 0;
@@ -127,7 +130,7 @@ std::size_t ModelLayout::bytes(TensorKind kind, int B, int T) const {
 // then the final layernorm's output and statistics.
 void ModelLayout::tape_schedule(int B, int T, bool dropout, std::vector<TapeEntry>& out) const {
     out.clear();
-    const std::size_t N = static_cast<std::size_t>(B) * T, act = N * config_.n_embd * sizeof(float);
+    const std::size_t N = static_cast<std::size_t>(B) * T, act = N * config_.n_embd * dtype_size(traits_.activation);
     auto keep = [&](int layer, TensorKind kind, std::size_t bytes) {
         out.push_back({layer, kind, Policy::keep, Codec::group_int4, bytes, bytes});
     };

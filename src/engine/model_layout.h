@@ -20,7 +20,8 @@ namespace adacc {
 
 // Byte sizes of every allocation the model makes, known before any is made.
 struct ModelMemory {
-    std::size_t parameters = 0, gradients = 0, optimizer_state = 0;  // optimizer: m and v
+    std::size_t parameters = 0, gradients = 0, optimizer_state = 0;  // fp32; optimizer: m and v
+    std::size_t working_weights = 0;  // the matmuls' bf16 copy of the parameters (0 in fp32)
     std::size_t tape = 0;            // capacity: every saved activation at its reserved size (bounds for codecs)
     std::size_t materialize = 0;     // workspace: full-size buffers for tensors not kept in some layer
     std::size_t transients = 0;      // workspace: op outputs no backward needs, backward's gradient buffers
@@ -28,7 +29,7 @@ struct ModelMemory {
                                      // scalars (and staged tokens)
     std::size_t backend = 0;         // the backend's own fixed memory (DeviceTraits::resident_bytes; 0 on the CPU)
     std::size_t workspace() const { return materialize + transients + logits; }
-    std::size_t static_bytes() const { return parameters + gradients + optimizer_state; }
+    std::size_t static_bytes() const { return parameters + working_weights + gradients + optimizer_state; }
     std::size_t total() const { return static_bytes() + tape + workspace() + backend; }
 };
 

@@ -32,9 +32,11 @@ float clip_scale(float grad_clip, float grad_norm) {
 
 void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {
     const Backend& backend = model.backend();
+    bf16* working = model.working_weights().as<bf16>();  // null in fp32
     for (const ParamTensorInfo& info : model.layout().tensors()) {
         const std::size_t o = info.offset;
-        backend.kernels().adamw_update(backend.context(), model.params() + o, nullptr, model.grads() + o,
+        const Act working_slice = working ? Act(working + o) : Act();
+        backend.kernels().adamw_update(backend.context(), model.params() + o, working_slice, model.grads() + o,
                                        model.adam_m() + o, model.adam_v() + o, static_cast<long>(info.numel), lr,
                                        opt.beta1, opt.beta2, opt.eps, info.weight_decay ? opt.weight_decay : 0.0f,
                                        opt.grad_clip, model.grad_norm_slot(), t);

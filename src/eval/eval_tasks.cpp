@@ -9,6 +9,7 @@
 
 #include "data/tokenizer.h"
 #include "src/common/units.h"
+#include "src/config/config.h"
 #include "src/common/errors.h"
 
 namespace adacc {
@@ -375,7 +376,7 @@ TrainingEvaluator::TrainingEvaluator(const RunConfig& config) : config_(config) 
                                         ActivationPlan(BlockGraph(config.model, config.training.batch_size, seq_len),
                                                        config.model.n_layer),
                                         CodecParams{}, ModelUse::inference,
-                                        backend_for(parse_device(config.training.device)));
+                                        backend_for(compute_target(config).device), compute_target(config).activation);
 }
 
 TrainingEvaluator::~TrainingEvaluator() = default;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "src/config/config.h"
 #include "src/common/units.h"
 #include "src/common/errors.h"
 #include "src/engine/gpt_model.h"
@@ -28,8 +29,9 @@ struct RunResult {
 // monitor runs as in training.
 RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const CodecParams& codec_params,
                       int steps, int warmup, AdaccRegulator* regulator = nullptr) {
+    const ComputeTarget target = compute_target(config);
     GPTModel model(config.model, config.training.batch_size, config.training.seq_len, plan, codec_params,
-                   ModelUse::training, backend_for(parse_device(config.training.device)));
+                   ModelUse::training, backend_for(target.device), target.activation);
     model.init_weights(config.training.seed);
     DataLoader data = open_token_loader(config, TokenSplit::train, config.data.shuffle);
     TrainingStep training_step(config, model, data, regulator);
@@ -85,7 +87,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
                 plan = plan_for_mode(config.model, B, T, mode);
             }
             row.total_bytes = GPTModel::plan_memory(config.model, B, T, plan, codec_params, ModelUse::training,
-                                                    parse_device(config.training.device))
+                                                    compute_target(config))
                                   .total();
             row.fits = options.budget == 0 || row.total_bytes <= options.budget;
             // none is the reference every other mode is measured against: run it even over budget.
@@ -162,7 +164,7 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
         row.mode = mode;
         row.max_batch = is_planned(mode) ? largest_planned_batch(config, mode, budget)
                                          : largest_batch(config.model, T, mode, budget, 1 << 16,
-                                                         parse_device(config.training.device));
+                                                         compute_target(config));
         if (row.max_batch > 0) {
             RunConfig at_batch = config;
             at_batch.training.batch_size = row.max_batch;
@@ -177,7 +179,7 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
             } else {
                 const ActivationPlan plan = plan_for_mode(config.model, row.max_batch, T, mode);
                 row.total_bytes = GPTModel::plan_memory(config.model, row.max_batch, T, plan, {}, ModelUse::training,
-                                                        parse_device(config.training.device))
+                                                        compute_target(config))
                                       .total();
                 train_steps(at_batch, plan, {}, 1, 0);  // allocates every arena and runs a step
             }

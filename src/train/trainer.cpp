@@ -25,8 +25,9 @@ void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
     std::printf("parameters: %lld (formula Vp*C + maxT*C + L*(12C^2 + 13C) + 2C = %lld; %lld without vocab padding)\n",
                 static_cast<long long>(model.num_params()), static_cast<long long>(m.parameter_count()),
                 static_cast<long long>(m.unpadded_parameter_count()));
-    std::printf("memory (%s on %s): params %s, grads %s, adamw %s, tape %s, workspace %s (logits %s)%s%s, total %s\n",
-                cfg.memory.mode.c_str(), device_name(model.backend().device()), format_bytes(mem.parameters).c_str(),
+    std::printf("memory (%s on %s, %s): params %s, grads %s, adamw %s, tape %s, workspace %s (logits %s)%s%s, total %s\n",
+                cfg.memory.mode.c_str(), device_name(model.backend().device()),
+                model_dtype_name(model.activation_dtype()), format_bytes(mem.parameters + mem.working_weights).c_str(),
                 format_bytes(mem.gradients).c_str(), format_bytes(mem.optimizer_state).c_str(),
                 format_bytes(mem.tape).c_str(), format_bytes(mem.workspace()).c_str(), format_bytes(mem.logits).c_str(),
                 mem.backend ? ", backend " : "", mem.backend ? format_bytes(mem.backend).c_str() : "",
@@ -80,16 +81,16 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
 // keep a regulator that monitors and re-plans during the run.
 void Trainer::make_model(int B, int T) {
     const MemoryMode mode = parse_memory_mode(config_.memory.mode);
-    const Device device = parse_device(config_.training.device);
+    const ComputeTarget target = compute_target(config_);
     const std::uint64_t budget = config_.memory.budget.empty() ? 0 : parse_size(config_.memory.budget);
     if (!is_planned(mode)) {
-        if (budget) check_budget(config_.model, B, T, mode, budget, device);
+        if (budget) check_budget(config_.model, B, T, mode, budget, target);
         const ActivationPlan plan = plan_for_mode(config_.model, B, T, mode);
         check_physical_memory(config_.model, B, T, mode,
-                              GPTModel::plan_memory(config_.model, B, T, plan, {}, ModelUse::training, device).total(),
-                              device);
+                              GPTModel::plan_memory(config_.model, B, T, plan, {}, ModelUse::training, target).total(),
+                              target);
         model_ = std::make_unique<GPTModel>(config_.model, B, T, plan, CodecParams{}, ModelUse::training,
-                                            backend_for(device));
+                                            backend_for(target.device), target.activation);
         return;
     }
     if (!budget)
