@@ -23,7 +23,8 @@ __device__ inline void merge_softmax(float& m, float& s, float m2, float s2) {
     m = top;
 }
 
-// Logits of type T (float for now; a bf16 variant converts in the loads and stores only).
+// Logits of type T (float or bf16), loaded to fp32; the math is fp32, the losses are fp32, and
+// the dlogits are rounded once to T when they overwrite the row.
 template <typename T>
 __global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
     __shared__ float partial_max[32], partial_sum[32];
@@ -31,11 +32,11 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
     T* row = logits + static_cast<long>(blockIdx.x) * Vp;
     const int target = targets[blockIdx.x];
     // Read before any thread of the block overwrites the row (after the barriers below).
-    const float target_logit = threadIdx.x == 0 ? static_cast<float>(row[target]) : 0.0f;
+    const float target_logit = threadIdx.x == 0 ? to_f32(row[target]) : 0.0f;
 
     float m = -INFINITY, s = 0.0f;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        const float x = static_cast<float>(row[j]);
+        const float x = to_f32(row[j]);
         if (x > m) {
             s = s * expf(m - x) + 1.0f;  // first element: 0 * exp(-inf) + 1
             m = x;
@@ -75,10 +76,10 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
     for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
         float d = 0.0f;  // padded columns
         if (j < V) {
-            d = expf(static_cast<float>(row[j]) - maxv) * scale;
+            d = expf(to_f32(row[j]) - maxv) * scale;
             if (j == target) d -= dloss;
         }
-        row[j] = static_cast<T>(d);
+        row[j] = from_f32<T>(d);
     }
 }
 
@@ -100,9 +101,12 @@ __global__ void loss_accumulate_kernel(float* total, const float* losses, int n,
 
 void fused_classifier(const KernelContext& ctx, Act logits_act, float* losses, const int* targets, int N, int V, int Vp,
                       float dloss) {
-    float* logits = logits_act.as<float>();
     if (N == 0) return;
-    ADACC_LAUNCH(fused_classifier_kernel<float>, N, kThreads, 0, ctx.stream)(logits, losses, targets, V, Vp, dloss);
+    with_activation_type(logits_act.dtype(), "fused_classifier", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        ADACC_LAUNCH(fused_classifier_kernel<T>, N, kThreads, 0, ctx.stream)(device_ptr<T>(logits_act), losses, targets,
+                                                                             V, Vp, dloss);
+    });
     check_launch("fused_classifier");
 }
 

@@ -4,7 +4,13 @@
 // The mask is the CPU's bit for bit: element i's bit is a pure function of (key, i). The scale
 // 1 / (1 - p) is computed on the host exactly as kernels/cpu/dropout.cpp computes it, and the
 // products are rounded before the addition (__fmul_rn: never contracted into an FMA), as the
-// CPU's vectorised loops do, so the outputs are the CPU's bit for bit too.
+// CPU's vectorised loops do, so the outputs are the CPU's bit for bit too. Activations are of
+// type T (float or bf16): loaded to fp32, computed as in fp32, rounded once on store, so a bf16
+// output is the fp32 output rounded to bf16.
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/rng.h"
@@ -20,16 +26,15 @@ __global__ void dropout_mask_kernel(unsigned char* mask, long n, float p, unsign
     mask[i] = rng_uniform(key, static_cast<std::uint64_t>(i)) >= p ? 1 : 0;
 }
 
-// Activations of type T (float for now; a bf16 variant converts in the loads and stores only).
 // mask null: out = residual + inp.
 template <typename T>
 __global__ void residual_dropout_forward_kernel(T* out, const T* residual, const T* inp, const unsigned char* mask,
                                                 float scale, long n) {
     const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float r = static_cast<float>(residual[i]), x = static_cast<float>(inp[i]);
-    if (!mask) out[i] = static_cast<T>(r + x);
-    else out[i] = static_cast<T>(r + (mask[i] ? __fmul_rn(x, scale) : 0.0f));
+    const float r = to_f32(residual[i]), x = to_f32(inp[i]);
+    if (!mask) out[i] = from_f32<T>(r + x);
+    else out[i] = from_f32<T>(r + (mask[i] ? __fmul_rn(x, scale) : 0.0f));
 }
 
 // out = inp * mask * scale (mask null: scale 1, every element kept). In place allowed: each
@@ -38,7 +43,30 @@ template <typename T>
 __global__ void dropout_scale_kernel(T* out, const T* inp, const unsigned char* mask, float scale, long n) {
     const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    out[i] = static_cast<T>((!mask || mask[i]) ? static_cast<float>(inp[i]) * scale : 0.0f);
+    out[i] = from_f32<T>((!mask || mask[i]) ? to_f32(inp[i]) * scale : 0.0f);
+}
+
+// Every activation of one call has the same dtype: the launcher picks one T for all of them.
+// (The same check is in layernorm.cu and gelu.cu; its place is next to with_activation_type.)
+void require_same_dtype(const char* kernel, ConstAct first, std::initializer_list<ConstAct> others) {
+    for (const ConstAct& other : others)
+        if (other.dtype() != first.dtype())
+            throw std::invalid_argument(std::string(kernel) + ": activations of types " +
+                                        std::string(dtype_name(first.dtype())) + " and " +
+                                        std::string(dtype_name(other.dtype())) + " in one call");
+}
+
+// out = inp * mask * scale on activations of one dtype, the launch behind the two kernels below.
+void launch_dropout_scale(const KernelContext& ctx, const char* kernel, Act out_act, ConstAct inp_act,
+                          const unsigned char* mask, float scale, long n) {
+    require_same_dtype(kernel, out_act, {inp_act});
+    if (n == 0) return;
+    with_activation_type(out_act.dtype(), kernel, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        ADACC_LAUNCH(dropout_scale_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
+            device_ptr<T>(out_act), device_ptr<T>(inp_act), mask, scale, n);
+    });
+    check_launch(kernel);
 }
 
 }  // namespace
@@ -51,36 +79,28 @@ void dropout_mask(const KernelContext& ctx, unsigned char* mask, long n, float p
 
 void residual_dropout_forward(const KernelContext& ctx, Act out_act, ConstAct residual_act, ConstAct inp_act,
                               const unsigned char* mask, float p, long n) {
-    float* out = out_act.as<float>();
-    const float* residual = residual_act.as<float>();
-    const float* inp = inp_act.as<float>();
+    require_same_dtype("residual_dropout_forward", out_act, {residual_act, inp_act});
     if (n == 0) return;
     const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
-    ADACC_LAUNCH(residual_dropout_forward_kernel<float>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
-        out, residual, inp, mask, scale, n);
+    with_activation_type(out_act.dtype(), "residual_dropout_forward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        ADACC_LAUNCH(residual_dropout_forward_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
+            device_ptr<T>(out_act), device_ptr<T>(residual_act), device_ptr<T>(inp_act), mask, scale, n);
+    });
     check_launch("residual_dropout_forward");
 }
 
 // The residual branch's gradient is dout itself; dinp = dout * mask / (1 - p).
 void residual_dropout_backward(const KernelContext& ctx, Act dinp_act, ConstAct dout_act, const unsigned char* mask,
                                float p, long n) {
-    float* dinp = dinp_act.as<float>();
-    const float* dout = dout_act.as<float>();
-    if (n == 0) return;
     const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
-    ADACC_LAUNCH(dropout_scale_kernel<float>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(dinp, dout, mask, scale,
-                                                                                                n);
-    check_launch("residual_dropout_backward");
+    launch_dropout_scale(ctx, "residual_dropout_backward", dinp_act, dout_act, mask, scale, n);
 }
 
 void dropout_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, const unsigned char* mask, float p,
                      long n) {
-    float* out = out_act.as<float>();
-    const float* inp = inp_act.as<float>();
-    if (n == 0) return;
     const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;  // the CPU twin requires a mask; null keeps all
-    ADACC_LAUNCH(dropout_scale_kernel<float>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(out, inp, mask, scale, n);
-    check_launch("dropout_forward");
+    launch_dropout_scale(ctx, "dropout_forward", out_act, inp_act, mask, scale, n);
 }
 
 }  // namespace adacc::cuda

@@ -5,7 +5,8 @@
 // are sorted by (token id, position) and one thread per channel walks each token's run of
 // positions in increasing order. That is exactly the CPU twin's order (kernels/cpu/encoder.cpp
 // adds positions b*T+t in increasing order into each (row, channel)), so dwte and dwpe are bit
-// for bit the CPU's.
+// for bit the CPU's. A bf16 dout widens exactly to fp32, so that holds in bf16 too (against the
+// CPU run on the same values as floats).
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -21,16 +22,16 @@ constexpr int kSortThreads = 128;
 constexpr int kWalkBlocks = 1024;
 
 // One block per position (b, t), threads striding over the channels: coalesced, and no 64-bit
-// division per element. Activations of type T (float for now; a bf16 variant converts in the
-// loads and stores only, the arithmetic stays in float).
+// division per element. The embeddings are fp32 parameters; out is an activation of type T
+// (float or bf16), so the sum is the CPU's fp32 sum, rounded once when T is bf16.
 template <typename T>
-__global__ void encoder_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int T_len, int C) {
+__global__ void encoder_forward_kernel(T* out, const int* tokens, const float* wte, const float* wpe, int T_len,
+                                       int C) {
     const int bt = blockIdx.x;
-    const T* e = wte + static_cast<long>(tokens[bt]) * C;
-    const T* p = wpe + static_cast<long>(bt % T_len) * C;
+    const float* e = wte + static_cast<long>(tokens[bt]) * C;
+    const float* p = wpe + static_cast<long>(bt % T_len) * C;
     T* o = out + static_cast<long>(bt) * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        o[c] = static_cast<T>(static_cast<float>(e[c]) + static_cast<float>(p[c]));
+    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = from_f32<T>(e[c] + p[c]);
 }
 
 // order[rank] = position, where rank is the position's index among all N positions sorted by
@@ -73,7 +74,7 @@ __global__ void encoder_dwte_kernel(float* dwte, const T* dout, const int* token
         for (int k = s; k < N; ++k) {
             const int p = order[k];
             if (tokens[p] != v) break;
-            acc += static_cast<float>(dout[static_cast<long>(p) * C + c]);
+            acc += to_f32(dout[static_cast<long>(p) * C + c]);
         }
         row[c] = acc;
     }
@@ -86,7 +87,7 @@ __global__ void encoder_dwpe_kernel(float* dwpe, const T* dout, int B, int T_len
     const long tc = static_cast<long>(T_len) * C;
     if (i >= tc) return;
     float acc = dwpe[i];
-    for (int b = 0; b < B; ++b) acc += static_cast<float>(dout[b * tc + i]);
+    for (int b = 0; b < B; ++b) acc += to_f32(dout[b * tc + i]);
     dwpe[i] = acc;
 }
 
@@ -94,15 +95,18 @@ __global__ void encoder_dwpe_kernel(float* dwpe, const T* dout, int B, int T_len
 
 void encoder_forward(const KernelContext& ctx, Act out_act, const int* tokens, const float* wte, const float* wpe,
                      int B, int T, int C) {
-    float* out = out_act.as<float>();
     if (B * T == 0 || C == 0) return;
-    ADACC_LAUNCH(encoder_forward_kernel<float>, B * T, kThreads, 0, ctx.stream)(out, tokens, wte, wpe, T, C);
+    // The activation type is Elem here: T is the sequence length.
+    with_activation_type(out_act.dtype(), "encoder_forward", [&](auto tag) {
+        using Elem = typename decltype(tag)::type;
+        ADACC_LAUNCH(encoder_forward_kernel<Elem>, B * T, kThreads, 0, ctx.stream)(device_ptr<Elem>(out_act), tokens,
+                                                                                   wte, wpe, T, C);
+    });
     check_launch("encoder_forward");
 }
 
 void encoder_backward(const KernelContext& ctx, float* dwte, float* dwpe, ConstAct dout_act, const int* tokens, int B,
                       int T, int C) {
-    const float* dout = dout_act.as<float>();
     const int N = B * T;
     if (N == 0 || C == 0) return;
     if (static_cast<std::size_t>(N) * sizeof(int) > ctx.reduction_scratch_bytes)
@@ -112,11 +116,16 @@ void encoder_backward(const KernelContext& ctx, float* dwte, float* dwpe, ConstA
                                                                                                         N);
     check_launch("encoder_backward (sort)");
     const dim3 walk_grid(N < kWalkBlocks ? N : kWalkBlocks, ceil_div(C, kThreads));
-    ADACC_LAUNCH(encoder_dwte_kernel<float>, walk_grid, kThreads, 0, ctx.stream)(dwte, dout, tokens, order, N, C);
-    check_launch("encoder_backward (dwte)");
     const long tc = static_cast<long>(T) * C;
-    ADACC_LAUNCH(encoder_dwpe_kernel<float>, ceil_div(tc, kThreads), kThreads, 0, ctx.stream)(dwpe, dout, B, T, C);
-    check_launch("encoder_backward (dwpe)");
+    // The activation type is Elem here: T is the sequence length.
+    with_activation_type(dout_act.dtype(), "encoder_backward", [&](auto tag) {
+        using Elem = typename decltype(tag)::type;
+        const Elem* dout = device_ptr<Elem>(dout_act);
+        ADACC_LAUNCH(encoder_dwte_kernel<Elem>, walk_grid, kThreads, 0, ctx.stream)(dwte, dout, tokens, order, N, C);
+        check_launch("encoder_backward (dwte)");
+        ADACC_LAUNCH(encoder_dwpe_kernel<Elem>, ceil_div(tc, kThreads), kThreads, 0, ctx.stream)(dwpe, dout, B, T, C);
+        check_launch("encoder_backward (dwpe)");
+    });
 }
 
 }  // namespace adacc::cuda

@@ -1,4 +1,9 @@
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise.
+// Activations of type T (float or bf16): loaded to fp32, computed in fp32, rounded once on store.
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -12,40 +17,57 @@ constexpr int kThreads = 256;
 // backends round the same way where tanh saturates (the derivative's 1 - tanh^2 cancels there).
 __device__ inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, long n) {
+template <typename T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, long n) {
     const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanh_via_exp(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+    const float x = to_f32(inp[i]);
+    out[i] = from_f32<T>(0.5f * x * (1.0f + tanh_via_exp(kSqrt2OverPi * (x + 0.044715f * x * x * x))));
 }
 
 // dinp may alias dout: each thread reads its element before writing it.
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, long n) {
+template <typename T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, long n) {
     const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float x = inp[i];
+    const float x = to_f32(inp[i]);
     const float th = tanh_via_exp(kSqrt2OverPi * (x + 0.044715f * x * x * x));
     const float sech2 = 1.0f - th * th;
     const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = grad * dout[i];
+    dinp[i] = from_f32<T>(grad * to_f32(dout[i]));
+}
+
+// Every activation of one call has the same dtype: the launcher picks one T for all of them.
+// (The same check is in layernorm.cu and dropout.cu; its place is next to with_activation_type.)
+void require_same_dtype(const char* kernel, ConstAct first, std::initializer_list<ConstAct> others) {
+    for (const ConstAct& other : others)
+        if (other.dtype() != first.dtype())
+            throw std::invalid_argument(std::string(kernel) + ": activations of types " +
+                                        std::string(dtype_name(first.dtype())) + " and " +
+                                        std::string(dtype_name(other.dtype())) + " in one call");
 }
 
 }  // namespace
 
 void gelu_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, long n) {
-    float* out = out_act.as<float>();
-    const float* inp = inp_act.as<float>();
+    require_same_dtype("gelu_forward", out_act, {inp_act});
     if (n == 0) return;
-    ADACC_LAUNCH(gelu_forward_kernel, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(out, inp, n);
+    with_activation_type(out_act.dtype(), "gelu_forward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        ADACC_LAUNCH(gelu_forward_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
+            device_ptr<T>(out_act), device_ptr<T>(inp_act), n);
+    });
     check_launch("gelu_forward");
 }
 
 void gelu_backward(const KernelContext& ctx, Act dinp_act, ConstAct inp_act, ConstAct dout_act, long n) {
-    float* dinp = dinp_act.as<float>();
-    const float* inp = inp_act.as<float>();
-    const float* dout = dout_act.as<float>();
+    require_same_dtype("gelu_backward", dinp_act, {inp_act, dout_act});
     if (n == 0) return;
-    ADACC_LAUNCH(gelu_backward_kernel, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(dinp, inp, dout, n);
+    with_activation_type(dinp_act.dtype(), "gelu_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        ADACC_LAUNCH(gelu_backward_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
+            device_ptr<T>(dinp_act), device_ptr<T>(inp_act), device_ptr<T>(dout_act), n);
+    });
     check_launch("gelu_backward");
 }
 

@@ -7,7 +7,9 @@
 // slice per warp), and writes one partial per channel into ctx.reduction_scratch; a second kernel
 // adds the groups' partials in group order. Every sum has a fixed order, so the result does not
 // depend on timing.
+#include <initializer_list>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/ops.h"
@@ -24,7 +26,7 @@ constexpr int kRowsPerGroup = 32;
 constexpr int kFinalThreads = 256;
 constexpr std::size_t kSharedLimit = 48 * 1024;
 
-// Activations of type T (float for now; a bf16 variant converts in the loads and stores only).
+// Activations (out, inp) of type T; mean, rstd and the parameters are fp32, and so is the math.
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const float* weight,
                                          const float* bias, int N, int C) {
@@ -33,16 +35,16 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
     if (row >= N) return;  // the whole warp leaves together: no shuffle loses a lane
     const T* x = inp + static_cast<long>(row) * C;
     float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += static_cast<float>(x[c]);
+    for (int c = lane; c < C; c += 32) sum += to_f32(x[c]);
     const float m = warp_sum(sum) / C;
     float var = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        const float d = static_cast<float>(x[c]) - m;
+        const float d = to_f32(x[c]) - m;
         var += d * d;
     }
     const float s = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
     T* o = out + static_cast<long>(row) * C;
-    for (int c = lane; c < C; c += 32) o[c] = static_cast<T>((static_cast<float>(x[c]) - m) * s * weight[c] + bias[c]);
+    for (int c = lane; c < C; c += 32) o[c] = from_f32<T>((to_f32(x[c]) - m) * s * weight[c] + bias[c]);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
@@ -74,18 +76,18 @@ __global__ void layernorm_backward_rows_kernel(T* dinp, float* partials, const T
         const float m = mean[row], s = rstd[row];
         float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
         for (int c = lane; c < C; c += 32) {
-            const float dnorm = weight[c] * static_cast<float>(d[c]);
+            const float dnorm = weight[c] * to_f32(d[c]);
             dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * (static_cast<float>(x[c]) - m) * s;
+            dnorm_norm_mean += dnorm * (to_f32(x[c]) - m) * s;
         }
         dnorm_mean = warp_sum(dnorm_mean) / C;
         dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
         T* dx = dinp + offset;
         for (int c = lane; c < C; c += 32) {
-            const float dc = static_cast<float>(d[c]);
-            const float norm = (static_cast<float>(x[c]) - m) * s;
+            const float dc = to_f32(d[c]);
+            const float norm = (to_f32(x[c]) - m) * s;
             const float grad = (weight[c] * dc - dnorm_mean - norm * dnorm_norm_mean) * s;
-            dx[c] = static_cast<T>(static_cast<float>(dx[c]) + grad);
+            dx[c] = from_f32<T>(to_f32(dx[c]) + grad);  // accumulates: in fp32, rounded once
             my_dweight[c] += norm * dc;
             my_dbias[c] += dc;
         }
@@ -117,24 +119,34 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
     dbias[c] += db;
 }
 
+// Every activation of one call has the same dtype: the launcher picks one T for all of them.
+// (The same check is in gelu.cu and dropout.cu; its place is next to with_activation_type.)
+void require_same_dtype(const char* kernel, ConstAct first, std::initializer_list<ConstAct> others) {
+    for (const ConstAct& other : others)
+        if (other.dtype() != first.dtype())
+            throw std::invalid_argument(std::string(kernel) + ": activations of types " +
+                                        std::string(dtype_name(first.dtype())) + " and " +
+                                        std::string(dtype_name(other.dtype())) + " in one call");
+}
+
 }  // namespace
 
 void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float* rstd, ConstAct inp_act,
                        const float* weight, const float* bias, int N, int C) {
-    float* out = out_act.as<float>();
-    const float* inp = inp_act.as<float>();
+    require_same_dtype("layernorm_forward", out_act, {inp_act});
     if (N == 0) return;
     constexpr int rows_per_block = kForwardThreads / 32;
-    ADACC_LAUNCH(layernorm_forward_kernel<float>, ceil_div(N, rows_per_block), kForwardThreads, 0, ctx.stream)(
-        out, mean, rstd, inp, weight, bias, N, C);
+    with_activation_type(out_act.dtype(), "layernorm_forward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        ADACC_LAUNCH(layernorm_forward_kernel<T>, ceil_div(N, rows_per_block), kForwardThreads, 0, ctx.stream)(
+            device_ptr<T>(out_act), mean, rstd, device_ptr<T>(inp_act), weight, bias, N, C);
+    });
     check_launch("layernorm_forward");
 }
 
 void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,
                         ConstAct inp_act, const float* weight, const float* mean, const float* rstd, int N, int C) {
-    float* dinp = dinp_act.as<float>();
-    const float* dout = dout_act.as<float>();
-    const float* inp = inp_act.as<float>();
+    require_same_dtype("layernorm_backward", dinp_act, {dout_act, inp_act});
     if (N == 0 || C == 0) return;
     // Each warp's two shared slices take 8 C bytes; as many warps as fit in 48 KiB, up to 4.
     const std::size_t slice_bytes = 2 * static_cast<std::size_t>(C) * sizeof(float);
@@ -150,8 +162,12 @@ void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, 
     const int rows_per_group = static_cast<int>(ceil_div(N, groups));
     groups = ceil_div(N, rows_per_group);
     float* partials = static_cast<float*>(ctx.reduction_scratch);
-    ADACC_LAUNCH(layernorm_backward_rows_kernel<float>, groups, warps * 32, warps * slice_bytes, ctx.stream)(
-        dinp, partials, dout, inp, weight, mean, rstd, N, C, rows_per_group);
+    with_activation_type(dinp_act.dtype(), "layernorm_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        ADACC_LAUNCH(layernorm_backward_rows_kernel<T>, groups, warps * 32, warps * slice_bytes, ctx.stream)(
+            device_ptr<T>(dinp_act), partials, device_ptr<T>(dout_act), device_ptr<T>(inp_act), weight, mean, rstd, N,
+            C, rows_per_group);
+    });
     check_launch("layernorm_backward (rows)");
     ADACC_LAUNCH(layernorm_backward_params_kernel, ceil_div(C, kFinalThreads), kFinalThreads, 0, ctx.stream)(
         dweight, dbias, partials, static_cast<int>(groups), C);

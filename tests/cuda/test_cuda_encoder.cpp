@@ -1,8 +1,11 @@
 // Token + position embedding on CUDA against its CPU twin (kernels/cpu/encoder.cpp). Both
 // directions are bit-identical to the CPU: the forward is one addition per element, and the
 // backward adds the same values in the same order (positions in increasing b*T+t for every
-// (row, channel) of dwte, increasing b for dwpe), so the tests demand exact equality.
+// (row, channel) of dwte, increasing b for dwpe), so the tests demand exact equality. In bf16
+// (out and dout bf16, the parameters and their gradients fp32) the same holds against the CPU
+// run on the bf16 values as floats: out is the CPU's sum rounded once, and dout widens exactly.
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
@@ -48,6 +51,41 @@ void check_shape(const Shape& s, const std::vector<int>& tokens) {
     EXPECT_TRUE(all_close(d_dwpe.download(), dwpe_want, 0.0, 0.0)) << "dwpe B=" << s.B << " T=" << s.T << " C=" << s.C;
 }
 
+std::vector<bf16> as_bf16(const std::vector<float>& x) {
+    std::vector<bf16> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_bf16(x[i]);
+    return y;
+}
+std::vector<float> as_floats(const std::vector<bf16>& x) {
+    std::vector<float> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_float(x[i]);
+    return y;
+}
+
+void check_shape_bf16(const Shape& s, const std::vector<int>& tokens) {
+    CudaTestContext ctx;
+    const int N = s.B * s.T;
+    const std::vector<float> wte = random_floats(static_cast<std::size_t>(s.V) * s.C, 11),
+                             wpe = random_floats(static_cast<std::size_t>(s.T) * s.C, 12);
+    const std::vector<bf16> dout = as_bf16(random_floats(static_cast<std::size_t>(N) * s.C, 13));
+    std::vector<float> dwte_want = random_floats(wte.size(), 14), dwpe_want = random_floats(wpe.size(), 15);
+    DeviceArray<float> d_wte(wte), d_wpe(wpe), d_dwte(dwte_want), d_dwpe(dwpe_want);
+    DeviceArray<bf16> d_dout(dout), d_out(static_cast<std::size_t>(N) * s.C);
+    DeviceArray<int> d_tokens(tokens);
+    const std::string where = "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C);
+
+    std::vector<float> out_want(static_cast<std::size_t>(N) * s.C);
+    cpu::encoder_forward(cpu::default_context(), out_want.data(), tokens.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
+    cuda::encoder_forward(ctx.get(), d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), s.B, s.T, s.C);
+    EXPECT_TRUE(all_equal_bytes(d_out.download(), as_bf16(out_want))) << "bf16 forward " << where;
+
+    cpu::encoder_backward(cpu::default_context(), dwte_want.data(), dwpe_want.data(), as_floats(dout).data(),
+                          tokens.data(), s.B, s.T, s.C);
+    cuda::encoder_backward(ctx.get(), d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(), s.B, s.T, s.C);
+    EXPECT_TRUE(all_close(d_dwte.download(), dwte_want, 0.0, 0.0)) << "bf16 dwte " << where;
+    EXPECT_TRUE(all_close(d_dwpe.download(), dwpe_want, 0.0, 0.0)) << "bf16 dwpe " << where;
+}
+
 TEST(CudaEncoder, ForwardAndBackwardAreBitIdenticalToTheCpu) {
     ADACC_REQUIRE_CUDA_DEVICE();
     // T = 1; odd shapes with repeated tokens (V small); channels over two blocks (C = 300 > 256).
@@ -69,6 +107,17 @@ TEST(CudaEncoder, SeveralSortTilesAndWalkBlocks) {
     // N = 1100 > 1024 walk blocks: blocks stride over the sorted positions.
     const Shape wide{2, 550, 40, 50};
     check_shape(wide, random_tokens(wide.B * wide.T, wide.V, 6));
+}
+
+TEST(CudaEncoder, Bf16ForwardAndBackwardAreBitIdenticalToTheCpu) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    // The shapes above: T = 1, repeated tokens, channels over two blocks; every position on one
+    // token; several sort tiles and walk blocks.
+    for (const Shape& s : {Shape{1, 1, 40, 5}, Shape{2, 7, 40, 13}, Shape{3, 5, 300, 4}, Shape{2, 1, 72, 101},
+                           Shape{4, 65, 72, 37}})
+        check_shape_bf16(s, random_tokens(s.B * s.T, s.V, 21 + s.C));
+    const Shape one_token{3, 9, 72, 6};
+    check_shape_bf16(one_token, std::vector<int>(one_token.B * one_token.T, 4));
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // LayerNorm on CUDA against its CPU twin (kernels/cpu/layernorm.cpp). The formulas are the same,
 // the summation orders are not (a warp's butterfly vs the CPU's SIMD lanes; dweight / dbias summed
 // per row group then over groups vs row by row), so the results agree to fp32 rounding, not bits.
+// bf16 (out, inp, dout, dinp bf16; mean, rstd, parameters and their gradients fp32) is compared
+// with the CPU run on the same bf16 values as floats.
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
@@ -18,6 +22,12 @@ constexpr double kRel = 1e-5, kAbs = 1e-6;
 // size is ~sqrt(N) here, so the floor is a few ulp of those (N <= 300).
 constexpr double kParamAbs = 1e-5;
 
+// A bf16 output is the device's fp32 result y rounded once, which moves it by at most half a
+// bf16 ulp, 2^-8 of |y|. With y within the fp32 tolerance of the CPU's result w, the bf16 output
+// is within 2^-8 |w| + (1 + 2^-8) (kRel |w| + kAbs) of w: the fp32 tolerance doubled, plus 2^-8.
+constexpr double kBf16Rounding = 1.0 / 256;
+constexpr double kBf16Rel = kBf16Rounding + 2 * kRel, kBf16Abs = 2 * kAbs;
+
 struct Shape {
     int N, C;
 };
@@ -29,6 +39,21 @@ struct Inputs {
           weight(random_floats(s.C, seed + 1, 0.5f, 1.5f)),
           bias(random_floats(s.C, seed + 2, -0.5f, 0.5f)) {}
 };
+
+std::vector<bf16> as_bf16(const std::vector<float>& x) {
+    std::vector<bf16> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_bf16(x[i]);
+    return y;
+}
+std::vector<float> as_floats(const std::vector<bf16>& x) {
+    std::vector<float> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_float(x[i]);
+    return y;
+}
+// x as bf16 stores it: what the CPU twin sees of a bf16 input.
+std::vector<float> rounded_to_bf16(const std::vector<float>& x) { return as_floats(as_bf16(x)); }
+
+std::string shape_name(const Shape& s) { return "N=" + std::to_string(s.N) + " C=" + std::to_string(s.C); }
 
 TEST(CudaLayernorm, ForwardMatchesTheCpu) {
     ADACC_REQUIRE_CUDA_DEVICE();
@@ -108,6 +133,74 @@ TEST(CudaLayernorm, BackwardIsDeterministic) {
         runs.back().insert(runs.back().end(), dinp.begin(), dinp.end());
     }
     EXPECT_TRUE(all_close(runs[1], runs[0], 0.0, 0.0));
+}
+
+TEST(CudaLayernorm, Bf16ForwardMatchesTheCpu) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    for (const Shape& s : {Shape{1, 40}, Shape{14, 72}, Shape{37, 300}, Shape{3, 768}}) {
+        Inputs in(s, 100 + s.C);
+        in.x = rounded_to_bf16(in.x);
+        std::vector<float> out(in.x.size()), mean(s.N), rstd(s.N);
+        cpu::layernorm_forward(cpu::default_context(), out.data(), mean.data(), rstd.data(), in.x.data(),
+                               in.weight.data(), in.bias.data(), s.N, s.C);
+        DeviceArray<bf16> d_x(as_bf16(in.x)), d_out(in.x.size());
+        DeviceArray<float> d_w(in.weight), d_b(in.bias), d_mean(s.N), d_rstd(s.N);
+        cuda::layernorm_forward(ctx.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
+                                s.N, s.C);
+        EXPECT_TRUE(all_close(as_floats(d_out.download()), out, kBf16Rel, kBf16Abs)) << "out " << shape_name(s);
+        // The statistics stay fp32, computed from the same values as the CPU's: the fp32 tolerance.
+        EXPECT_TRUE(all_close(d_mean.download(), mean, kRel, kAbs)) << "mean " << shape_name(s);
+        EXPECT_TRUE(all_close(d_rstd.download(), rstd, kRel, 0.0)) << "rstd " << shape_name(s);
+    }
+}
+
+// check_backward in bf16: x, dout and the accumulated dinp bf16 (the CPU adds into dinp's bf16
+// values as floats); dweight and dbias fp32, at the fp32 tolerance.
+void check_backward_bf16(const Shape& s, std::size_t scratch_bytes = 0) {
+    CudaTestContext ctx;
+    KernelContext kctx = ctx.get();
+    if (scratch_bytes) kctx.reduction_scratch_bytes = scratch_bytes;
+    Inputs in(s, 200 + s.C);
+    in.x = rounded_to_bf16(in.x);
+    const std::size_t n = in.x.size();
+    std::vector<float> out(n), mean(s.N), rstd(s.N);
+    cpu::layernorm_forward(cpu::default_context(), out.data(), mean.data(), rstd.data(), in.x.data(), in.weight.data(),
+                           in.bias.data(), s.N, s.C);
+    const std::vector<float> dout = rounded_to_bf16(random_floats(n, 7));
+    std::vector<float> dinp = rounded_to_bf16(random_floats(n, 8)), dweight = random_floats(s.C, 9),
+                       dbias = random_floats(s.C, 10);
+    DeviceArray<bf16> d_x(as_bf16(in.x)), d_dout(as_bf16(dout)), d_dinp(as_bf16(dinp));
+    DeviceArray<float> d_w(in.weight), d_mean(mean), d_rstd(rstd), d_dweight(dweight), d_dbias(dbias);
+    cpu::layernorm_backward(cpu::default_context(), dinp.data(), dweight.data(), dbias.data(), dout.data(),
+                            in.x.data(), in.weight.data(), mean.data(), rstd.data(), s.N, s.C);
+    cuda::layernorm_backward(kctx, d_dinp.get(), d_dweight.get(), d_dbias.get(), d_dout.get(), d_x.get(), d_w.get(),
+                             d_mean.get(), d_rstd.get(), s.N, s.C);
+    EXPECT_TRUE(all_close(as_floats(d_dinp.download()), dinp, kBf16Rel, kBf16Abs)) << "dinp " << shape_name(s);
+    EXPECT_TRUE(all_close(d_dweight.download(), dweight, kRel, kParamAbs)) << "dweight " << shape_name(s);
+    EXPECT_TRUE(all_close(d_dbias.download(), dbias, kRel, kParamAbs)) << "dbias " << shape_name(s);
+}
+
+TEST(CudaLayernorm, Bf16BackwardMatchesTheCpu) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    // One row; odd widths; 10 row groups; 3 warps per block; 3 groups of 100 rows.
+    for (const Shape& s : {Shape{1, 40}, Shape{14, 72}, Shape{300, 100}, Shape{5, 2000}}) check_backward_bf16(s);
+    check_backward_bf16(Shape{300, 40}, 3 * 2 * 40 * sizeof(float));
+}
+
+TEST(CudaLayernorm, ActivationsOfDifferentDtypesAreRefused) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    const Shape s{2, 40};
+    const std::size_t n = static_cast<std::size_t>(s.N) * s.C;
+    DeviceArray<bf16> b16(n);
+    DeviceArray<float> f32(n), w(s.C), stats(s.N);
+    EXPECT_THROW(cuda::layernorm_forward(ctx.get(), b16.get(), stats.get(), stats.get(), f32.get(), w.get(), w.get(),
+                                         s.N, s.C),
+                 std::invalid_argument);
+    EXPECT_THROW(cuda::layernorm_backward(ctx.get(), b16.get(), w.get(), w.get(), b16.get(), f32.get(), w.get(),
+                                          stats.get(), stats.get(), s.N, s.C),
+                 std::invalid_argument);
 }
 
 }  // namespace
