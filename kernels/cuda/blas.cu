@@ -14,14 +14,36 @@
 // column of our D) has n entries.
 #include <cublasLt.h>
 
+#include <array>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/blas_context.h"
 
 namespace adacc::cuda {
+
+// The cuBLASLt objects of every GEMM met so far, by what they depend on (plan_key below), so
+// that each is described and its algorithm chosen once, not on every call.
+struct GemmPlans {
+    struct Plan {
+        cublasLtMatmulDesc_t desc = nullptr;
+        cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;  // the layouts of our A, B and D
+        cublasLtMatmulAlgo_t algo{};
+    };
+    using Key = std::array<std::int64_t, 18>;
+    std::map<Key, Plan> by_key;
+
+    GemmPlans() = default;
+    GemmPlans(const GemmPlans&) = delete;
+    GemmPlans& operator=(const GemmPlans&) = delete;
+    ~GemmPlans();
+};
+
 namespace {
 
 void check_blas(cublasStatus_t status, const char* what, const char* call) {
@@ -30,17 +52,23 @@ void check_blas(cublasStatus_t status, const char* what, const char* call) {
                                  std::to_string(static_cast<int>(status)));
 }
 
-cudaDataType_t data_type(GemmInput input) {
-    switch (input) {
-        case GemmInput::f32: return CUDA_R_32F;
+cudaDataType_t data_type(DType type, const char* what) {
+    switch (type) {
+        case DType::f32: return CUDA_R_32F;
+        case DType::bf16: return CUDA_R_16BF;
+        default: break;
     }
-    throw std::invalid_argument("gemm: unknown input type");
+    throw std::invalid_argument(std::string(what) + ": gemm on " + std::string(dtype_name(type)) +
+                                " elements (f32 and bf16 only)");
 }
-std::size_t element_bytes(GemmInput input) {
-    switch (input) {
-        case GemmInput::f32: return sizeof(float);
-    }
-    throw std::invalid_argument("gemm: unknown input type");
+
+// The element types of the table in blas.h: A and B alike, D f32 or (from bf16 inputs) bf16.
+void check_types(const GemmShape& s, const char* what) {
+    data_type(s.input, what);
+    data_type(s.output, what);
+    if (s.input == DType::f32 && s.output != DType::f32)
+        throw std::invalid_argument(std::string(what) + ": gemm from f32 inputs to " +
+                                    std::string(dtype_name(s.output)) + " (f32 inputs give f32 only)");
 }
 
 // The alignment cuBLASLt may assume for every batch's pointer of an operand: the largest power of
@@ -53,25 +81,22 @@ std::uint32_t alignment(const void* p, long stride_elements, int batch, std::siz
     return static_cast<std::uint32_t>(bits & (~bits + 1));
 }
 
-// Descriptors released on every path (a refusal throws).
-struct Layout {
-    cublasLtMatrixLayout_t handle = nullptr;
-    ~Layout() {
-        if (handle) cublasLtMatrixLayoutDestroy(handle);
+// Descriptors released on every path while a plan is made (a refusal throws); release() hands
+// the handle over to the plan cache once every call has succeeded.
+template <typename Handle, cublasStatus_t (*destroy)(Handle)>
+struct Owned {
+    Handle handle = nullptr;
+    Owned() = default;
+    Owned(const Owned&) = delete;
+    Owned& operator=(const Owned&) = delete;
+    ~Owned() {
+        if (handle) destroy(handle);
     }
+    Handle release() { return std::exchange(handle, nullptr); }
 };
-struct MatmulDesc {
-    cublasLtMatmulDesc_t handle = nullptr;
-    ~MatmulDesc() {
-        if (handle) cublasLtMatmulDescDestroy(handle);
-    }
-};
-struct Preference {
-    cublasLtMatmulPreference_t handle = nullptr;
-    ~Preference() {
-        if (handle) cublasLtMatmulPreferenceDestroy(handle);
-    }
-};
+using Layout = Owned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+using MatmulDesc = Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
+using Preference = Owned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
 
 // The column-major view of a row-major stored matrix (rows x cols, leading dimension ld):
 // cols x rows, same ld (see the top of the file).
@@ -92,16 +117,38 @@ void make_layout(Layout& layout, cudaDataType_t type, long rows, long cols, long
     }
 }
 
-}  // namespace
+void set_bias(cublasLtMatmulDesc_t desc, const void* bias, const char* what) {
+    check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), what,
+               "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+}
 
-void gemm(const KernelContext& ctx, const GemmShape& s, const GemmOperand& a, const GemmOperand& b, float* d, long ldd,
-          long stride_d, const float* bias, const char* what) {
-    if (s.m <= 0 || s.n <= 0 || s.batch <= 0) return;
-    if (s.k <= 0) throw std::invalid_argument(std::string(what) + ": gemm with an empty reduction (k = 0)");
-    const auto& blas = *static_cast<const BlasContext*>(ctx.blas);
-    const cudaDataType_t in_type = data_type(s.input);
-    const std::size_t in_bytes = element_bytes(s.input);
+void set_alignment(const Preference& pref, cublasLtMatmulPreferenceAttributes_t attr, std::uint32_t bytes,
+                   const char* what, const char* call) {
+    check_blas(cublasLtMatmulPreferenceSetAttribute(pref.handle, attr, &bytes, sizeof(bytes)), what, call);
+}
 
+// The minimum alignments promised for A, B and D (C is D), in our operands' names, and the bias
+// pointer's (0: no bias), which the heuristic may also look at.
+struct Alignments {
+    std::uint32_t a = 0, b = 0, d = 0, bias = 0;
+};
+
+// Everything a plan depends on: the shape, the operands' layouts, the element types and the
+// alignments (of the bias too: whether there is one); not the pointers, alpha or beta.
+GemmPlans::Key plan_key(const GemmShape& s, const GemmOperand& a, const GemmOperand& b, long ldd, long stride_d,
+                        const Alignments& align) {
+    return {s.m, s.n, s.k, s.batch,              // the shape
+            a.ld, a.batch_stride, a.transpose,    // A
+            b.ld, b.batch_stride, b.transpose,    // B
+            ldd, stride_d,                        // D
+            static_cast<std::int64_t>(s.input), static_cast<std::int64_t>(s.output),
+            align.a, align.b, align.d, align.bias};
+}
+
+// `bias` (null: none) is the first call's: the heuristic is asked with it in place.
+GemmPlans::Plan make_plan(const BlasContext& blas, const GemmShape& s, const GemmOperand& a, const GemmOperand& b,
+                          long ldd, long stride_d, const void* bias, const Alignments& align, const char* what) {
+    const cudaDataType_t in_type = data_type(s.input, what), out_type = data_type(s.output, what);
     MatmulDesc desc;
     check_blas(cublasLtMatmulDescCreate(&desc.handle, CUBLAS_COMPUTE_32F, CUDA_R_32F), what,
                "cublasLtMatmulDescCreate");
@@ -113,12 +160,16 @@ void gemm(const KernelContext& ctx, const GemmShape& s, const GemmOperand& a, co
     check_blas(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)),
                what, "cublasLtMatmulDescSetAttribute(TRANSB)");
     if (bias) {
+        // Its type is D's, said explicitly; its pointer is set again on every call (gemm below).
         const std::uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        const std::int32_t bias_type = out_type;
         check_blas(
             cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
             what, "cublasLtMatmulDescSetAttribute(EPILOGUE)");
-        check_blas(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
-                   what, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+        check_blas(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                  sizeof(bias_type)),
+                   what, "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+        set_bias(desc.handle, bias, what);
     }
 
     // Stored (row-major) shapes: op(A) is m x k, op(B) is k x n, D is m x n.
@@ -127,7 +178,7 @@ void gemm(const KernelContext& ctx, const GemmShape& s, const GemmOperand& a, co
                 what);
     make_layout(layout_b, in_type, b.transpose ? s.n : s.k, b.transpose ? s.k : s.n, b.ld, s.batch, b.batch_stride,
                 what);
-    make_layout(layout_d, CUDA_R_32F, s.m, s.n, ldd, s.batch, stride_d, what);
+    make_layout(layout_d, out_type, s.m, s.n, ldd, s.batch, stride_d, what);
 
     Preference pref;
     check_blas(cublasLtMatmulPreferenceCreate(&pref.handle), what, "cublasLtMatmulPreferenceCreate");
@@ -135,21 +186,14 @@ void gemm(const KernelContext& ctx, const GemmShape& s, const GemmOperand& a, co
     check_blas(cublasLtMatmulPreferenceSetAttribute(pref.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                     sizeof(workspace)),
                what, "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
-    const std::uint32_t align_first = alignment(b.data, b.batch_stride, s.batch, in_bytes);
-    const std::uint32_t align_second = alignment(a.data, a.batch_stride, s.batch, in_bytes);
-    const std::uint32_t align_d = alignment(d, stride_d, s.batch, sizeof(float));
-    check_blas(cublasLtMatmulPreferenceSetAttribute(pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                    &align_first, sizeof(align_first)),
-               what, "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
-    check_blas(cublasLtMatmulPreferenceSetAttribute(pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                    &align_second, sizeof(align_second)),
-               what, "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
-    check_blas(cublasLtMatmulPreferenceSetAttribute(pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
-                                                    sizeof(align_d)),
-               what, "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
-    check_blas(cublasLtMatmulPreferenceSetAttribute(pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
-                                                    sizeof(align_d)),
-               what, "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
+    set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align.b, what,
+                  "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
+    set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align.a, what,
+                  "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
+    set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align.d, what,
+                  "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
+    set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align.d, what,
+                  "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
 
     // The heuristic's first answer only: a fixed choice per shape (determinism, see blas.h).
     cublasLtMatmulHeuristicResult_t heuristic{};
@@ -160,12 +204,46 @@ void gemm(const KernelContext& ctx, const GemmShape& s, const GemmOperand& a, co
     if (found == 0)
         throw std::runtime_error(std::string(what) + ": cuBLASLt has no algorithm for m=" + std::to_string(s.m) +
                                  " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
-                                 " batch=" + std::to_string(s.batch));
+                                 " batch=" + std::to_string(s.batch) + " (" + std::string(dtype_name(s.input)) +
+                                 " to " + std::string(dtype_name(s.output)) + ")");
+    return {desc.release(), layout_a.release(), layout_b.release(), layout_d.release(), heuristic.algo};
+}
+
+}  // namespace
+
+GemmPlans::~GemmPlans() {
+    for (auto& [key, plan] : by_key) {
+        cublasLtMatrixLayoutDestroy(plan.d);
+        cublasLtMatrixLayoutDestroy(plan.b);
+        cublasLtMatrixLayoutDestroy(plan.a);
+        cublasLtMatmulDescDestroy(plan.desc);
+    }
+}
+
+void gemm(const KernelContext& ctx, const GemmShape& s, const GemmOperand& a, const GemmOperand& b, void* d, long ldd,
+          long stride_d, const void* bias, const char* what) {
+    if (s.m <= 0 || s.n <= 0 || s.batch <= 0) return;
+    if (s.k <= 0) throw std::invalid_argument(std::string(what) + ": gemm with an empty reduction (k = 0)");
+    check_types(s, what);
+    const auto& blas = *static_cast<const BlasContext*>(ctx.blas);
+    const std::size_t in_bytes = dtype_size(s.input), out_bytes = dtype_size(s.output);
+    const Alignments align{alignment(a.data, a.batch_stride, s.batch, in_bytes),
+                           alignment(b.data, b.batch_stride, s.batch, in_bytes),
+                           alignment(d, stride_d, s.batch, out_bytes), bias ? alignment(bias, 0, 1, out_bytes) : 0};
+
+    // The descriptors, layouts and algorithm of this key are made on its first GEMM only.
+    if (!blas.plans) blas.plans = std::make_shared<GemmPlans>();
+    const GemmPlans::Key key = plan_key(s, a, b, ldd, stride_d, align);
+    auto& plans = blas.plans->by_key;
+    auto found = plans.find(key);
+    if (found == plans.end()) found = plans.emplace(key, make_plan(blas, s, a, b, ldd, stride_d, bias, align, what)).first;
+    const GemmPlans::Plan& plan = found->second;
+    if (bias) set_bias(plan.desc, bias, what);
 
     // C is D (in place, same layout): beta scales what D holds; beta == 0 never reads it.
-    check_blas(cublasLtMatmul(blas.handle, desc.handle, &s.alpha, b.data, layout_b.handle, a.data, layout_a.handle,
-                              &s.beta, d, layout_d.handle, d, layout_d.handle, &heuristic.algo, blas.workspace,
-                              blas.workspace_bytes, static_cast<cudaStream_t>(ctx.stream)),
+    check_blas(cublasLtMatmul(blas.handle, plan.desc, &s.alpha, b.data, plan.b, a.data, plan.a, &s.beta, d, plan.d, d,
+                              plan.d, &plan.algo, blas.workspace, blas.workspace_bytes,
+                              static_cast<cudaStream_t>(ctx.stream)),
                what, "cublasLtMatmul");
 }
 

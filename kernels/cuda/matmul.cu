@@ -1,7 +1,11 @@
 // Linear layers: the three GEMMs go to cuBLASLt through kernels/cuda/blas.h (fp32 compute, the
 // bias fused as its epilogue); the bias gradient is a handwritten two-pass column sum, because
-// cuBLASLt's bias-gradient epilogues do not promise a fixed reduction order.
+// cuBLASLt's bias-gradient epilogues do not promise a fixed reduction order. Activations, the
+// weight and the bias are the model's dtype T (f32, or bf16 from the working copy); dweight and
+// dbias are fp32 always, so in bf16 the dweight GEMM reads bf16 and accumulates into fp32 D.
+#include <initializer_list>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -11,9 +15,6 @@
 namespace adacc::cuda {
 namespace {
 
-// Element loads go through to_float so a bf16 variant needs only an overload.
-__device__ inline float to_float(float x) { return x; }
-
 // The column sum's tile: 32 columns (one per lane, so a warp reads 128 contiguous bytes of a row)
 // by kSumRowLanes rows in flight.
 constexpr int kSumRowLanes = 8;
@@ -22,7 +23,8 @@ constexpr int kFinalThreads = 256;
 // Pass 1: partial[g * OC + col] = sum of dout[r, col] over row group g (rows [g * rows_per_group,
 // ...)). Lane (x, y) sums rows y, y + 8, ... of the group in order; the 8 lanes of a column are
 // then added in y order: a fixed order that depends only on the shape.
-__global__ void column_sum_partial_kernel(float* partial, const float* dout, int N, int OC, int rows_per_group) {
+template <typename T>
+__global__ void column_sum_partial_kernel(float* partial, const T* dout, int N, int OC, int rows_per_group) {
     __shared__ float sums[kSumRowLanes][32];
     const int col = blockIdx.x * 32 + threadIdx.x;
     const int group = blockIdx.y;
@@ -30,7 +32,7 @@ __global__ void column_sum_partial_kernel(float* partial, const float* dout, int
     float sum = 0.0f;
     if (col < OC)
         for (int r = group * rows_per_group + threadIdx.y; r < row_end; r += kSumRowLanes)
-            sum += to_float(dout[static_cast<long>(r) * OC + col]);
+            sum += to_f32(dout[static_cast<long>(r) * OC + col]);
     sums[threadIdx.y][threadIdx.x] = sum;
     __syncthreads();
     if (threadIdx.y == 0 && col < OC) {
@@ -50,7 +52,8 @@ __global__ void column_sum_final_kernel(float* dbias, const float* partial, int 
 }
 
 // dbias (OC) (+)= column sums of dout (N x OC), N >= 1.
-void bias_gradient(const KernelContext& ctx, float* dbias, const float* dout, int N, int OC, bool accumulate) {
+template <typename T>
+void bias_gradient(const KernelContext& ctx, float* dbias, const T* dout, int N, int OC, bool accumulate) {
     if (OC <= 0) return;
     const long fit = static_cast<long>(ctx.reduction_scratch_bytes / (sizeof(float) * static_cast<std::size_t>(OC)));
     int groups = kReductionRowGroups;
@@ -61,7 +64,7 @@ void bias_gradient(const KernelContext& ctx, float* dbias, const float* dout, in
     const int rows_per_group = static_cast<int>(ceil_div(N, groups));
     groups = static_cast<int>(ceil_div(N, rows_per_group));  // no empty trailing group
     auto* partial = static_cast<float*>(ctx.reduction_scratch);
-    ADACC_LAUNCH(column_sum_partial_kernel, dim3(ceil_div(OC, 32), groups), dim3(32, kSumRowLanes), 0, ctx.stream)
+    ADACC_LAUNCH(column_sum_partial_kernel<T>, dim3(ceil_div(OC, 32), groups), dim3(32, kSumRowLanes), 0, ctx.stream)
     (partial, dout, N, OC, rows_per_group);
     check_launch("matmul_backward (column_sum_partial_kernel)");
     ADACC_LAUNCH(column_sum_final_kernel, ceil_div(OC, kFinalThreads), kFinalThreads, 0, ctx.stream)
@@ -69,35 +72,41 @@ void bias_gradient(const KernelContext& ctx, float* dbias, const float* dout, in
     check_launch("matmul_backward (column_sum_final_kernel)");
 }
 
+// The element type of a kernel's activations, the first tensor's (never null); a mixture is
+// refused here, naming the kernel, because the GEMMs read them all as one type.
+DType activation_type(const char* kernel, std::initializer_list<ConstAct> tensors) {
+    const DType type = tensors.begin()->dtype();
+    for (const ConstAct& t : tensors)
+        if (t && t.dtype() != type)
+            throw std::invalid_argument(std::string(kernel) + ": activations of types " +
+                                        std::string(dtype_name(type)) + " and " + std::string(dtype_name(t.dtype())) +
+                                        " (they must all be the same)");
+    return type;
+}
+
 }  // namespace
 
-void matmul_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, ConstAct weight_act, ConstAct bias_act,
-                    int N, int C, int OC) {
-    float* out = out_act.as<float>();
-    const float* inp = inp_act.as<float>();
-    const float* weight = weight_act.as<float>();
-    const float* bias = bias_act.as<float>();
+void matmul_forward(const KernelContext& ctx, Act out, ConstAct inp, ConstAct weight, ConstAct bias, int N, int C,
+                    int OC) {
     // out (N x OC) = inp (N x C) @ weight^T, weight stored OC x C; the bias (OC) is added to
     // every row by cuBLASLt's BIAS epilogue (none when null).
     GemmShape s;
     s.m = N;
     s.n = OC;
     s.k = C;
+    s.input = s.output = activation_type("matmul_forward", {inp, out, weight, bias});
     GemmOperand x, w;
-    x.data = inp;
+    x.data = inp.data();
     x.ld = C;
-    w.data = weight;
+    w.data = weight.data();
     w.ld = C;
     w.transpose = true;
-    gemm(ctx, s, x, w, out, OC, 0, bias, "matmul_forward");
+    gemm(ctx, s, x, w, out.data(), OC, 0, bias.data(), "matmul_forward");
 }
 
-void matmul_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,
-                     ConstAct inp_act, ConstAct weight_act, int N, int C, int OC, bool accumulate) {
-    float* dinp = dinp_act.as<float>();
-    const float* dout = dout_act.as<float>();
-    const float* inp = inp_act.as<float>();
-    const float* weight = weight_act.as<float>();
+void matmul_backward(const KernelContext& ctx, Act dinp, float* dweight, float* dbias, ConstAct dout, ConstAct inp,
+                     ConstAct weight, int N, int C, int OC, bool accumulate) {
+    const DType type = activation_type("matmul_backward", {dout, inp, weight, dinp});
     if (N <= 0) {
         // No rows: the gradients add nothing; overwriting means zeroing.
         if (!accumulate) {
@@ -110,33 +119,40 @@ void matmul_backward(const KernelContext& ctx, Act dinp_act, float* dweight, flo
         return;
     }
     GemmOperand gy;  // dout, N x OC
-    gy.data = dout;
+    gy.data = dout.data();
     gy.ld = OC;
-    // dinp (N x C) = dout (N x OC) @ weight (OC x C), overwritten.
+    // dinp (N x C) = dout (N x OC) @ weight (OC x C), overwritten, in the activations' type.
     if (dinp) {
         GemmShape s;
         s.m = N;
         s.n = C;
         s.k = OC;
+        s.input = s.output = type;
         GemmOperand w;
-        w.data = weight;
+        w.data = weight.data();
         w.ld = C;
-        gemm(ctx, s, gy, w, dinp, C, 0, nullptr, "matmul_backward (dinp)");
+        gemm(ctx, s, gy, w, dinp.data(), C, 0, nullptr, "matmul_backward (dinp)");
     }
-    // dweight (OC x C) = dout^T (OC x N) @ inp (N x C), added to dweight when accumulating.
+    // dweight (OC x C, fp32) = dout^T (OC x N) @ inp (N x C), added to dweight when accumulating.
     {
         GemmShape s;
         s.m = OC;
         s.n = C;
         s.k = N;
         s.beta = accumulate ? 1.0f : 0.0f;
+        s.input = type;
+        s.output = DType::f32;
         GemmOperand gyt = gy, x;
         gyt.transpose = true;
-        x.data = inp;
+        x.data = inp.data();
         x.ld = C;
         gemm(ctx, s, gyt, x, dweight, C, 0, nullptr, "matmul_backward (dweight)");
     }
-    if (dbias) bias_gradient(ctx, dbias, dout, N, OC, accumulate);
+    if (dbias)
+        with_activation_type(type, "matmul_backward", [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            bias_gradient(ctx, dbias, device_ptr<T>(dout), N, OC, accumulate);
+        });
 }
 
 }  // namespace adacc::cuda

@@ -1,6 +1,7 @@
-// Linear layers on CUDA against the CPU twin (kernels/cpu/matmul.cpp), and the cuBLASLt calls
-// themselves (emulated under tests/simt/, the real library on a GPU) against a brute-force
-// column-major reference: transposes, ld > rows, strided batches, alpha/beta, the bias epilogue.
+// Linear layers on CUDA against the CPU twin (kernels/cpu/matmul.cpp), in fp32 and bf16, and the
+// cuBLASLt calls themselves (emulated under tests/simt/, the real library on a GPU) against a
+// brute-force column-major reference: transposes, ld > rows, strided batches, alpha/beta, the bias
+// epilogue, the element types (f32, bf16 in with bf16 or f32 out).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -8,7 +9,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
@@ -27,10 +31,39 @@ namespace {
 constexpr double kRel = 1e-5, kAbsPerTerm = 4e-8;
 double abs_floor(int k) { return kAbsPerTerm * k; }
 
+// bf16 results against the fp32 CPU twin fed the same (bf16-representable) inputs: the device
+// rounds its fp32 result once to bf16, an error of at most half an ulp, 2^-8 of the value (bf16
+// has 8 significant bits), on top of the fp32 differences above (which the absolute floors
+// cover; kRel covers the relative difference between the two fp32 results the rounding is
+// relative to). A rounding that another accumulation order flips stays within that bound.
+constexpr double kRelBf16 = 1.0 / 256 + kRel;
+
 std::vector<float> nans(std::size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+// Test data as element type E holds it: fp32 as is, bf16 rounded to nearest even. Inputs are made
+// representable first, so the CPU twin reads exactly the values the device does.
+float as_float(float x) { return x; }
+float as_float(bf16 x) { return to_float(x); }
+template <typename E>
+E from_float(float x) {
+    if constexpr (std::is_same_v<E, bf16>) return to_bf16(x);
+    else return x;
+}
+template <typename E>
+std::vector<E> device_values(const std::vector<float>& v) {
+    std::vector<E> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_float<E>(v[i]);
+    return out;
+}
+template <typename E>
+std::vector<float> host_values(const std::vector<E>& v) {
+    std::vector<float> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = as_float(v[i]);
+    return out;
+}
+template <typename E>
+std::vector<float> representable(const std::vector<float>& v) {
+    return host_values(device_values<E>(v));
 }
 
 // ---- the cuBLASLt calls, column-major, against a brute-force reference ----
@@ -41,6 +74,7 @@ struct LtCase {
     int batch;
     float alpha, beta;
     bool bias;
+    cudaDataType in = CUDA_R_32F, out = CUDA_R_32F;  // A and B; C, D and the bias
 };
 
 // Layout of a column-major rows x cols operand with ld = rows + pad and batches `stride` apart.
@@ -51,6 +85,28 @@ struct Operand {
 
 void check_blas(cublasStatus_t s, const char* what) { ASSERT_EQ(s, CUBLAS_STATUS_SUCCESS) << what; }
 
+// Values as a matrix of `type` holds them, that matrix's bytes (uploaded as they are) and back.
+std::uint32_t element_bytes(cudaDataType type) { return type == CUDA_R_16BF ? 2 : 4; }
+std::vector<float> representable(const std::vector<float>& v, cudaDataType type) {
+    return type == CUDA_R_16BF ? representable<bf16>(v) : v;
+}
+std::vector<unsigned char> bytes_of(const std::vector<float>& v, cudaDataType type) {
+    std::vector<unsigned char> bytes(v.size() * element_bytes(type));
+    if (type == CUDA_R_16BF) std::memcpy(bytes.data(), device_values<bf16>(v).data(), bytes.size());
+    else std::memcpy(bytes.data(), v.data(), bytes.size());
+    return bytes;
+}
+std::vector<float> floats_of(const std::vector<unsigned char>& bytes, cudaDataType type) {
+    if (type == CUDA_R_16BF) {
+        std::vector<bf16> v(bytes.size() / sizeof(bf16));
+        std::memcpy(v.data(), bytes.data(), bytes.size());
+        return host_values(v);
+    }
+    std::vector<float> v(bytes.size() / sizeof(float));
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    return v;
+}
+
 void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t stream) {
     // op(A) m x k, op(B) k x n, D m x n; every ld padded, every batch stride past the matrix.
     auto operand = [](long rows, long cols, long pad, long gap) {
@@ -59,9 +115,12 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
     const Operand as = operand(c.ta ? c.k : c.m, c.ta ? c.m : c.k, 3, 5);
     const Operand bs = operand(c.tb ? c.n : c.k, c.tb ? c.k : c.n, 1, 7);
     const Operand ds = operand(c.m, c.n, 2, 4);
-    const std::vector<float> ha = random_floats(as.elements(c.batch), 11), hb = random_floats(bs.elements(c.batch), 12),
-                             hd = random_floats(ds.elements(c.batch), 13), hbias = random_floats(c.m, 14);
-    // Reference: D (in place, so padding and untouched batches gaps must keep their values).
+    const std::vector<float> ha = representable(random_floats(as.elements(c.batch), 11), c.in),
+                             hb = representable(random_floats(bs.elements(c.batch), 12), c.in),
+                             hd = representable(random_floats(ds.elements(c.batch), 13), c.out),
+                             hbias = representable(random_floats(c.m, 14), c.out);
+    // Reference: D (in place, so padding and untouched batches gaps must keep their values),
+    // rounded to fp32 and then to D's type, as cuBLASLt rounds its fp32 result.
     std::vector<float> want = hd;
     for (int i = 0; i < c.batch; ++i)
         for (long col = 0; col < c.n; ++col)
@@ -77,9 +136,10 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
                 float& out = want[i * ds.stride + row + col * ds.ld];
                 double v = c.alpha * acc + (c.beta != 0.0f ? c.beta * static_cast<double>(out) : 0.0);
                 if (c.bias) v += hbias[row];
-                out = static_cast<float>(v);
+                out = representable({static_cast<float>(v)}, c.out)[0];
             }
-    DeviceArray<float> da(ha), db(hb), dd(hd), dbias(hbias);
+    DeviceArray<unsigned char> da(bytes_of(ha, c.in)), db(bytes_of(hb, c.in)), dd(bytes_of(hd, c.out)),
+        dbias(bytes_of(hbias, c.out));
 
     cublasLtMatmulDesc_t desc = nullptr;
     check_blas(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
@@ -88,18 +148,22 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
     check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)), "transb");
     if (c.bias) {
         const std::uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-        const float* bias = dbias.get();
+        const void* bias = dbias.get();
+        const std::int32_t bias_type = c.out;
         check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
                    "epilogue");
         check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                    "bias");
+        check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                  sizeof(bias_type)),
+                   "bias type");
     }
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
     const Operand* ops[3] = {&as, &bs, &ds};
+    const cudaDataType types[3] = {c.in, c.in, c.out};
     cublasLtMatrixLayout_t* layouts[3] = {&la, &lb, &ld};
     for (int i = 0; i < 3; ++i) {
-        check_blas(cublasLtMatrixLayoutCreate(layouts[i], CUDA_R_32F, ops[i]->rows, ops[i]->cols, ops[i]->ld),
-                   "layout");
+        check_blas(cublasLtMatrixLayoutCreate(layouts[i], types[i], ops[i]->rows, ops[i]->cols, ops[i]->ld), "layout");
         if (c.batch > 1) {
             const std::int32_t count = c.batch;
             const std::int64_t stride = ops[i]->stride;
@@ -117,9 +181,14 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
     check_blas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                     sizeof(workspace)),
                "workspace");
-    const std::uint32_t align = 4;  // odd lds and strides: float alignment only
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    // Odd lds and strides: element alignment only.
+    const std::uint32_t align_in = element_bytes(c.in), align_out = element_bytes(c.out);
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t> aligns[4] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_in},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_in},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_out},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_out}};
+    for (const auto& [attr, align] : aligns)
         check_blas(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)), "alignment");
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
@@ -129,11 +198,13 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
     check_blas(cublasLtMatmul(blas.handle, desc, &c.alpha, da.get(), la, db.get(), lb, &c.beta, dd.get(), ld, dd.get(),
                               ld, &heuristic.algo, blas.workspace, blas.workspace_bytes, stream),
                "matmul");
-    // The emulation sums in double in the reference's order: bit-identical. A GPU sums in fp32.
+    // The emulation sums in double in the reference's order: bit-identical. A GPU sums in fp32,
+    // and a bf16 D may then round the other way: one bf16 ulp, 2^-7 of the value at most.
     const bool exact = running_under_emulation();
-    EXPECT_TRUE(all_close(dd.download(), want, exact ? 0.0 : kRel, exact ? 0.0 : abs_floor(c.k)))
+    const double rel = c.out == CUDA_R_16BF ? 1.0 / 128 : kRel;
+    EXPECT_TRUE(all_close(floats_of(dd.download(), c.out), want, exact ? 0.0 : rel, exact ? 0.0 : abs_floor(c.k)))
         << "m=" << c.m << " n=" << c.n << " k=" << c.k << " ta=" << c.ta << " tb=" << c.tb << " batch=" << c.batch
-        << " beta=" << c.beta << " bias=" << c.bias;
+        << " beta=" << c.beta << " bias=" << c.bias << " in=" << c.in << " out=" << c.out;
     cublasLtMatmulPreferenceDestroy(pref);
     for (auto* l : layouts) cublasLtMatrixLayoutDestroy(*l);
     cublasLtMatmulDescDestroy(desc);
@@ -154,6 +225,23 @@ TEST(CudaMatmulCublasLt, ColumnMajorSemanticsMatchABruteForceReference) {
     run_lt_case({33, 2, 40, true, false, 2, 1.0f, 1.0f, false}, blas, stream);
 }
 
+// bf16 A and B with a bf16 D (activations) or an fp32 D (a weight gradient accumulating with
+// beta = 1): the same reference, D rounded to its type.
+TEST(CudaMatmulCublasLt, Bf16InputsMatchABruteForceReference) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    const auto& blas = *static_cast<const cuda::BlasContext*>(ctx.get().blas);
+    const auto stream = static_cast<cudaStream_t>(ctx.get().stream);
+    for (cudaDataType out : {CUDA_R_16BF, CUDA_R_32F})
+        for (bool ta : {false, true})
+            for (bool tb : {false, true})
+                for (int batch : {1, 3})
+                    for (float beta : {0.0f, 1.0f})
+                        for (bool bias : {false, true})
+                            run_lt_case({5, 7, 9, ta, tb, batch, 0.75f, beta, bias, CUDA_R_16BF, out}, blas, stream);
+    run_lt_case({33, 2, 40, true, false, 2, 1.0f, 1.0f, false, CUDA_R_16BF, CUDA_R_32F}, blas, stream);
+}
+
 // The emulation refuses what it does not emulate rather than compute something else.
 TEST(CudaMatmulCublasLt, EmulationRefusesWhatItDoesNotEmulate) {
     ADACC_REQUIRE_CUDA_DEVICE();
@@ -169,13 +257,60 @@ TEST(CudaMatmulCublasLt, EmulationRefusesWhatItDoesNotEmulate) {
               CUBLAS_STATUS_NOT_SUPPORTED);
     cublasLtMatmulDescDestroy(desc);
     cublasLtMatrixLayout_t layout = nullptr;
-    EXPECT_EQ(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, 4, 4, 4), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16F, 4, 4, 4), CUBLAS_STATUS_NOT_SUPPORTED);
     cublasLtMatmulPreference_t pref = nullptr;
     ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
     const std::uint64_t impl_mask = 1;
     EXPECT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_IMPL_MASK, &impl_mask, sizeof(impl_mask)),
               CUBLAS_STATUS_NOT_SUPPORTED);
     cublasLtMatmulPreferenceDestroy(pref);
+}
+
+// Element types are emulated in the combinations cuBLASLt supports with CUBLAS_COMPUTE_32F only:
+// A and B alike, C and D alike, no bf16 D from f32 inputs, a bias of D's type.
+TEST(CudaMatmulCublasLt, EmulationRefusesTypeCombinationsCublasLtDoesNotSupport) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    if (!running_under_emulation()) GTEST_SKIP() << "checks the emulation only";
+    CudaTestContext ctx;
+    const auto& blas = *static_cast<const cuda::BlasContext*>(ctx.get().blas);
+    cublasLtMatmulDesc_t desc = nullptr;
+    ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    cublasLtMatrixLayout_t f32 = nullptr, bf = nullptr;
+    ASSERT_EQ(cublasLtMatrixLayoutCreate(&f32, CUDA_R_32F, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatrixLayoutCreate(&bf, CUDA_R_16BF, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulPreference_t pref = nullptr;
+    ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+    auto heuristic = [&](cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                         cublasLtMatrixLayout_t d) {
+        cublasLtMatmulHeuristicResult_t result{};
+        int found = 0;
+        return cublasLtMatmulAlgoGetHeuristic(blas.handle, desc, a, b, c, d, pref, 1, &result, &found);
+    };
+    EXPECT_EQ(heuristic(f32, f32, f32, f32), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(heuristic(bf, bf, bf, bf), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(heuristic(bf, bf, f32, f32), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(heuristic(f32, bf, f32, f32), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(heuristic(bf, f32, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(heuristic(f32, f32, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(heuristic(bf, bf, f32, bf), CUBLAS_STATUS_NOT_SUPPORTED);
+    // A bias of another type than D.
+    DeviceArray<float> bias(4);
+    const void* bias_pointer = bias.get();
+    const std::uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const std::int32_t bias_type = CUDA_R_32F;
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
+                                             sizeof(bias_pointer)),
+              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(heuristic(bf, bf, f32, f32), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(heuristic(bf, bf, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(bf);
+    cublasLtMatrixLayoutDestroy(f32);
+    cublasLtMatmulDescDestroy(desc);
 }
 
 // A pointer less aligned than the heuristic was told is an error, as on the GPU.
@@ -213,33 +348,48 @@ struct Shape {
 // column tiles (OC = 101).
 const Shape kShapes[] = {{1, 40, 101}, {14, 72, 101}, {14, 40, 120}, {300, 72, 101}};
 
-TEST(CudaMatmul, ForwardMatchesTheCpu) {
-    ADACC_REQUIRE_CUDA_DEVICE();
-    CudaTestContext ctx;
+// Inputs are representable in E; outputs (E, or fp32 for the parameter gradients) are compared as
+// floats, an E result within rel_e (kRel in fp32, kRelBf16 in bf16) of the CPU's.
+template <typename E>
+void check_forward(const CudaTestContext& ctx, double rel_e) {
     for (const Shape& s : kShapes)
         for (bool with_bias : {true, false}) {
-            const auto x = random_floats(static_cast<std::size_t>(s.N) * s.C, 1);
-            const auto w = random_floats(static_cast<std::size_t>(s.OC) * s.C, 2);
-            const auto bias = random_floats(s.OC, 3);
+            const auto x = representable<E>(random_floats(static_cast<std::size_t>(s.N) * s.C, 1));
+            const auto w = representable<E>(random_floats(static_cast<std::size_t>(s.OC) * s.C, 2));
+            const auto bias = representable<E>(random_floats(s.OC, 3));
             std::vector<float> want(static_cast<std::size_t>(s.N) * s.OC);
             cpu::matmul_forward(cpu::default_context(), want.data(), x.data(), w.data(),
                                 with_bias ? bias.data() : nullptr, s.N, s.C, s.OC);
-            DeviceArray<float> dx(x), dw(w), db(bias), out(nans(want.size()));
+            DeviceArray<E> dx(device_values<E>(x)), dw(device_values<E>(w)), db(device_values<E>(bias)),
+                out(device_values<E>(nans(want.size())));
             cuda::matmul_forward(ctx.get(), out.get(), dx.get(), dw.get(), with_bias ? db.get() : nullptr, s.N, s.C,
                                  s.OC);
             const auto got = out.download();
-            EXPECT_TRUE(all_close(got, want, kRel, abs_floor(s.C)))
+            EXPECT_TRUE(all_close(host_values(got), want, rel_e, abs_floor(s.C)))
                 << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " bias=" << with_bias;
             // Deterministic: the same call again gives the same bits.
             cuda::matmul_forward(ctx.get(), out.get(), dx.get(), dw.get(), with_bias ? db.get() : nullptr, s.N, s.C,
                                  s.OC);
-            EXPECT_TRUE(same_bits(out.download(), got));
+            EXPECT_TRUE(all_equal_bytes(out.download(), got));
         }
 }
 
-TEST(CudaMatmul, BackwardMatchesTheCpu) {
+TEST(CudaMatmul, ForwardMatchesTheCpu) {
     ADACC_REQUIRE_CUDA_DEVICE();
     CudaTestContext ctx;
+    check_forward<float>(ctx, kRel);
+}
+
+TEST(CudaMatmul, ForwardMatchesTheCpuInBf16) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    check_forward<bf16>(ctx, kRelBf16);
+}
+
+// dinp is E (within rel_e); dweight and dbias are fp32 sums of the same E values in another
+// order, within kRel whatever E is.
+template <typename E>
+void check_backward(const CudaTestContext& ctx, double rel_e) {
     for (const Shape& s : kShapes)
         for (bool accumulate : {false, true})
             for (bool with_dinp : {true, false})
@@ -247,15 +397,17 @@ TEST(CudaMatmul, BackwardMatchesTheCpu) {
                     const std::size_t nx = static_cast<std::size_t>(s.N) * s.C,
                                       nw = static_cast<std::size_t>(s.OC) * s.C,
                                       ny = static_cast<std::size_t>(s.N) * s.OC;
-                    const auto x = random_floats(nx, 1), w = random_floats(nw, 2), dy = random_floats(ny, 4);
+                    const auto x = representable<E>(random_floats(nx, 1)), w = representable<E>(random_floats(nw, 2)),
+                               dy = representable<E>(random_floats(ny, 4));
                     // Gradients already holding a micro-batch's sum (accumulate) or stale values.
                     const auto dw0 = random_floats(nw, 5), db0 = random_floats(s.OC, 6);
                     std::vector<float> dx_want(nx), dw_want = dw0, db_want = db0;
                     cpu::matmul_backward(cpu::default_context(), with_dinp ? dx_want.data() : nullptr, dw_want.data(),
                                          with_dbias ? db_want.data() : nullptr, dy.data(), x.data(), w.data(), s.N, s.C,
                                          s.OC, accumulate);
-                    DeviceArray<float> gx(x), gw(w), gy(dy), gdx(nans(nx)), gdw(accumulate ? dw0 : nans(nw)),
-                        gdb(accumulate ? db0 : nans(s.OC));
+                    DeviceArray<E> gx(device_values<E>(x)), gw(device_values<E>(w)), gy(device_values<E>(dy)),
+                        gdx(device_values<E>(nans(nx)));
+                    DeviceArray<float> gdw(accumulate ? dw0 : nans(nw)), gdb(accumulate ? db0 : nans(s.OC));
                     cuda::matmul_backward(ctx.get(), with_dinp ? gdx.get() : nullptr, gdw.get(),
                                           with_dbias ? gdb.get() : nullptr, gy.get(), gx.get(), gw.get(), s.N, s.C,
                                           s.OC, accumulate);
@@ -264,7 +416,7 @@ TEST(CudaMatmul, BackwardMatchesTheCpu) {
                         " accumulate=" + std::to_string(accumulate) + " dinp=" + std::to_string(with_dinp) +
                         " dbias=" + std::to_string(with_dbias);
                     if (with_dinp) {
-                        EXPECT_TRUE(all_close(gdx.download(), dx_want, kRel, abs_floor(s.OC))) << where;
+                        EXPECT_TRUE(all_close(host_values(gdx.download()), dx_want, rel_e, abs_floor(s.OC))) << where;
                     }
                     EXPECT_TRUE(all_close(gdw.download(), dw_want, kRel, abs_floor(s.N))) << where;
                     if (with_dbias) {
@@ -276,25 +428,73 @@ TEST(CudaMatmul, BackwardMatchesTheCpu) {
                 }
 }
 
-// Bit-identical results: a recomputation equals the first run, the dbias sums do not depend on
-// the other outputs, and accumulate = false ignores what the gradients held.
-TEST(CudaMatmul, BackwardIsDeterministic) {
+TEST(CudaMatmul, BackwardMatchesTheCpu) {
     ADACC_REQUIRE_CUDA_DEVICE();
     CudaTestContext ctx;
+    check_backward<float>(ctx, kRel);
+}
+
+TEST(CudaMatmul, BackwardMatchesTheCpuInBf16) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    check_backward<bf16>(ctx, kRelBf16);
+}
+
+// Bit-identical results: a recomputation equals the first run, the dbias sums do not depend on
+// the other outputs, and accumulate = false ignores what the gradients held.
+template <typename E>
+void check_backward_deterministic(const CudaTestContext& ctx) {
     const Shape s{300, 72, 101};
     const std::size_t nx = static_cast<std::size_t>(s.N) * s.C, nw = static_cast<std::size_t>(s.OC) * s.C,
                       ny = static_cast<std::size_t>(s.N) * s.OC;
-    DeviceArray<float> gx(random_floats(nx, 1)), gw(random_floats(nw, 2)), gy(random_floats(ny, 4));
-    DeviceArray<float> dx1(nx), dw1(nw), db1(s.OC), dx2(nx), dw2(random_floats(nw, 7)), db2(random_floats(s.OC, 8));
+    DeviceArray<E> gx(device_values<E>(random_floats(nx, 1))), gw(device_values<E>(random_floats(nw, 2))),
+        gy(device_values<E>(random_floats(ny, 4))), dx1(nx), dx2(nx);
+    DeviceArray<float> dw1(nw), db1(s.OC), dw2(random_floats(nw, 7)), db2(random_floats(s.OC, 8));
     cuda::matmul_backward(ctx.get(), dx1.get(), dw1.get(), db1.get(), gy.get(), gx.get(), gw.get(), s.N, s.C, s.OC,
                           false);
     cuda::matmul_backward(ctx.get(), nullptr, dw2.get(), db2.get(), gy.get(), gx.get(), gw.get(), s.N, s.C, s.OC,
                           false);
     cuda::matmul_backward(ctx.get(), dx2.get(), dw2.get(), db2.get(), gy.get(), gx.get(), gw.get(), s.N, s.C, s.OC,
                           false);
-    EXPECT_TRUE(same_bits(dx1.download(), dx2.download()));
-    EXPECT_TRUE(same_bits(dw1.download(), dw2.download()));
-    EXPECT_TRUE(same_bits(db1.download(), db2.download()));
+    EXPECT_TRUE(all_equal_bytes(dx1.download(), dx2.download()));
+    EXPECT_TRUE(all_equal_bytes(dw1.download(), dw2.download()));
+    EXPECT_TRUE(all_equal_bytes(db1.download(), db2.download()));
+}
+
+TEST(CudaMatmul, BackwardIsDeterministic) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    check_backward_deterministic<float>(ctx);
+    check_backward_deterministic<bf16>(ctx);
+}
+
+// The GEMMs read every activation as one type: a mixture is refused, naming the kernel.
+TEST(CudaMatmul, MixedActivationTypesAreRefused) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    const int N = 2, C = 8, OC = 8;
+    DeviceArray<float> x32(N * C), w32(OC * C), out32(N * OC), dweight(OC * C);
+    DeviceArray<bf16> x16(N * C), w16(OC * C), out16(N * OC), bias16(OC);
+    auto message = [](auto&& call) {
+        try {
+            call();
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string("nothing thrown");
+    };
+    EXPECT_NE(message([&] { cuda::matmul_forward(ctx.get(), out16.get(), x16.get(), w32.get(), nullptr, N, C, OC); })
+                  .find("matmul_forward"),
+              std::string::npos);
+    EXPECT_NE(message([&] { cuda::matmul_forward(ctx.get(), out32.get(), x32.get(), w32.get(), bias16.get(), N, C,
+                                                 OC); })
+                  .find("matmul_forward"),
+              std::string::npos);
+    EXPECT_NE(message([&] {
+                  cuda::matmul_backward(ctx.get(), out32.get(), dweight.get(), nullptr, out16.get(), x16.get(),
+                                        w16.get(), N, C, OC, false);
+              }).find("matmul_backward"),
+              std::string::npos);
 }
 
 }  // namespace

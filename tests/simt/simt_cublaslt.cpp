@@ -3,11 +3,14 @@
 //   D_i = alpha * op(A_i) @ op(B_i) + beta * C_i [+ bias]      (i < batch count)
 // element (r, c) of a layout at r + c * ld, batch i at + i * strided batch offset, op = N or T,
 // the BIAS epilogue adding bias[r] (+ i * bias batch stride) to row r of D, beta == 0 never
-// reading C. Products accumulate in double and round once, so they are exact to fp32 rounding.
-// Only what the kernels use is emulated: fp32 data, CUBLAS_COMPUTE_32F, column order, strided
-// batches, host alpha/beta, the DEFAULT and BIAS epilogues. Anything else is refused with
-// CUBLAS_STATUS_NOT_SUPPORTED and a message on stderr, so no kernel silently gets a wrong result;
-// shapes that cuBLASLt rejects are rejected (CUBLAS_STATUS_INVALID_VALUE) with a message too.
+// reading C. Products accumulate in double and round once to fp32, so they are exact to fp32
+// rounding; a bf16 D is that fp32 value rounded to nearest even, as cuBLASLt rounds its fp32
+// result. Only what the kernels use is emulated: CUBLAS_COMPUTE_32F with fp32 scalars and the
+// element types cuBLASLt pairs with it (A and B f32 with C and D f32; A and B bf16 with C and D
+// bf16 or f32; the bias of D's type), column order, strided batches, host alpha/beta, the DEFAULT
+// and BIAS epilogues. Anything else is refused with CUBLAS_STATUS_NOT_SUPPORTED and a message on
+// stderr, so no kernel silently gets a wrong result; shapes that cuBLASLt rejects are rejected
+// (CUBLAS_STATUS_INVALID_VALUE) with a message too.
 // The algorithm the heuristic returns records the preference's minimum alignments, and
 // cublasLtMatmul checks every batch's pointers against them, as the real library needs them.
 #include <cublasLt.h>
@@ -16,6 +19,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include "kernels/activation.h"
 
 namespace {
 
@@ -34,6 +39,7 @@ struct Desc {
     std::uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     const void* bias = nullptr;
     std::int64_t bias_batch_stride = 0;
+    std::int32_t bias_type = -1;  // -1: D's type (cuBLASLt's default)
 };
 
 struct Preference {
@@ -62,6 +68,39 @@ Layout* layout_of(cublasLtMatrixLayout_t h) { return reinterpret_cast<Layout*>(h
 Desc* desc_of(cublasLtMatmulDesc_t h) { return reinterpret_cast<Desc*>(h); }
 Preference* pref_of(cublasLtMatmulPreference_t h) { return reinterpret_cast<Preference*>(h); }
 
+bool emulated_type(cudaDataType type) { return type == CUDA_R_32F || type == CUDA_R_16BF; }
+std::size_t element_size(cudaDataType type) { return type == CUDA_R_16BF ? 2 : 4; }
+std::string type_name(cudaDataType type) {
+    if (type == CUDA_R_32F) return "CUDA_R_32F";
+    if (type == CUDA_R_16BF) return "CUDA_R_16BF";
+    return "data type " + std::to_string(static_cast<int>(type));
+}
+
+// Element i of a matrix (or bias) of `type`, and the store of D's elements.
+double load(const void* p, cudaDataType type, std::int64_t i) {
+    if (type == CUDA_R_16BF) return adacc::to_float(static_cast<const adacc::bf16*>(p)[i]);
+    return static_cast<const float*>(p)[i];
+}
+void store(void* p, cudaDataType type, std::int64_t i, double value) {
+    const auto rounded = static_cast<float>(value);  // the fp32 result, then (bf16) rounded again
+    if (type == CUDA_R_16BF) static_cast<adacc::bf16*>(p)[i] = adacc::to_bf16(rounded);
+    else static_cast<float*>(p)[i] = rounded;
+}
+
+// The element types cuBLASLt supports with CUBLAS_COMPUTE_32F and fp32 scalars, among those
+// emulated: A and B alike, C and D alike, a bf16 D only from bf16 A and B, the bias of D's type.
+cublasStatus_t check_types(const char* call, const Desc& desc, const Layout& a, const Layout& b, const Layout& c,
+                           const Layout& d) {
+    if (a.type != b.type) return refuse(call, "A of " + type_name(a.type) + " with B of " + type_name(b.type));
+    if (c.type != d.type) return refuse(call, "C of " + type_name(c.type) + " with D of " + type_name(d.type));
+    if (a.type == CUDA_R_32F && d.type != CUDA_R_32F)
+        return refuse(call, "A and B of CUDA_R_32F with D of " + type_name(d.type));
+    if (desc.epilogue == CUBLASLT_EPILOGUE_BIAS && desc.bias_type != -1 && desc.bias_type != d.type)
+        return refuse(call, "a bias of " + type_name(static_cast<cudaDataType>(desc.bias_type)) + " with D of " +
+                                type_name(d.type));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 // The product's sizes once its descriptors are checked: D is m x n, the reduction over k.
 struct Problem {
     long m = 0, n = 0, k = 0;
@@ -85,6 +124,7 @@ cublasStatus_t check_problem(const char* call, cublasLtHandle_t handle, const De
     const Layout* layouts[4] = {a, b, c, d};
     for (int i = 0; i < 4; ++i)
         if (const cublasStatus_t s = check_layout(call, names[i], *layouts[i]); s != CUBLAS_STATUS_SUCCESS) return s;
+    if (const cublasStatus_t s = check_types(call, *desc, *a, *b, *c, *d); s != CUBLAS_STATUS_SUCCESS) return s;
     p.m = static_cast<long>(d->rows);
     p.n = static_cast<long>(d->cols);
     const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
@@ -113,7 +153,7 @@ cublasStatus_t check_problem(const char* call, cublasLtHandle_t handle, const De
 bool aligned(const void* p, const Layout& l, std::uint32_t align) {
     const auto address = reinterpret_cast<std::uintptr_t>(p);
     if (address % align) return false;
-    return l.batch == 1 || (static_cast<std::uint64_t>(l.stride) * sizeof(float)) % align == 0;
+    return l.batch == 1 || (static_cast<std::uint64_t>(l.stride) * element_size(l.type)) % align == 0;
 }
 
 }  // namespace
@@ -132,9 +172,8 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS;
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* matLayout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
     if (!matLayout) return invalid("cublasLtMatrixLayoutCreate", "null output");
-    if (type != CUDA_R_32F)
-        return refuse("cublasLtMatrixLayoutCreate",
-                      "data type " + std::to_string(static_cast<int>(type)) + " (only CUDA_R_32F)");
+    if (!emulated_type(type))
+        return refuse("cublasLtMatrixLayoutCreate", type_name(type) + " (only CUDA_R_32F and CUDA_R_16BF)");
     auto* l = new Layout;
     l->type = type;
     l->rows = rows;
@@ -224,7 +263,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: {
             std::int32_t type = 0;
             if (!read_value(buf, sizeInBytes, type)) return invalid(call, "BIAS_DATA_TYPE is an int32_t");
-            if (type != CUDA_R_32F) return refuse(call, "a bias type other than CUDA_R_32F");
+            if (type != -1 && !emulated_type(static_cast<cudaDataType>(type)))
+                return refuse(call, "a bias of " + type_name(static_cast<cudaDataType>(type)) +
+                                        " (only CUDA_R_32F and CUDA_R_16BF)");
+            d->bias_type = type;
             return CUBLAS_STATUS_SUCCESS;
         }
         case CUBLASLT_MATMUL_DESC_POINTER_MODE: {
@@ -336,30 +378,24 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (C == D && (lc->ld != ld->ld || lc->stride != ld->stride))
         return invalid(call, "in place (C == D) needs C and D to have the same layout");
 
-    const auto* a = static_cast<const float*>(A);
-    const auto* b = static_cast<const float*>(B);
-    const auto* c = static_cast<const float*>(C);
-    auto* d = static_cast<float*>(D);
-    const auto* bias = static_cast<const float*>(desc->bias);
+    const cudaDataType in = la->type, out = ld->type;  // A and B alike, C and D alike (checked)
     const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
     const bool with_bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
-    for (int batch = 0; batch < p.batch; ++batch) {
-        const float* ab = a + batch * la->stride;
-        const float* bb = b + batch * lb->stride;
-        const float* cb = c ? c + batch * lc->stride : nullptr;
-        float* db = d + batch * ld->stride;
+    for (std::int64_t batch = 0; batch < p.batch; ++batch) {
+        const std::int64_t ab = batch * la->stride, bb = batch * lb->stride, cb = batch * lc->stride,
+                           db = batch * ld->stride;
         for (long col = 0; col < p.n; ++col)
             for (long row = 0; row < p.m; ++row) {
                 double acc = 0.0;
                 for (long i = 0; i < p.k; ++i) {
-                    const double av = ta ? ab[i + row * la->ld] : ab[row + i * la->ld];
-                    const double bv = tb ? bb[col + i * lb->ld] : bb[i + col * lb->ld];
+                    const double av = load(A, in, ab + (ta ? i + row * la->ld : row + i * la->ld));
+                    const double bv = load(B, in, bb + (tb ? col + i * lb->ld : i + col * lb->ld));
                     acc += av * bv;
                 }
                 double value = static_cast<double>(alpha_value) * acc;
-                if (beta_value != 0.0f) value += static_cast<double>(beta_value) * cb[row + col * lc->ld];
-                if (with_bias) value += bias[row + batch * desc->bias_batch_stride];
-                db[row + col * ld->ld] = static_cast<float>(value);
+                if (beta_value != 0.0f) value += static_cast<double>(beta_value) * load(C, out, cb + row + col * lc->ld);
+                if (with_bias) value += load(desc->bias, out, row + batch * desc->bias_batch_stride);
+                store(D, out, db + row + col * ld->ld, value);
             }
     }
     return CUBLAS_STATUS_SUCCESS;
