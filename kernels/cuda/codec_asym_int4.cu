@@ -26,7 +26,8 @@ __device__ inline void store_group(float lo, float hi, float* scale, float* offs
 
 __device__ inline int asym_code(float x, float s, float o) { return s == 0.0f ? 0 : round_clip((x - o) / s); }
 
-__global__ void asym_quantize_kernel(const float* src, std::size_t rows, std::size_t cols, int group_size,
+template <typename T>
+__global__ void asym_quantize_kernel(const T* src, std::size_t rows, std::size_t cols, int group_size,
                                      BlobHeader header, CodecLayout L, std::uint8_t* blob) {
     const unsigned c = static_cast<unsigned>(cols), G = static_cast<unsigned>(group_size);
     const unsigned groups = (c + G - 1) / G, row_bytes = (c + 1) / 2;
@@ -41,7 +42,7 @@ __global__ void asym_quantize_kernel(const float* src, std::size_t rows, std::si
         zero_padding(blob, L.codes, rows * row_bytes, tid, blockDim.x);
     }
     for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = src + i * cols;
+        const T* x = src + i * cols;
         float* row_scales = scales + i * groups;
         float* row_offsets = offsets + i * groups;
         if (G >= 32) {
@@ -49,8 +50,8 @@ __global__ void asym_quantize_kernel(const float* src, std::size_t rows, std::si
                 const unsigned end = g * G + G < c ? g * G + G : c;
                 float lo = INFINITY, hi = -INFINITY;
                 for (unsigned e = g * G + lane; e < end; e += 32) {
-                    lo = fminf(lo, x[e]);
-                    hi = fmaxf(hi, x[e]);
+                    lo = fminf(lo, to_f32(x[e]));
+                    hi = fmaxf(hi, to_f32(x[e]));
                 }
                 lo = warp_min(lo);
                 hi = warp_max(hi);
@@ -61,8 +62,8 @@ __global__ void asym_quantize_kernel(const float* src, std::size_t rows, std::si
                 const unsigned end = g * G + G < c ? g * G + G : c;
                 float lo = INFINITY, hi = -INFINITY;
                 for (unsigned e = g * G; e < end; ++e) {
-                    lo = fminf(lo, x[e]);
-                    hi = fmaxf(hi, x[e]);
+                    lo = fminf(lo, to_f32(x[e]));
+                    hi = fmaxf(hi, to_f32(x[e]));
                 }
                 store_group(lo, hi, row_scales + g, row_offsets + g);
             }
@@ -71,11 +72,11 @@ __global__ void asym_quantize_kernel(const float* src, std::size_t rows, std::si
         std::uint8_t* row_codes = codes + i * row_bytes;
         for (unsigned b = tid; b < row_bytes; b += blockDim.x) {
             const unsigned e = 2 * b, g0 = e / G;
-            const int q0 = asym_code(x[e], row_scales[g0], row_offsets[g0]);
+            const int q0 = asym_code(to_f32(x[e]), row_scales[g0], row_offsets[g0]);
             int q1 = 0;
             if (e + 1 < c) {
                 const unsigned g1 = (e + 1) / G;
-                q1 = asym_code(x[e + 1], row_scales[g1], row_offsets[g1]);
+                q1 = asym_code(to_f32(x[e + 1]), row_scales[g1], row_offsets[g1]);
             }
             row_codes[b] = pack_codes(q0, q1);
         }
@@ -83,7 +84,8 @@ __global__ void asym_quantize_kernel(const float* src, std::size_t rows, std::si
 }
 
 // Decodes rows (G from the header); a header that does not match decodes to NaN.
-__global__ void asym_dequantize_kernel(const std::uint8_t* blob, std::size_t rows, std::size_t cols, float* dst) {
+template <typename T>
+__global__ void asym_dequantize_kernel(const std::uint8_t* blob, std::size_t rows, std::size_t cols, T* dst) {
     const BlobHeader& h = *reinterpret_cast<const BlobHeader*>(blob);
     const bool good = header_ok(h, Codec::asym_int4, rows, cols);
     const unsigned c = static_cast<unsigned>(cols), G = good ? h.group_size : 1;
@@ -93,38 +95,36 @@ __global__ void asym_dequantize_kernel(const std::uint8_t* blob, std::size_t row
     const float* scales = reinterpret_cast<const float*>(blob + sizeof(BlobHeader));
     const float* offsets = reinterpret_cast<const float*>(blob + sizeof(BlobHeader) + scale_bytes);
     const std::uint8_t* codes = blob + sizeof(BlobHeader) + 2 * scale_bytes;
-    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        const std::uint8_t* row_codes = codes + i * row_bytes;
-        for (unsigned j = threadIdx.x; j < c; j += blockDim.x) {
-            float v = quiet_nan();
-            if (good) {
-                const std::size_t g = i * groups + j / G;
-                v = fmaf(static_cast<float>(get_code(row_codes, j)), scales[g], offsets[g]);
-            }
-            dst[i * cols + j] = v;
-        }
-    }
+    store_decoded_rows(dst, rows, cols, [=](std::size_t i, unsigned j) {
+        if (!good) return quiet_nan();
+        const std::size_t g = i * groups + j / G;
+        return fmaf(static_cast<float>(get_code(codes + i * row_bytes, j)), scales[g], offsets[g]);
+    });
 }
 
 
 }  // namespace
 
-void compress_asym_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+template <typename T>
+void compress_asym_int4(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols,
                         const CodecParams& params, void* dst) {
     check_columns(cols);
     const BlobHeader header = codec_format::make_header(Codec::asym_int4, rows, cols, params, 0);  // checks params
     const CodecLayout L = codec_layout(Codec::asym_int4, rows, cols, params);
-    ADACC_LAUNCH(asym_quantize_kernel, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+    ADACC_LAUNCH(asym_quantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
         src, rows, cols, params.group_size, header, L, static_cast<std::uint8_t*>(dst));
     check_launch("codec_compress (asym_int4)");
 }
 
-void decompress_asym_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, float* dst) {
+template <typename T>
+void decompress_asym_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst) {
     check_columns(cols);
     if (rows == 0 || cols == 0) return;
-    ADACC_LAUNCH(asym_dequantize_kernel, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+    ADACC_LAUNCH(asym_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
         static_cast<const std::uint8_t*>(blob), rows, cols, dst);
     check_launch("codec_decompress (asym_int4)");
 }
+
+ADACC_INSTANTIATE_INT4_CODEC_TYPES(asym_int4);
 
 }  // namespace adacc::cuda::codec_detail

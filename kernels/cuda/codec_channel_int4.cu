@@ -22,7 +22,8 @@ constexpr int kScaleThreads = 256;
 // partial[chunk * cols + j] = max |x_ij| over the rows of chunk blockIdx.y, columns
 // blockIdx.x * 32 + lane: each warp strides the chunk's rows, then the 8 warps' maxima meet in
 // shared memory.
-__global__ void channel_abs_max_kernel(const float* src, std::size_t rows, std::size_t cols,
+template <typename T>
+__global__ void channel_abs_max_kernel(const T* src, std::size_t rows, std::size_t cols,
                                        std::size_t rows_per_chunk, float* partial) {
     __shared__ float warp_max_of[kMaxThreads / 32][kMaxCols];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -31,7 +32,7 @@ __global__ void channel_abs_max_kernel(const float* src, std::size_t rows, std::
     const std::size_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
     float m = 0.0f;
     if (j < cols)
-        for (std::size_t i = begin + warp; i < end; i += warps) m = fmaxf(m, fabsf(src[i * cols + j]));
+        for (std::size_t i = begin + warp; i < end; i += warps) m = fmaxf(m, fabsf(to_f32(src[i * cols + j])));
     warp_max_of[warp][lane] = m;
     __syncthreads();
     if (warp == 0 && j < cols) {
@@ -57,39 +58,41 @@ __global__ void channel_scales_kernel(const float* partial, std::size_t chunks, 
 }
 
 // One block per row: a code byte (columns 2b, 2b + 1) per thread, each column with its scale.
-__global__ void channel_quantize_kernel(const float* src, std::size_t rows, std::size_t cols, CodecLayout L,
+template <typename T>
+__global__ void channel_quantize_kernel(const T* src, std::size_t rows, std::size_t cols, CodecLayout L,
                                         std::uint8_t* blob) {
     const float* scales = reinterpret_cast<const float*>(blob + L.scales);
     const unsigned c = static_cast<unsigned>(cols), row_bytes = (c + 1) / 2;
     for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = src + i * cols;
+        const T* x = src + i * cols;
         std::uint8_t* row_codes = blob + L.codes + i * row_bytes;
         for (unsigned b = threadIdx.x; b < row_bytes; b += blockDim.x) {
             const unsigned e = 2 * b;
-            const int q0 = sym_code(x[e], scales[e]);
-            const int q1 = e + 1 < c ? sym_code(x[e + 1], scales[e + 1]) : 0;
+            const int q0 = sym_code(to_f32(x[e]), scales[e]);
+            const int q1 = e + 1 < c ? sym_code(to_f32(x[e + 1]), scales[e + 1]) : 0;
             row_codes[b] = pack_codes(q0, q1);
         }
     }
 }
 
 // Decodes rows; a header that does not match decodes to NaN.
+template <typename T>
 __global__ void channel_dequantize_kernel(const std::uint8_t* blob, std::size_t rows, std::size_t cols, CodecLayout L,
-                                          float* dst) {
+                                          T* dst) {
     const bool good = header_ok(*reinterpret_cast<const BlobHeader*>(blob), Codec::channel_int4, rows, cols);
     const float* scales = reinterpret_cast<const float*>(blob + L.scales);
+    const std::uint8_t* codes = blob + L.codes;
     const unsigned row_bytes = static_cast<unsigned>((cols + 1) / 2);
-    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        const std::uint8_t* row_codes = blob + L.codes + i * row_bytes;
-        for (unsigned j = threadIdx.x; j < cols; j += blockDim.x)
-            dst[i * cols + j] = good ? static_cast<float>(get_code(row_codes, j)) * scales[j] : quiet_nan();
-    }
+    store_decoded_rows(dst, rows, cols, [=](std::size_t i, unsigned j) {
+        return good ? static_cast<float>(get_code(codes + i * row_bytes, j)) * scales[j] : quiet_nan();
+    });
 }
 
 
 }  // namespace
 
-void compress_channel_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+template <typename T>
+void compress_channel_int4(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols,
                            const CodecParams& params, void* dst) {
     check_columns(cols);
     const BlobHeader header = codec_format::make_header(Codec::channel_int4, rows, cols, params, 0);  // checks params
@@ -111,8 +114,8 @@ void compress_channel_int4(const KernelContext& ctx, const float* src, std::size
     if (rows > 0) {
         const std::size_t rows_per_chunk = div_up(rows, chunks);
         chunks = div_up(rows, rows_per_chunk);
-        ADACC_LAUNCH(channel_abs_max_kernel, dim3(ceil_div(cols, kMaxCols), static_cast<unsigned>(chunks)), kMaxThreads,
-                     0, ctx.stream)(src, rows, cols, rows_per_chunk, partial);
+        ADACC_LAUNCH(channel_abs_max_kernel<T>, dim3(ceil_div(cols, kMaxCols), static_cast<unsigned>(chunks)),
+                     kMaxThreads, 0, ctx.stream)(src, rows, cols, rows_per_chunk, partial);
         check_launch("codec_compress (channel_int4 column maxima)");
     } else {
         chunks = 0;  // no rows: every scale is 0
@@ -121,19 +124,21 @@ void compress_channel_int4(const KernelContext& ctx, const float* src, std::size
         partial, chunks, rows, cols, header, L, blob);
     check_launch("codec_compress (channel_int4 scales)");
     if (rows == 0) return;
-    ADACC_LAUNCH(channel_quantize_kernel, row_blocks(rows), kRowThreads, 0, ctx.stream)(src, rows, cols, L, blob);
+    ADACC_LAUNCH(channel_quantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(src, rows, cols, L, blob);
     check_launch("codec_compress (channel_int4 codes)");
 }
 
-void decompress_channel_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols,
-                             float* dst) {
+template <typename T>
+void decompress_channel_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst) {
     check_columns(cols);
     if (rows == 0 || cols == 0) return;
     // channel_int4 has no parameter in its layout (the group size is unused), so it is known here.
     const CodecLayout L = codec_layout(Codec::channel_int4, rows, cols, CodecParams{});
-    ADACC_LAUNCH(channel_dequantize_kernel, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+    ADACC_LAUNCH(channel_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
         static_cast<const std::uint8_t*>(blob), rows, cols, L, dst);
     check_launch("codec_decompress (channel_int4)");
 }
+
+ADACC_INSTANTIATE_INT4_CODEC_TYPES(channel_int4);
 
 }  // namespace adacc::cuda::codec_detail

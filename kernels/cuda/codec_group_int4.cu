@@ -56,8 +56,8 @@ __device__ inline int block_exclusive_scan(int v, int* warp_totals, int& total) 
 // with kDeviceK: then k and the channel indices are already in the blob (outlier_select_kernel)
 // and the row's kept values are x[keep[m]], m < c = cols - k. Without kDeviceK, k = 0 and block
 // 0 writes `header`. Block 0 also zeroes every section's padding.
-template <bool kDeviceK>
-__global__ void group_quantize_kernel(const float* src, std::size_t rows, std::size_t cols, int group_size,
+template <bool kDeviceK, typename T>
+__global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_t cols, int group_size,
                                       const std::int32_t* keep, BlobHeader header, std::uint8_t* blob) {
     // k: the selection's, from the blob; else the header's to be written (0).
     const std::size_t k = kDeviceK ? reinterpret_cast<const BlobHeader*>(blob)->outlier_channels : header.outlier_channels;
@@ -78,8 +78,8 @@ __global__ void group_quantize_kernel(const float* src, std::size_t rows, std::s
     }
     const bool gather = k > 0;
     for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = src + i * cols;
-        auto value = [x, keep, gather](unsigned m) { return x[gather ? keep[m] : m]; };
+        const T* x = src + i * cols;
+        auto value = [x, keep, gather](unsigned m) { return to_f32(x[gather ? keep[m] : m]); };
         float* row_scales = scales + i * groups;
         // Scales: max |x| is exact whatever the order, so a warp (or, for G < 32, a thread) per group.
         if (G >= 32) {
@@ -108,7 +108,7 @@ __global__ void group_quantize_kernel(const float* src, std::size_t rows, std::s
             row_codes[b] = pack_codes(q0, q1);
         }
         // The outlier channels, exactly (row-major rows x k).
-        for (std::size_t t = tid; t < k; t += blockDim.x) outliers[i * k + t] = x[idx[t]];
+        for (std::size_t t = tid; t < k; t += blockDim.x) outliers[i * k + t] = to_f32(x[idx[t]]);
         // No barrier before the next row: it writes other scales, and this row's are not rewritten.
     }
 }
@@ -116,8 +116,9 @@ __global__ void group_quantize_kernel(const float* src, std::size_t rows, std::s
 // Decodes rows of a group_int4 or outlier_int4 blob; G and k come from its header. A header
 // that does not match (codec, rows, cols), or outlier indices that are not ascending channels
 // below cols, decode to NaN (the CPU's decompress throws there).
+template <typename T>
 __global__ void group_dequantize_kernel(const std::uint8_t* blob, std::size_t rows, std::size_t cols, Codec codec,
-                                        float* dst) {
+                                        T* dst) {
     __shared__ int bad_of[kRowThreads];
     const BlobHeader& h = *reinterpret_cast<const BlobHeader*>(blob);
     const bool header_good = header_ok(h, codec, rows, cols);
@@ -140,34 +141,22 @@ __global__ void group_dequantize_kernel(const std::uint8_t* blob, std::size_t ro
         __syncthreads();
         for (int t = 0; t < kRowThreads; ++t) bad = bad || bad_of[t];  // launched with kRowThreads
     }
-    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    store_decoded_rows(dst, rows, cols, [=](std::size_t i, unsigned j) {
+        if (bad) return quiet_nan();
         const std::uint8_t* row_codes = codes + i * row_bytes;
         const float* row_scales = scales + i * groups;
-        float* out = dst + i * cols;
-        for (unsigned j = tid; j < cols; j += blockDim.x) {
-            float v;
-            if (bad) {
-                v = quiet_nan();
-            } else if (k == 0) {
-                v = static_cast<float>(get_code(row_codes, j)) * row_scales[j / G];
-            } else {
-                // lo = the number of outlier channels below j (binary search of the ascending indices).
-                unsigned lo = 0, hi = static_cast<unsigned>(k);
-                while (lo < hi) {
-                    const unsigned mid = (lo + hi) / 2;
-                    if (static_cast<unsigned>(idx[mid]) < j) lo = mid + 1;
-                    else hi = mid;
-                }
-                if (lo < k && static_cast<unsigned>(idx[lo]) == j) {
-                    v = outliers[i * k + lo];
-                } else {
-                    const unsigned m = j - lo;  // its place among the kept columns, < c
-                    v = static_cast<float>(get_code(row_codes, m)) * row_scales[m / G];
-                }
-            }
-            out[j] = v;
+        if (k == 0) return static_cast<float>(get_code(row_codes, j)) * row_scales[j / G];
+        // lo = the number of outlier channels below j (binary search of the ascending indices).
+        unsigned lo = 0, hi = static_cast<unsigned>(k);
+        while (lo < hi) {
+            const unsigned mid = (lo + hi) / 2;
+            if (static_cast<unsigned>(idx[mid]) < j) lo = mid + 1;
+            else hi = mid;
         }
-    }
+        if (lo < k && static_cast<unsigned>(idx[lo]) == j) return outliers[i * k + lo];
+        const unsigned m = j - lo;  // its place among the kept columns, < c
+        return static_cast<float>(get_code(row_codes, m)) * row_scales[m / G];
+    });
 }
 
 // ---- Outlier channel selection. ----
@@ -181,7 +170,8 @@ constexpr int kSumRowsPerThread = kSumTileRows / (kSumThreads / 32);
 // order exactly (a double sum is not associative, and Sh decides which channels are outliers).
 // The serial chain per column is inherent; what runs in parallel is the loading: while warp 0
 // adds tile t from shared memory, every warp has tile t + 1's loads in flight.
-__global__ void outlier_channel_sums_kernel(const float* src, std::size_t rows, std::size_t cols, double* sums) {
+template <typename T>
+__global__ void outlier_channel_sums_kernel(const T* src, std::size_t rows, std::size_t cols, double* sums) {
     __shared__ float tile[2][kSumTileRows][kSumCols];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const std::size_t j = static_cast<std::size_t>(blockIdx.x) * kSumCols + lane;
@@ -191,7 +181,7 @@ __global__ void outlier_channel_sums_kernel(const float* src, std::size_t rows, 
     auto load = [&](std::size_t t) {
         for (int r = 0; r < kSumRowsPerThread; ++r) {
             const std::size_t row = t * kSumTileRows + warp + r * (kSumThreads / 32);
-            next[r] = live && row < rows ? src[row * cols + j] : 0.0f;
+            next[r] = live && row < rows ? to_f32(src[row * cols + j]) : 0.0f;
         }
     };
     auto store = [&](int buffer) {
@@ -292,10 +282,10 @@ __global__ void outlier_select_kernel(double* sums, std::size_t cols, double z, 
     }
 }
 
-template <bool kDeviceK>
-void launch_quantize(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols, int G,
+template <bool kDeviceK, typename T>
+void launch_quantize(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols, int G,
                      const std::int32_t* keep, const BlobHeader& header, void* dst) {
-    ADACC_LAUNCH(group_quantize_kernel<kDeviceK>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+    ADACC_LAUNCH((group_quantize_kernel<kDeviceK, T>), row_blocks(rows), kRowThreads, 0, ctx.stream)(
         src, rows, cols, G, keep, header, static_cast<std::uint8_t*>(dst));
     check_launch(kDeviceK ? "codec_compress (outlier_int4)" : "codec_compress (group_int4)");
 }
@@ -305,24 +295,27 @@ void launch_quantize(const KernelContext& ctx, const float* src, std::size_t row
 
 // ---- group_int4 ----
 
-void compress_group_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+template <typename T>
+void compress_group_int4(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols,
                          const CodecParams& params, void* dst) {
     check_columns(cols);
     const BlobHeader header = codec_format::make_header(Codec::group_int4, rows, cols, params, 0);  // checks params
     launch_quantize<false>(ctx, src, rows, cols, params.group_size, nullptr, header, dst);
 }
 
-void decompress_group_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, float* dst) {
+template <typename T>
+void decompress_group_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst) {
     check_columns(cols);
     if (rows == 0 || cols == 0) return;
-    ADACC_LAUNCH(group_dequantize_kernel, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+    ADACC_LAUNCH(group_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
         static_cast<const std::uint8_t*>(blob), rows, cols, Codec::group_int4, dst);
     check_launch("codec_decompress (group_int4)");
 }
 
 // ---- outlier_int4 ----
 
-void compress_outlier_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+template <typename T>
+void compress_outlier_int4(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols,
                            const CodecParams& params, void* dst) {
     check_columns(cols);
     const BlobHeader header = codec_format::make_header(Codec::outlier_int4, rows, cols, params, 0);  // checks params
@@ -335,7 +328,7 @@ void compress_outlier_int4(const KernelContext& ctx, const float* src, std::size
         throw std::invalid_argument("outlier_int4 compress needs codec_scratch_bytes() of scratch");
     auto* sums = static_cast<double*>(ctx.scratch);
     auto* keep = reinterpret_cast<std::int32_t*>(static_cast<std::uint8_t*>(ctx.scratch) + align64(8 * cols));
-    ADACC_LAUNCH(outlier_channel_sums_kernel, ceil_div(cols, kSumCols), kSumThreads, 0, ctx.stream)(src, rows, cols, sums);
+    ADACC_LAUNCH(outlier_channel_sums_kernel<T>, ceil_div(cols, kSumCols), kSumThreads, 0, ctx.stream)(src, rows, cols, sums);
     check_launch("codec_compress (outlier_int4 channel sums)");
     ADACC_LAUNCH(outlier_select_kernel, 1, kSelectThreads, 0, ctx.stream)(
         sums, cols, static_cast<double>(params.outlier_z), cap, keep, header, static_cast<std::uint8_t*>(dst));
@@ -343,13 +336,16 @@ void compress_outlier_int4(const KernelContext& ctx, const float* src, std::size
     launch_quantize<true>(ctx, src, rows, cols, params.group_size, keep, header, dst);
 }
 
-void decompress_outlier_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols,
-                             float* dst) {
+template <typename T>
+void decompress_outlier_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst) {
     check_columns(cols);
     if (rows == 0 || cols == 0) return;
-    ADACC_LAUNCH(group_dequantize_kernel, row_blocks(rows), kRowThreads, 0, ctx.stream)(
+    ADACC_LAUNCH(group_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
         static_cast<const std::uint8_t*>(blob), rows, cols, Codec::outlier_int4, dst);
     check_launch("codec_decompress (outlier_int4)");
 }
+
+ADACC_INSTANTIATE_INT4_CODEC_TYPES(group_int4);
+ADACC_INSTANTIATE_INT4_CODEC_TYPES(outlier_int4);
 
 }  // namespace adacc::cuda::codec_detail

@@ -1,6 +1,7 @@
 // The codec kernels of kernels/ops.inc on CUDA (twin: kernels/cpu/codecs.cpp): compress and
-// decompress dispatch to one file per family (codec_*.cu, shared pieces in codecs.cuh), the
-// outlier count reads a blob's header back, and the error measurement is a two-pass reduction.
+// decompress pick the activations' element type (float or bf16, for the INT4 codecs) once and
+// dispatch to one file per family (codec_*.cu, shared pieces in codecs.cuh), the outlier count
+// reads a blob's header back, and the error measurement (fp32) is a two-pass reduction.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -78,29 +79,35 @@ void codec_compress(const KernelContext& ctx, Codec codec, ConstAct src, std::si
         codec_format::check_params(params);  // refused for every codec alike, though bitpack reads none
         return compress_bitpack(ctx, src.as<unsigned char>(), rows * cols, dst);
     }
-    const float* x = src.as<float>();
-    switch (codec) {
-    case Codec::group_int4: return compress_group_int4(ctx, x, rows, cols, params, dst);
-    case Codec::outlier_int4: return compress_outlier_int4(ctx, x, rows, cols, params, dst);
-    case Codec::channel_int4: return compress_channel_int4(ctx, x, rows, cols, params, dst);
-    case Codec::asym_int4: return compress_asym_int4(ctx, x, rows, cols, params, dst);
-    case Codec::bitpack: break;
-    }
-    throw std::invalid_argument("codec_compress: unknown codec");
+    with_activation_type(src.dtype(), "codec_compress", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* x = device_ptr<T>(src);
+        switch (codec) {
+        case Codec::group_int4: return compress_group_int4(ctx, x, rows, cols, params, dst);
+        case Codec::outlier_int4: return compress_outlier_int4(ctx, x, rows, cols, params, dst);
+        case Codec::channel_int4: return compress_channel_int4(ctx, x, rows, cols, params, dst);
+        case Codec::asym_int4: return compress_asym_int4(ctx, x, rows, cols, params, dst);
+        case Codec::bitpack: break;
+        }
+        throw std::invalid_argument("codec_compress: unknown codec");
+    });
 }
 
 void codec_decompress(const KernelContext& ctx, Codec codec, const void* blob, std::size_t rows, std::size_t cols,
                       Act dst) {
     if (codec == Codec::bitpack) return decompress_bitpack(ctx, blob, rows * cols, dst.as<unsigned char>());
-    float* y = dst.as<float>();
-    switch (codec) {
-    case Codec::group_int4: return decompress_group_int4(ctx, blob, rows, cols, y);
-    case Codec::outlier_int4: return decompress_outlier_int4(ctx, blob, rows, cols, y);
-    case Codec::channel_int4: return decompress_channel_int4(ctx, blob, rows, cols, y);
-    case Codec::asym_int4: return decompress_asym_int4(ctx, blob, rows, cols, y);
-    case Codec::bitpack: break;
-    }
-    throw std::invalid_argument("codec_decompress: unknown codec");
+    with_activation_type(dst.dtype(), "codec_decompress", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T* y = device_ptr<T>(dst);
+        switch (codec) {
+        case Codec::group_int4: return decompress_group_int4(ctx, blob, rows, cols, y);
+        case Codec::outlier_int4: return decompress_outlier_int4(ctx, blob, rows, cols, y);
+        case Codec::channel_int4: return decompress_channel_int4(ctx, blob, rows, cols, y);
+        case Codec::asym_int4: return decompress_asym_int4(ctx, blob, rows, cols, y);
+        case Codec::bitpack: break;
+        }
+        throw std::invalid_argument("codec_decompress: unknown codec");
+    });
 }
 
 // Reads the blob's header back (waiting for the stream, so for the compress that wrote it).

@@ -28,20 +28,39 @@ using codec_format::BlobHeader;
 
 // ---- The host entry points of each codec file (dispatched by codecs.cu). ----
 
-void compress_group_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+// The INT4 codecs read and decode to activations of type T (float or __nv_bfloat16; each file
+// instantiates both): values are loaded with to_f32 and coded in fp32, so a bf16 tensor gives
+// the blob of the fp32 tensor of the same values (bf16 -> fp32 is exact), and decoded values are
+// computed in fp32 and stored with from_f32 (bf16: the fp32 value rounded to nearest even).
+template <typename T>
+void compress_group_int4(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols,
                          const CodecParams& params, void* dst);
-void decompress_group_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, float* dst);
-void compress_outlier_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+template <typename T>
+void decompress_group_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst);
+template <typename T>
+void compress_outlier_int4(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols,
                            const CodecParams& params, void* dst);
-void decompress_outlier_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols,
-                             float* dst);
-void compress_channel_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+template <typename T>
+void decompress_outlier_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst);
+template <typename T>
+void compress_channel_int4(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols,
                            const CodecParams& params, void* dst);
-void decompress_channel_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols,
-                             float* dst);
-void compress_asym_int4(const KernelContext& ctx, const float* src, std::size_t rows, std::size_t cols,
+template <typename T>
+void decompress_channel_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst);
+template <typename T>
+void compress_asym_int4(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols,
                         const CodecParams& params, void* dst);
-void decompress_asym_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, float* dst);
+template <typename T>
+void decompress_asym_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst);
+// The float and bf16 instances of one INT4 codec's entry points, written once in its file.
+#define ADACC_INSTANTIATE_INT4_CODEC(codec, T)                                                                   \
+    template void compress_##codec(const KernelContext&, const T*, std::size_t, std::size_t, const CodecParams&, \
+                                   void*);                                                                       \
+    template void decompress_##codec(const KernelContext&, const void*, std::size_t, std::size_t, T*)
+#define ADACC_INSTANTIATE_INT4_CODEC_TYPES(codec) \
+    ADACC_INSTANTIATE_INT4_CODEC(codec, float);   \
+    ADACC_INSTANTIATE_INT4_CODEC(codec, __nv_bfloat16)
+
 // n mask bytes -> A(ceil(n / 8)) bytes of bits, and back.
 void compress_bitpack(const KernelContext& ctx, const unsigned char* mask, std::size_t n, void* dst);
 void decompress_bitpack(const KernelContext& ctx, const void* blob, std::size_t n, unsigned char* mask);
@@ -121,5 +140,13 @@ __device__ inline void zero_padding(std::uint8_t* blob, std::size_t offset, std:
 
 // What a blob that fails header_ok decodes to.
 __device__ inline float quiet_nan() { return nanf(""); }
+
+// The row walk of the dequantize kernels: dst[i][j] = decode(i, j) (an fp32 value, stored as T)
+// for rows [blockIdx.x, +gridDim.x, ...), a block's threads striding the row's columns.
+template <typename T, typename Decode>
+__device__ inline void store_decoded_rows(T* dst, std::size_t rows, std::size_t cols, Decode decode) {
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x)
+        for (unsigned j = threadIdx.x; j < cols; j += blockDim.x) dst[i * cols + j] = from_f32<T>(decode(i, j));
+}
 
 }  // namespace adacc::cuda::codec_detail

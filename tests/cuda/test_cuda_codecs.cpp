@@ -11,6 +11,9 @@
 //     in a different order: the two-pass reduction vs OpenMP's).
 // Shapes are odd (rows 1, 7, 33; cols 40, 72, 100; odd group sizes, G = 1 and 4096) plus one with
 // more rows than a tile of the outlier sums and a chunk of the channel maxima (140 rows).
+// Every INT4 case runs again in bf16 (check_codec): the data rounded to bf16 compresses on CUDA
+// to the CPU's blob of the same values as floats, byte for byte, and decodes to bf16 bit for bit
+// as the CPU's decoded floats rounded to nearest even.
 // asym_int4 may differ from the CPU in the sign of a zero scale for a group of zeros of both
 // signs (kernels/cuda/codec_asym_int4.cu); the data here has no negative zeros.
 #include <cuda_runtime.h>
@@ -38,6 +41,7 @@ namespace {
 
 using Bytes = std::vector<unsigned char>;
 using Vec = std::vector<float>;
+using Bf16s = std::vector<bf16>;
 
 constexpr unsigned char kFill = 0xA5;
 // relative_l2 sums squares in double in another order than the CPU's OpenMP reduction.
@@ -105,6 +109,18 @@ Vec with_outliers(std::size_t rows, std::size_t cols, const std::vector<int>& ch
     for (int j : channels)
         for (std::size_t i = 0; i < rows; ++i) x[i * cols + j] *= factor;
     return x;
+}
+
+// x rounded to bf16 (to nearest even), and bf16 values as floats (exact).
+Bf16s rounded_to_bf16(const Vec& x) {
+    Bf16s y(x.size());
+    std::transform(x.begin(), x.end(), y.begin(), [](float v) { return to_bf16(v); });
+    return y;
+}
+Vec as_floats(const Bf16s& x) {
+    Vec y(x.size());
+    std::transform(x.begin(), x.end(), y.begin(), [](bf16 v) { return to_float(v); });
+    return y;
 }
 
 // ---- The CPU side. ----
@@ -177,9 +193,12 @@ Bytes cuda_compress(const CudaTestContext& ctx, Codec codec, ConstAct src, std::
     return Bytes(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(std::min(exact, all.size())));
 }
 
-Vec cuda_decompress(const CudaTestContext& ctx, Codec codec, const void* blob, std::size_t rows, std::size_t cols) {
-    DeviceArray<float> y(rows * cols);
-    fill_device(y.get(), 0xFF, std::max<std::size_t>(1, rows * cols) * sizeof(float));  // NaN: every element must be written
+// Decodes on CUDA into T (float or bf16).
+template <typename T = float>
+std::vector<T> cuda_decompress(const CudaTestContext& ctx, Codec codec, const void* blob, std::size_t rows,
+                               std::size_t cols) {
+    DeviceArray<T> y(rows * cols);
+    fill_device(y.get(), 0xFF, std::max<std::size_t>(1, rows * cols) * sizeof(T));  // NaN: every element must be written
     cuda::codec_decompress(ctx.get(), codec, blob, rows, cols, y.get());
     return y.download();
 }
@@ -206,6 +225,17 @@ void expect_error_matches(const CudaTestContext& ctx, const float* d_original, c
     EXPECT_EQ(got.outlier_fraction, 0.0f);
 }
 
+// The outlier codec's selection statistics, bit for bit: Sh summed in the CPU's order, then
+// mean, std and Z as the CPU computes them (both leave Z, or Sh when std = 0, in the scratch).
+void expect_selection_matches(const CudaTestContext& ctx, Codec codec, std::size_t rows, std::size_t cols,
+                              const CodecParams& p, const std::vector<double>& cpu_scratch) {
+    if (codec != Codec::outlier_int4 || rows == 0 || outlier_channel_cap(cols, p) == 0) return;
+    std::vector<double> z(cols);
+    ctx.synchronize();
+    EXPECT_EQ(cudaMemcpy(z.data(), ctx.get().scratch, 8 * cols, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(z.data(), cpu_scratch.data(), 8 * cols), 0) << "Z scores differ from the CPU's";
+}
+
 constexpr std::size_t kScratchBytes = std::size_t{64} << 10;  // the outlier codec's, for cols <= 2000
 
 // Everything promised for a float codec on one tensor; returns the CUDA blob's k.
@@ -222,14 +252,7 @@ std::size_t check_float_codec(const CudaTestContext& ctx, Codec codec, const Vec
     const Bytes got_blob = cuda_compress(ctx, codec, dx.get(), rows, cols, p, blob, kFill, &k);
     EXPECT_EQ(k, want_k);
     EXPECT_TRUE(all_equal_bytes(got_blob, want_blob));
-    if (codec == Codec::outlier_int4 && rows > 0 && outlier_channel_cap(cols, p) > 0) {
-        // The selection's statistics, bit for bit: Sh summed in the CPU's order, then mean, std
-        // and Z as the CPU computes them (both leave Z, or Sh when std = 0, in the scratch).
-        std::vector<double> z(cols);
-        ctx.synchronize();
-        EXPECT_EQ(cudaMemcpy(z.data(), ctx.get().scratch, 8 * cols, cudaMemcpyDeviceToHost), cudaSuccess);
-        EXPECT_EQ(std::memcmp(z.data(), cpu_scratch.data(), 8 * cols), 0) << "Z scores differ from the CPU's";
-    }
+    expect_selection_matches(ctx, codec, rows, cols, p, cpu_scratch);
 
     const Vec want = cpu_decompress(codec, want_blob, rows, cols);
     const Vec got = cuda_decompress(ctx, codec, blob.slot.get(), rows, cols);
@@ -244,6 +267,40 @@ std::size_t check_float_codec(const CudaTestContext& ctx, Codec codec, const Vec
         expect_error_matches(ctx, dx.get(), dy.get(), x, want, what);
     }
     return k;
+}
+
+// The same for x rounded to bf16 on CUDA: its blob is the CPU's blob of those values as floats
+// (slot past the exact size untouched, same k and statistics), and CUDA decodes its blob and
+// the CPU's to bf16 as the CPU's decoded floats rounded to nearest even, bit for bit.
+std::size_t check_bf16_codec(const CudaTestContext& ctx, Codec codec, const Vec& x, std::size_t rows,
+                             std::size_t cols, const CodecParams& p) {
+    SCOPED_TRACE(describe(codec_name(codec), rows, cols, p.group_size) + " bf16");
+    const Bf16s xb = rounded_to_bf16(x);
+    const Vec values = as_floats(xb);
+    std::vector<double> cpu_scratch;
+    const Bytes want_blob = cpu_compress(codec, values.data(), rows, cols, p, &cpu_scratch);
+    DeviceArray<bf16> dx(xb);
+    DeviceBlob blob(codec, rows, cols, p, kFill);
+    std::size_t k = 0;
+    const Bytes got_blob = cuda_compress(ctx, codec, dx.get(), rows, cols, p, blob, kFill, &k);
+    EXPECT_EQ(k, cpu_outlier_count(codec, want_blob));
+    EXPECT_TRUE(all_equal_bytes(got_blob, want_blob));
+    expect_selection_matches(ctx, codec, rows, cols, p, cpu_scratch);
+
+    const Bf16s want = rounded_to_bf16(cpu_decompress(codec, want_blob, rows, cols));
+    EXPECT_TRUE(all_equal_bytes(cuda_decompress<bf16>(ctx, codec, blob.slot.get(), rows, cols), want))
+        << "CUDA decoding its own blob";
+    DeviceArray<unsigned char> cpu_blob_on_device(want_blob.empty() ? Bytes(1) : want_blob);
+    EXPECT_TRUE(all_equal_bytes(cuda_decompress<bf16>(ctx, codec, cpu_blob_on_device.get(), rows, cols), want))
+        << "CUDA decoding the CPU's blob";
+    return k;
+}
+
+// Both element types; returns the fp32 blob's k.
+std::size_t check_codec(const CudaTestContext& ctx, Codec codec, const Vec& x, std::size_t rows, std::size_t cols,
+                        const CodecParams& p) {
+    check_bf16_codec(ctx, codec, x, rows, cols, p);
+    return check_float_codec(ctx, codec, x, rows, cols, p);
 }
 
 
@@ -279,7 +336,7 @@ TEST(CudaCodecs, GroupInt4MatchesTheCpu) {
     for (const auto& [rows, cols, G] : kShapes) {
         CodecParams p;
         p.group_size = G;
-        check_float_codec(ctx, Codec::group_int4, activations(rows, cols, rows * 31 + cols), rows, cols, p);
+        check_codec(ctx, Codec::group_int4, activations(rows, cols, rows * 31 + cols), rows, cols, p);
     }
 }
 
@@ -289,13 +346,13 @@ TEST(CudaCodecs, ChannelInt4MatchesTheCpu) {
     for (const auto& [rows, cols, G] : kShapes) {
         CodecParams p;
         p.group_size = G;  // unused by the codec, but in its header
-        check_float_codec(ctx, Codec::channel_int4, activations(rows, cols, rows * 37 + cols), rows, cols, p);
+        check_codec(ctx, Codec::channel_int4, activations(rows, cols, rows * 37 + cols), rows, cols, p);
     }
     // Columns of very different scales, one of them all zero (scale 0).
     const std::size_t rows = 33, cols = 72;
     Vec x = with_outliers(rows, cols, {3, 40, 71}, 5, 100.0f);
     for (std::size_t i = 0; i < rows; ++i) x[i * cols + 10] = 0.0f;
-    check_float_codec(ctx, Codec::channel_int4, x, rows, cols, CodecParams{});
+    check_codec(ctx, Codec::channel_int4, x, rows, cols, CodecParams{});
 }
 
 TEST(CudaCodecs, AsymInt4MatchesTheCpu) {
@@ -304,8 +361,8 @@ TEST(CudaCodecs, AsymInt4MatchesTheCpu) {
     for (const auto& [rows, cols, G] : kShapes) {
         CodecParams p;
         p.group_size = G;
-        check_float_codec(ctx, Codec::asym_int4, probabilities(rows, cols, rows * 41 + cols), rows, cols, p);
-        check_float_codec(ctx, Codec::asym_int4, activations(rows, cols, rows * 43 + cols), rows, cols, p);
+        check_codec(ctx, Codec::asym_int4, probabilities(rows, cols, rows * 41 + cols), rows, cols, p);
+        check_codec(ctx, Codec::asym_int4, activations(rows, cols, rows * 43 + cols), rows, cols, p);
     }
 }
 
@@ -317,13 +374,13 @@ TEST(CudaCodecs, OutlierInt4MatchesTheCpu) {
         CodecParams p;
         p.group_size = G;
         p.max_outlier_channels = static_cast<int>(std::max<std::size_t>(1, cols / 8));
-        check_float_codec(ctx, Codec::outlier_int4, activations(rows, cols, rows * 47 + cols), rows, cols, p);
-        check_float_codec(ctx, Codec::outlier_int4, wide_range(rows, cols, rows * 53 + cols), rows, cols, p);
+        check_codec(ctx, Codec::outlier_int4, activations(rows, cols, rows * 47 + cols), rows, cols, p);
+        check_codec(ctx, Codec::outlier_int4, wide_range(rows, cols, rows * 53 + cols), rows, cols, p);
     }
     // More columns than one shared-memory stage of the serial mean / variance (1024).
     CodecParams p;
     p.max_outlier_channels = 20;
-    check_float_codec(ctx, Codec::outlier_int4, wide_range(3, 1100, 59), 3, 1100, p);
+    check_codec(ctx, Codec::outlier_int4, wide_range(3, 1100, 59), 3, 1100, p);
 }
 
 // A few channels scaled x50: exactly those are chosen (ascending, in the blob) and stored
@@ -346,6 +403,7 @@ TEST(CudaCodecs, OutlierInt4PicksPlantedChannels) {
         CodecParams p;
         p.group_size = c.G;
         p.max_outlier_channels = 8;
+        EXPECT_EQ(check_bf16_codec(ctx, Codec::outlier_int4, x, c.rows, c.cols, p), c.planted.size()) << "bf16";
         const std::size_t k = check_float_codec(ctx, Codec::outlier_int4, x, c.rows, c.cols, p);
         ASSERT_EQ(k, c.planted.size());
         DeviceArray<float> dx(x);
@@ -377,13 +435,13 @@ TEST(CudaCodecs, OutlierInt4CapKeepsLargestZAndBreaksTiesLow) {
         CodecParams p;
         p.max_outlier_channels = cap;
         p.group_size = 16;
-        check_float_codec(ctx, Codec::outlier_int4, x, rows, cols, p);
+        check_codec(ctx, Codec::outlier_int4, x, rows, cols, p);
     }
     // A low threshold: most channels are candidates and the cap decides.
     CodecParams p;
     p.outlier_z = 0.0f;
     p.max_outlier_channels = 7;
-    check_float_codec(ctx, Codec::outlier_int4, x, rows, cols, p);
+    check_codec(ctx, Codec::outlier_int4, x, rows, cols, p);
 }
 
 TEST(CudaCodecs, OutlierInt4EdgeCases) {
@@ -398,7 +456,7 @@ TEST(CudaCodecs, OutlierInt4EdgeCases) {
             for (std::size_t j = 0; j < cols; ++j) flat[i * cols + j] = (j * 7 + i) % 3 ? 0.5f + i : -(0.5f + i);
         CodecParams p;
         p.group_size = 16;
-        EXPECT_EQ(check_float_codec(ctx, Codec::outlier_int4, flat, rows, cols, p), 0u);
+        EXPECT_EQ(check_codec(ctx, Codec::outlier_int4, flat, rows, cols, p), 0u);
         const Bytes g = cpu_compress(Codec::group_int4, flat.data(), rows, cols, p);
         DeviceArray<float> dx(flat);
         DeviceBlob blob(Codec::outlier_int4, rows, cols, p, kFill);
@@ -412,17 +470,17 @@ TEST(CudaCodecs, OutlierInt4EdgeCases) {
         CodecParams p;
         p.outlier_z = -1e30f;
         p.max_outlier_channels = static_cast<int>(cols);
-        EXPECT_EQ(check_float_codec(ctx, Codec::outlier_int4, activations(rows, cols, 9), rows, cols, p), cols);
+        EXPECT_EQ(check_codec(ctx, Codec::outlier_int4, activations(rows, cols, 9), rows, cols, p), cols);
     }
     // cols < 16: the default cap is 0, no selection runs (no scratch needed).
     {
         CudaTestContext no_scratch;
-        check_float_codec(no_scratch, Codec::outlier_int4, activations(7, 15, 10), 7, 15, CodecParams{});
+        check_codec(no_scratch, Codec::outlier_int4, activations(7, 15, 10), 7, 15, CodecParams{});
     }
     // Empty tensors: the header alone (channel_int4 with no rows: zero scales).
     for (Codec codec : {Codec::group_int4, Codec::outlier_int4, Codec::channel_int4, Codec::asym_int4}) {
-        check_float_codec(ctx, codec, Vec{}, 0, 40, CodecParams{});
-        check_float_codec(ctx, codec, Vec{}, 7, 0, CodecParams{});
+        check_codec(ctx, codec, Vec{}, 0, 40, CodecParams{});
+        check_codec(ctx, codec, Vec{}, 7, 0, CodecParams{});
     }
 }
 
@@ -503,6 +561,7 @@ TEST(CudaCodecs, MismatchedBlobsDecodeToNaNAndBadParametersThrow) {
     const Vec x = with_outliers(rows, cols, {3, 30}, 1);
     DeviceArray<float> dx(x);
     auto all_nan = [](const Vec& v) { return std::all_of(v.begin(), v.end(), [](float f) { return std::isnan(f); }); };
+    auto all_nan_bf16 = [&](const Bf16s& v) { return all_nan(as_floats(v)); };
     CodecParams p;
     p.max_outlier_channels = 4;
     for (Codec codec : {Codec::group_int4, Codec::outlier_int4, Codec::channel_int4, Codec::asym_int4}) {
@@ -511,6 +570,7 @@ TEST(CudaCodecs, MismatchedBlobsDecodeToNaNAndBadParametersThrow) {
         cuda::codec_compress(ctx.get(), codec, dx.get(), rows, cols, p, blob.slot.get());
         EXPECT_FALSE(all_nan(cuda_decompress(ctx, codec, blob.slot.get(), rows, cols)));
         EXPECT_TRUE(all_nan(cuda_decompress(ctx, codec, blob.slot.get(), rows - 1, cols))) << "wrong rows";
+        EXPECT_TRUE(all_nan_bf16(cuda_decompress<bf16>(ctx, codec, blob.slot.get(), rows - 1, cols))) << "bf16";
         EXPECT_TRUE(all_nan(cuda_decompress(ctx, codec, blob.slot.get(), rows, cols + 1))) << "wrong cols";
         const Codec other = codec == Codec::asym_int4 ? Codec::group_int4 : Codec::asym_int4;
         EXPECT_TRUE(all_nan(cuda_decompress(ctx, other, blob.slot.get(), rows, cols))) << "wrong codec";
@@ -524,6 +584,7 @@ TEST(CudaCodecs, MismatchedBlobsDecodeToNaNAndBadParametersThrow) {
         std::memcpy(corrupt.data() + 64 + 4, &bad, 4);  // the second index
         DeviceArray<unsigned char> d(corrupt);
         EXPECT_TRUE(all_nan(cuda_decompress(ctx, Codec::outlier_int4, d.get(), rows, cols))) << "index " << bad;
+        EXPECT_TRUE(all_nan_bf16(cuda_decompress<bf16>(ctx, Codec::outlier_int4, d.get(), rows, cols))) << "bf16";
         EXPECT_THROW(cpu_decompress(Codec::outlier_int4, corrupt, rows, cols), std::invalid_argument);
     }
     // A blob with no magic.
@@ -548,6 +609,12 @@ TEST(CudaCodecs, MismatchedBlobsDecodeToNaNAndBadParametersThrow) {
     no_scratch.scratch_bytes = codec_scratch_bytes(Codec::outlier_int4, rows, cols, p) - 1;
     EXPECT_THROW(cuda::codec_compress(no_scratch, Codec::outlier_int4, dx.get(), rows, cols, p, blob.slot.get()),
                  std::invalid_argument);
+    // Element types: the INT4 codecs read and write f32 or bf16, never mask bytes.
+    DeviceArray<unsigned char> mask(Bytes(rows * cols, 1));
+    EXPECT_THROW(cuda::codec_compress(ctx.get(), Codec::group_int4, mask.get(), rows, cols, p, blob.slot.get()),
+                 std::logic_error);
+    EXPECT_THROW(cuda::codec_decompress(ctx.get(), Codec::group_int4, blob.slot.get(), rows, cols, mask.get()),
+                 std::logic_error);
 }
 
 }  // namespace
