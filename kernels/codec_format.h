@@ -3,8 +3,9 @@
 // is pure arithmetic on shapes and parameters, the same for every backend; the kernels that write
 // and read blobs live with their backend (the CPU's in kernels/cpu/codecs.h).
 //
-// A tensor is a row-major rows x cols fp32 matrix, or, for bitpack, rows * cols bytes of a
-// dropout mask (0/1): the element type follows from the codec. Every codec but bitpack is lossy;
+// A tensor is a row-major rows x cols matrix of activations (fp32, or bf16 on CUDA, read as the
+// floats they are: a bf16 tensor gives the blob of the same values in fp32), or, for bitpack,
+// rows * cols bytes of a dropout mask (0/1). Every codec but bitpack is lossy;
 // each reports its size and, through measure_error, its error, which the planner and the monitor
 // read.
 //
@@ -61,9 +62,6 @@ enum class Codec : std::uint8_t { group_int4, outlier_int4, channel_int4, asym_i
 
 // Printable name ("group_int4", ...).
 const char* codec_name(Codec codec);
-// Bytes per element of the tensor a codec reads and decodes to: 1 for bitpack (mask bytes),
-// 4 (fp32) for the others.
-inline constexpr std::size_t codec_element_bytes(Codec codec) { return codec == Codec::bitpack ? 1 : 4; }
 // True for bitpack: the decoded tensor equals the original, so there is no error to measure.
 inline constexpr bool codec_is_lossless(Codec codec) { return codec == Codec::bitpack; }
 

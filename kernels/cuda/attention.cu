@@ -181,7 +181,7 @@ long att_rows(int B, int T, int NH) { return static_cast<long>(B) * NH * T; }
 }  // namespace
 
 void attention_softmax_forward(const KernelContext& ctx, Act att_act, ConstAct qkv_act, int B, int T, int C, int NH) {
-    const DType type = qkv_act.dtype();
+    const DType type = activation_type("attention_softmax_forward", {qkv_act, att_act});
     with_activation_type(type, "attention_softmax_forward", [&](auto tag) {
         using E = typename decltype(tag)::type;
         E* att = device_ptr<E>(att_act);
@@ -205,7 +205,7 @@ void attention_softmax_forward(const KernelContext& ctx, Act att_act, ConstAct q
 
 void attention_value_forward(const KernelContext& ctx, Act atty_act, ConstAct att_act, const unsigned char* mask,
                              float dropout_p, ConstAct qkv_act, int B, int T, int C, int NH) {
-    const DType type = qkv_act.dtype();
+    const DType type = activation_type("attention_value_forward", {qkv_act, atty_act, att_act});
     with_activation_type(type, "attention_value_forward", [&](auto tag) {
         using E = typename decltype(tag)::type;
         E* atty = device_ptr<E>(atty_act);
@@ -233,7 +233,7 @@ void attention_value_forward(const KernelContext& ctx, Act atty_act, ConstAct at
 void attention_value_backward(const KernelContext& ctx, Act datt_act, Act dqkv_act, ConstAct datty_act,
                               ConstAct att_act, const unsigned char* mask, float dropout_p, ConstAct qkv_act, int B,
                               int T, int C, int NH) {
-    const DType type = qkv_act.dtype();
+    const DType type = activation_type("attention_value_backward", {qkv_act, datt_act, dqkv_act, datty_act, att_act});
     with_activation_type(type, "attention_value_backward", [&](auto tag) {
         using E = typename decltype(tag)::type;
         E* datt = device_ptr<E>(datt_act);
@@ -272,7 +272,7 @@ void attention_value_backward(const KernelContext& ctx, Act datt_act, Act dqkv_a
 
 void attention_softmax_backward(const KernelContext& ctx, Act dqkv_act, Act datt_act, ConstAct att_act,
                                 ConstAct qkv_act, int B, int T, int C, int NH) {
-    const DType type = qkv_act.dtype();
+    const DType type = activation_type("attention_softmax_backward", {qkv_act, dqkv_act, datt_act, att_act});
     with_activation_type(type, "attention_softmax_backward", [&](auto tag) {
         using E = typename decltype(tag)::type;
         E* dqkv = device_ptr<E>(dqkv_act);

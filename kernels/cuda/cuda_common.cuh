@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #ifdef ADACC_SIMT_EMULATION
@@ -57,6 +58,17 @@ void with_activation_type(DType dtype, const char* kernel, Body&& body) {
     if (dtype == DType::bf16) return body(TypeTag<__nv_bfloat16>{});
     throw std::logic_error(std::string(kernel) + ": activations of type " + std::string(dtype_name(dtype)) +
                            " (the CUDA kernels run f32 and bf16)");
+}
+
+// The dtype every (non-null) activation of one call shares; a mixture is refused naming the
+// kernel, because the launcher picks one T (and the GEMMs one type) for all of them.
+inline DType activation_type(const char* kernel, std::initializer_list<ConstAct> tensors) {
+    const DType type = tensors.begin()->dtype();
+    for (const ConstAct& t : tensors)
+        if (t && t.dtype() != type)
+            throw std::invalid_argument(std::string(kernel) + ": activations of types " + std::string(dtype_name(type)) +
+                                        " and " + std::string(dtype_name(t.dtype())) + " in one call");
+    return type;
 }
 
 template <typename T>

@@ -46,20 +46,10 @@ __global__ void dropout_scale_kernel(T* out, const T* inp, const unsigned char* 
     out[i] = from_f32<T>((!mask || mask[i]) ? to_f32(inp[i]) * scale : 0.0f);
 }
 
-// Every activation of one call has the same dtype: the launcher picks one T for all of them.
-// (The same check is in layernorm.cu and gelu.cu; its place is next to with_activation_type.)
-void require_same_dtype(const char* kernel, ConstAct first, std::initializer_list<ConstAct> others) {
-    for (const ConstAct& other : others)
-        if (other.dtype() != first.dtype())
-            throw std::invalid_argument(std::string(kernel) + ": activations of types " +
-                                        std::string(dtype_name(first.dtype())) + " and " +
-                                        std::string(dtype_name(other.dtype())) + " in one call");
-}
-
 // out = inp * mask * scale on activations of one dtype, the launch behind the two kernels below.
 void launch_dropout_scale(const KernelContext& ctx, const char* kernel, Act out_act, ConstAct inp_act,
                           const unsigned char* mask, float scale, long n) {
-    require_same_dtype(kernel, out_act, {inp_act});
+    activation_type(kernel, {out_act, inp_act});
     if (n == 0) return;
     with_activation_type(out_act.dtype(), kernel, [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -79,7 +69,7 @@ void dropout_mask(const KernelContext& ctx, unsigned char* mask, long n, float p
 
 void residual_dropout_forward(const KernelContext& ctx, Act out_act, ConstAct residual_act, ConstAct inp_act,
                               const unsigned char* mask, float p, long n) {
-    require_same_dtype("residual_dropout_forward", out_act, {residual_act, inp_act});
+    activation_type("residual_dropout_forward", {out_act, residual_act, inp_act});
     if (n == 0) return;
     const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
     with_activation_type(out_act.dtype(), "residual_dropout_forward", [&](auto tag) {

@@ -37,20 +37,10 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, long 
     dinp[i] = from_f32<T>(grad * to_f32(dout[i]));
 }
 
-// Every activation of one call has the same dtype: the launcher picks one T for all of them.
-// (The same check is in layernorm.cu and dropout.cu; its place is next to with_activation_type.)
-void require_same_dtype(const char* kernel, ConstAct first, std::initializer_list<ConstAct> others) {
-    for (const ConstAct& other : others)
-        if (other.dtype() != first.dtype())
-            throw std::invalid_argument(std::string(kernel) + ": activations of types " +
-                                        std::string(dtype_name(first.dtype())) + " and " +
-                                        std::string(dtype_name(other.dtype())) + " in one call");
-}
-
 }  // namespace
 
 void gelu_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, long n) {
-    require_same_dtype("gelu_forward", out_act, {inp_act});
+    activation_type("gelu_forward", {out_act, inp_act});
     if (n == 0) return;
     with_activation_type(out_act.dtype(), "gelu_forward", [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -61,7 +51,7 @@ void gelu_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, long 
 }
 
 void gelu_backward(const KernelContext& ctx, Act dinp_act, ConstAct inp_act, ConstAct dout_act, long n) {
-    require_same_dtype("gelu_backward", dinp_act, {inp_act, dout_act});
+    activation_type("gelu_backward", {dinp_act, inp_act, dout_act});
     if (n == 0) return;
     with_activation_type(dinp_act.dtype(), "gelu_backward", [&](auto tag) {
         using T = typename decltype(tag)::type;

@@ -119,21 +119,11 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
     dbias[c] += db;
 }
 
-// Every activation of one call has the same dtype: the launcher picks one T for all of them.
-// (The same check is in gelu.cu and dropout.cu; its place is next to with_activation_type.)
-void require_same_dtype(const char* kernel, ConstAct first, std::initializer_list<ConstAct> others) {
-    for (const ConstAct& other : others)
-        if (other.dtype() != first.dtype())
-            throw std::invalid_argument(std::string(kernel) + ": activations of types " +
-                                        std::string(dtype_name(first.dtype())) + " and " +
-                                        std::string(dtype_name(other.dtype())) + " in one call");
-}
-
 }  // namespace
 
 void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float* rstd, ConstAct inp_act,
                        const float* weight, const float* bias, int N, int C) {
-    require_same_dtype("layernorm_forward", out_act, {inp_act});
+    activation_type("layernorm_forward", {out_act, inp_act});
     if (N == 0) return;
     constexpr int rows_per_block = kForwardThreads / 32;
     with_activation_type(out_act.dtype(), "layernorm_forward", [&](auto tag) {
@@ -146,7 +136,7 @@ void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float
 
 void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,
                         ConstAct inp_act, const float* weight, const float* mean, const float* rstd, int N, int C) {
-    require_same_dtype("layernorm_backward", dinp_act, {dout_act, inp_act});
+    activation_type("layernorm_backward", {dinp_act, dout_act, inp_act});
     if (N == 0 || C == 0) return;
     // Each warp's two shared slices take 8 C bytes; as many warps as fit in 48 KiB, up to 4.
     const std::size_t slice_bytes = 2 * static_cast<std::size_t>(C) * sizeof(float);

@@ -72,18 +72,6 @@ void bias_gradient(const KernelContext& ctx, float* dbias, const T* dout, int N,
     check_launch("matmul_backward (column_sum_final_kernel)");
 }
 
-// The element type of a kernel's activations, the first tensor's (never null); a mixture is
-// refused here, naming the kernel, because the GEMMs read them all as one type.
-DType activation_type(const char* kernel, std::initializer_list<ConstAct> tensors) {
-    const DType type = tensors.begin()->dtype();
-    for (const ConstAct& t : tensors)
-        if (t && t.dtype() != type)
-            throw std::invalid_argument(std::string(kernel) + ": activations of types " +
-                                        std::string(dtype_name(type)) + " and " + std::string(dtype_name(t.dtype())) +
-                                        " (they must all be the same)");
-    return type;
-}
-
 }  // namespace
 
 void matmul_forward(const KernelContext& ctx, Act out, ConstAct inp, ConstAct weight, ConstAct bias, int N, int C,

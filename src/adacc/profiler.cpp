@@ -29,7 +29,7 @@ TensorProfile profile_tensor(const GPTModel& model, TensorKind kind, int B, int 
     p.codec = adacc_codec(kind);
     p.compressed_bound = codec_max_bytes(p.codec, rows, cols, params);
     Backend& backend = model.backend();
-    const Arena blob(backend, p.compressed_bound), decoded(backend, numel * codec_element_bytes(p.codec)),
+    const Arena blob(backend, p.compressed_bound), decoded(backend, numel * dtype_size(info.dtype)),
         scratch(backend, codec_scratch_bytes(p.codec, rows, cols, params));
     KernelContext ctx = backend.context();
     ctx.scratch = scratch.data();

@@ -26,19 +26,19 @@ Codec adacc_codec(TensorKind kind) {
 }
 
 ActivationPlan::ActivationPlan(const BlockGraph& block, int n_layer)
-    : n_layer_(n_layer), plannable_(kNumTensorKinds, false), element_bytes_(kNumTensorKinds, 0),
+    : n_layer_(n_layer), plannable_(kNumTensorKinds, false), is_mask_(kNumTensorKinds, false),
       policies_(static_cast<std::size_t>(n_layer) * kNumTensorKinds) {
     for (const auto& t : block.tensors()) {
         plannable_[static_cast<int>(t.kind)] = t.saved && !t.tiny && t.kind != TensorKind::x;
-        element_bytes_[static_cast<int>(t.kind)] = dtype_size(t.dtype);
+        is_mask_[static_cast<int>(t.kind)] = t.dtype == DType::u8;
     }
 }
 
 void ActivationPlan::set(int layer, TensorKind kind, TensorPolicy policy) {
     if (!plannable_[static_cast<int>(kind)]) return;
-    if (policy.policy == Policy::compress && codec_element_bytes(policy.codec) != element_bytes_[static_cast<int>(kind)])
+    if (policy.policy == Policy::compress && (policy.codec == Codec::bitpack) != is_mask_[static_cast<int>(kind)])
         throw std::invalid_argument(std::string("codec ") + codec_name(policy.codec) + " cannot compress tensor " +
-                                    tensor_kind_name(kind) + " (masks take bitpack, fp32 tensors a float codec)");
+                                    tensor_kind_name(kind) + " (masks take bitpack, fp32 and bf16 tensors an INT4 codec)");
     policies_[index(layer, kind)] = policy;
 }
 

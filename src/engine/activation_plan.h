@@ -47,7 +47,7 @@ private:
     }
     int n_layer_;
     std::vector<bool> plannable_;  // per kind: saved, not x, not tiny
-    std::vector<std::size_t> element_bytes_;  // per kind: dtype_size (a codec must match it)
+    std::vector<bool> is_mask_;  // per kind: a byte mask (bitpack only) rather than activations (INT4 codecs)
     std::vector<TensorPolicy> policies_;
 };
 

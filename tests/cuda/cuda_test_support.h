@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/activation.h"
@@ -65,6 +66,29 @@ private:
 std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 // Dropout-style masks: 1 with probability keep.
 std::vector<unsigned char> random_mask(std::size_t n, std::uint64_t seed, float keep);
+
+// Values as elements of E hold them (float: unchanged; bf16: rounded to nearest even, as the
+// device's stores round), back as floats, and both ways: what the CPU twin sees of an E input.
+template <typename E>
+std::vector<E> device_values(const std::vector<float>& v) {
+    if constexpr (std::is_same_v<E, float>) {
+        return v;
+    } else {
+        std::vector<E> out(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) out[i] = to_bf16(v[i]);
+        return out;
+    }
+}
+inline std::vector<float> host_values(const std::vector<float>& v) { return v; }
+inline std::vector<float> host_values(const std::vector<bf16>& v) {
+    std::vector<float> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = to_float(v[i]);
+    return out;
+}
+template <typename E>
+std::vector<float> representable(const std::vector<float>& v) {
+    return host_values(device_values<E>(v));
+}
 
 // Every element within abs + rel * |want|; on failure names the first bad index and the count.
 ::testing::AssertionResult all_close(const std::vector<float>& got, const std::vector<float>& want, double rel,

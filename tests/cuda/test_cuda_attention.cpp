@@ -56,30 +56,6 @@ const Shape kShapes[] = {{2, 7, 72, 3},  {2, 1, 40, 2},  {1, 7, 40, 2},
 
 std::vector<float> nans(std::size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 
-// Test data as element type E holds it: fp32 as is, bf16 rounded to nearest even.
-float as_float(float x) { return x; }
-float as_float(bf16 x) { return to_float(x); }
-template <typename E>
-E from_float(float x) {
-    if constexpr (std::is_same_v<E, bf16>) return to_bf16(x);
-    else return x;
-}
-template <typename E>
-std::vector<E> device_values(const std::vector<float>& v) {
-    std::vector<E> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_float<E>(v[i]);
-    return out;
-}
-template <typename E>
-std::vector<float> host_values(const std::vector<E>& v) {
-    std::vector<float> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = as_float(v[i]);
-    return out;
-}
-template <typename E>
-std::vector<float> representable(const std::vector<float>& v) {
-    return host_values(device_values<E>(v));
-}
 // A device array of E holding v, and its contents as floats.
 template <typename E>
 struct Device {

@@ -71,27 +71,17 @@ void check(const Shape& s, float dloss, float spread) {
                 << "padding, row " << i << ", " << where(s, dloss);
 }
 
-std::vector<bf16> as_bf16(const std::vector<float>& x) {
-    std::vector<bf16> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_bf16(x[i]);
-    return y;
-}
-std::vector<float> as_floats(const std::vector<bf16>& x) {
-    std::vector<float> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_float(x[i]);
-    return y;
-}
 
 // check() with bf16 logits: the losses at the fp32 tolerance (the same values, fp32 math), the
 // dlogits at the bf16 one, the padding exactly 0, and with dloss 0 the logits' bits untouched.
 void check_bf16(const Shape& s, float dloss, float spread) {
     CudaTestContext ctx;
     const std::vector<int> targets = test_targets(s);
-    const std::vector<bf16> logits = as_bf16(test_logits(s, spread, targets));
+    const std::vector<bf16> logits = device_values<bf16>(test_logits(s, spread, targets));
     DeviceArray<bf16> d_logits(logits);
     DeviceArray<float> d_losses(s.N);
     DeviceArray<int> d_targets(targets);
-    std::vector<float> want = as_floats(logits), losses(s.N);
+    std::vector<float> want = host_values(logits), losses(s.N);
     cpu::fused_classifier(cpu::default_context(), want.data(), losses.data(), targets.data(), s.N, s.V, s.Vp, dloss);
     cuda::fused_classifier(ctx.get(), d_logits.get(), d_losses.get(), d_targets.get(), s.N, s.V, s.Vp, dloss);
     EXPECT_TRUE(all_close(d_losses.download(), losses, kLossRel, kLossAbs)) << "bf16 " << where(s, dloss);
@@ -100,7 +90,7 @@ void check_bf16(const Shape& s, float dloss, float spread) {
             << "bf16 logits must be untouched, " << where(s, dloss);
         return;
     }
-    const std::vector<float> got = as_floats(d_logits.download());
+    const std::vector<float> got = host_values(d_logits.download());
     EXPECT_TRUE(all_close(got, want, kBf16GradRel, kBf16GradAbsPerDloss * std::fabs(dloss)))
         << "bf16 " << where(s, dloss);
     for (int i = 0; i < s.N; ++i)

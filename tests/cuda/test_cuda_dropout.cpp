@@ -16,19 +16,9 @@ namespace {
 
 const long kSizes[] = {1, 31, 257, 4099};
 
-std::vector<bf16> as_bf16(const std::vector<float>& x) {
-    std::vector<bf16> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_bf16(x[i]);
-    return y;
-}
-std::vector<float> as_floats(const std::vector<bf16>& x) {
-    std::vector<float> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_float(x[i]);
-    return y;
-}
 // Uniform values as bf16 stores them, the inputs of the bf16 tests.
 std::vector<float> random_bf16_values(std::size_t n, std::uint64_t seed) {
-    return as_floats(as_bf16(random_floats(n, seed)));
+    return host_values(device_values<bf16>(random_floats(n, seed)));
 }
 
 TEST(CudaDropout, MaskIsBitIdenticalToTheCpu) {
@@ -124,13 +114,13 @@ TEST(CudaDropout, Bf16ResidualForwardIsTheFp32ResultRounded) {
     for (long n : kSizes) {
         const std::vector<float> residual = random_bf16_values(n, 1), inp = random_bf16_values(n, 2);
         const std::vector<unsigned char> mask = random_mask(n, 3, 1.0f - p);
-        DeviceArray<bf16> d_res(as_bf16(residual)), d_inp(as_bf16(inp)), d_out(n);
+        DeviceArray<bf16> d_res(device_values<bf16>(residual)), d_inp(device_values<bf16>(inp)), d_out(n);
         DeviceArray<unsigned char> d_mask(mask);
 
         std::vector<float> want(n);
         cpu::residual_dropout_forward(cpu::default_context(), want.data(), residual.data(), inp.data(), nullptr, p, n);
         cuda::residual_dropout_forward(ctx.get(), d_out.get(), d_res.get(), d_inp.get(), nullptr, p, n);
-        EXPECT_TRUE(all_equal_bytes(d_out.download(), as_bf16(want))) << "no mask, n=" << n;
+        EXPECT_TRUE(all_equal_bytes(d_out.download(), device_values<bf16>(want))) << "no mask, n=" << n;
 
         // Mask: exactly the two-rounding formula rounded to bf16. The CPU's own fp32 result may be
         // off by the fp32 test's tolerance (its scalar remainder is one FMA); rounding the device's
@@ -139,14 +129,14 @@ TEST(CudaDropout, Bf16ResidualForwardIsTheFp32ResultRounded) {
                                       n);
         cuda::residual_dropout_forward(ctx.get(), d_out.get(), d_res.get(), d_inp.get(), d_mask.get(), p, n);
         const std::vector<bf16> got = d_out.download();
-        EXPECT_TRUE(all_close(as_floats(got), want, 1.0 / 256 + 2 * 2.4e-7, 2 * 1.2e-7)) << "mask, n=" << n;
+        EXPECT_TRUE(all_close(host_values(got), want, 1.0 / 256 + 2 * 2.4e-7, 2 * 1.2e-7)) << "mask, n=" << n;
         const float scale = 1.0f / (1.0f - p);
         std::vector<float> rounded(n);
         for (long i = 0; i < n; ++i) {
             volatile float product = inp[i] * scale;  // volatile: rounded, never contracted
             rounded[i] = residual[i] + (mask[i] ? static_cast<float>(product) : 0.0f);
         }
-        EXPECT_TRUE(all_equal_bytes(got, as_bf16(rounded))) << "mask, n=" << n;
+        EXPECT_TRUE(all_equal_bytes(got, device_values<bf16>(rounded))) << "mask, n=" << n;
     }
 }
 
@@ -157,13 +147,13 @@ TEST(CudaDropout, Bf16ResidualBackwardIsTheCpuResultRounded) {
     for (long n : kSizes) {
         const std::vector<float> dout = random_bf16_values(n, 4);
         const std::vector<unsigned char> mask = random_mask(n, 5, 1.0f - p);
-        DeviceArray<bf16> d_dout(as_bf16(dout)), d_dinp(n);
+        DeviceArray<bf16> d_dout(device_values<bf16>(dout)), d_dinp(n);
         DeviceArray<unsigned char> d_mask(mask);
         for (const unsigned char* m : {static_cast<const unsigned char*>(nullptr), mask.data()}) {
             std::vector<float> want(n);
             cpu::residual_dropout_backward(cpu::default_context(), want.data(), dout.data(), m, p, n);
             cuda::residual_dropout_backward(ctx.get(), d_dinp.get(), d_dout.get(), m ? d_mask.get() : nullptr, p, n);
-            EXPECT_TRUE(all_equal_bytes(d_dinp.download(), as_bf16(want))) << (m ? "mask" : "no mask") << ", n=" << n;
+            EXPECT_TRUE(all_equal_bytes(d_dinp.download(), device_values<bf16>(want))) << (m ? "mask" : "no mask") << ", n=" << n;
         }
     }
 }
@@ -177,12 +167,12 @@ TEST(CudaDropout, Bf16ForwardIsTheCpuResultRoundedInPlaceToo) {
         const std::vector<unsigned char> mask = random_mask(n, 7, 1.0f - p);
         std::vector<float> want(n);
         cpu::dropout_forward(cpu::default_context(), want.data(), inp.data(), mask.data(), p, n);
-        DeviceArray<bf16> d_inp(as_bf16(inp)), d_out(n);
+        DeviceArray<bf16> d_inp(device_values<bf16>(inp)), d_out(n);
         DeviceArray<unsigned char> d_mask(mask);
         cuda::dropout_forward(ctx.get(), d_out.get(), d_inp.get(), d_mask.get(), p, n);
-        EXPECT_TRUE(all_equal_bytes(d_out.download(), as_bf16(want))) << "n=" << n;
+        EXPECT_TRUE(all_equal_bytes(d_out.download(), device_values<bf16>(want))) << "n=" << n;
         cuda::dropout_forward(ctx.get(), d_inp.get(), d_inp.get(), d_mask.get(), p, n);  // in place
-        EXPECT_TRUE(all_equal_bytes(d_inp.download(), as_bf16(want))) << "in place, n=" << n;
+        EXPECT_TRUE(all_equal_bytes(d_inp.download(), device_values<bf16>(want))) << "in place, n=" << n;
     }
 }
 

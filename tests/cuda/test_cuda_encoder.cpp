@@ -51,23 +51,13 @@ void check_shape(const Shape& s, const std::vector<int>& tokens) {
     EXPECT_TRUE(all_close(d_dwpe.download(), dwpe_want, 0.0, 0.0)) << "dwpe B=" << s.B << " T=" << s.T << " C=" << s.C;
 }
 
-std::vector<bf16> as_bf16(const std::vector<float>& x) {
-    std::vector<bf16> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_bf16(x[i]);
-    return y;
-}
-std::vector<float> as_floats(const std::vector<bf16>& x) {
-    std::vector<float> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_float(x[i]);
-    return y;
-}
 
 void check_shape_bf16(const Shape& s, const std::vector<int>& tokens) {
     CudaTestContext ctx;
     const int N = s.B * s.T;
     const std::vector<float> wte = random_floats(static_cast<std::size_t>(s.V) * s.C, 11),
                              wpe = random_floats(static_cast<std::size_t>(s.T) * s.C, 12);
-    const std::vector<bf16> dout = as_bf16(random_floats(static_cast<std::size_t>(N) * s.C, 13));
+    const std::vector<bf16> dout = device_values<bf16>(random_floats(static_cast<std::size_t>(N) * s.C, 13));
     std::vector<float> dwte_want = random_floats(wte.size(), 14), dwpe_want = random_floats(wpe.size(), 15);
     DeviceArray<float> d_wte(wte), d_wpe(wpe), d_dwte(dwte_want), d_dwpe(dwpe_want);
     DeviceArray<bf16> d_dout(dout), d_out(static_cast<std::size_t>(N) * s.C);
@@ -77,9 +67,9 @@ void check_shape_bf16(const Shape& s, const std::vector<int>& tokens) {
     std::vector<float> out_want(static_cast<std::size_t>(N) * s.C);
     cpu::encoder_forward(cpu::default_context(), out_want.data(), tokens.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
     cuda::encoder_forward(ctx.get(), d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), s.B, s.T, s.C);
-    EXPECT_TRUE(all_equal_bytes(d_out.download(), as_bf16(out_want))) << "bf16 forward " << where;
+    EXPECT_TRUE(all_equal_bytes(d_out.download(), device_values<bf16>(out_want))) << "bf16 forward " << where;
 
-    cpu::encoder_backward(cpu::default_context(), dwte_want.data(), dwpe_want.data(), as_floats(dout).data(),
+    cpu::encoder_backward(cpu::default_context(), dwte_want.data(), dwpe_want.data(), host_values(dout).data(),
                           tokens.data(), s.B, s.T, s.C);
     cuda::encoder_backward(ctx.get(), d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(), s.B, s.T, s.C);
     EXPECT_TRUE(all_close(d_dwte.download(), dwte_want, 0.0, 0.0)) << "bf16 dwte " << where;

@@ -15,16 +15,6 @@ constexpr double kRel = 1e-5, kAbs = 1e-6;
 // land one bf16 ulp apart (at most 2^-7 of the value); near zero the fp32 floor still applies.
 constexpr double kBf16UlpRel = 1.0 / 128;
 
-std::vector<bf16> as_bf16(const std::vector<float>& x) {
-    std::vector<bf16> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_bf16(x[i]);
-    return y;
-}
-std::vector<float> as_floats(const std::vector<bf16>& x) {
-    std::vector<float> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_float(x[i]);
-    return y;
-}
 
 const long kSizes[] = {1, 31, 257, 1000};
 
@@ -51,8 +41,8 @@ TEST(CudaGelu, Bf16ForwardAndBackwardMatchTheCpu) {
     ADACC_REQUIRE_CUDA_DEVICE();
     CudaTestContext ctx;
     for (long n : kSizes) {
-        const std::vector<bf16> x = as_bf16(random_floats(n, 1, -6.0f, 6.0f)), dout = as_bf16(random_floats(n, 2));
-        const std::vector<float> xf = as_floats(x), doutf = as_floats(dout);
+        const std::vector<bf16> x = device_values<bf16>(random_floats(n, 1, -6.0f, 6.0f)), dout = device_values<bf16>(random_floats(n, 2));
+        const std::vector<float> xf = host_values(x), doutf = host_values(dout);
         std::vector<float> want(n), dwant(n);
         cpu::gelu_forward(cpu::default_context(), want.data(), xf.data(), n);
         cpu::gelu_backward(cpu::default_context(), dwant.data(), xf.data(), doutf.data(), n);
@@ -61,13 +51,13 @@ TEST(CudaGelu, Bf16ForwardAndBackwardMatchTheCpu) {
         cuda::gelu_forward(ctx.get(), out.get(), dx.get(), n);
         cuda::gelu_forward(ctx.get(), out32.get(), dx32.get(), n);
         const std::vector<bf16> got = out.download();
-        EXPECT_TRUE(all_close(as_floats(got), as_floats(as_bf16(want)), kBf16UlpRel, kAbs)) << "forward n=" << n;
-        EXPECT_TRUE(all_equal_bytes(got, as_bf16(out32.download()))) << "forward n=" << n;
+        EXPECT_TRUE(all_close(host_values(got), host_values(device_values<bf16>(want)), kBf16UlpRel, kAbs)) << "forward n=" << n;
+        EXPECT_TRUE(all_equal_bytes(got, device_values<bf16>(out32.download()))) << "forward n=" << n;
         cuda::gelu_backward(ctx.get(), dd.get(), dx.get(), dd.get(), n);  // in place
         cuda::gelu_backward(ctx.get(), dd32.get(), dx32.get(), dd32.get(), n);
         const std::vector<bf16> dgot = dd.download();
-        EXPECT_TRUE(all_close(as_floats(dgot), as_floats(as_bf16(dwant)), kBf16UlpRel, kAbs)) << "backward n=" << n;
-        EXPECT_TRUE(all_equal_bytes(dgot, as_bf16(dd32.download()))) << "backward n=" << n;
+        EXPECT_TRUE(all_close(host_values(dgot), host_values(device_values<bf16>(dwant)), kBf16UlpRel, kAbs)) << "backward n=" << n;
+        EXPECT_TRUE(all_equal_bytes(dgot, device_values<bf16>(dd32.download()))) << "backward n=" << n;
     }
 }
 

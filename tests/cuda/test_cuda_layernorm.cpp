@@ -40,18 +40,6 @@ struct Inputs {
           bias(random_floats(s.C, seed + 2, -0.5f, 0.5f)) {}
 };
 
-std::vector<bf16> as_bf16(const std::vector<float>& x) {
-    std::vector<bf16> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_bf16(x[i]);
-    return y;
-}
-std::vector<float> as_floats(const std::vector<bf16>& x) {
-    std::vector<float> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = to_float(x[i]);
-    return y;
-}
-// x as bf16 stores it: what the CPU twin sees of a bf16 input.
-std::vector<float> rounded_to_bf16(const std::vector<float>& x) { return as_floats(as_bf16(x)); }
 
 std::string shape_name(const Shape& s) { return "N=" + std::to_string(s.N) + " C=" + std::to_string(s.C); }
 
@@ -140,15 +128,15 @@ TEST(CudaLayernorm, Bf16ForwardMatchesTheCpu) {
     CudaTestContext ctx;
     for (const Shape& s : {Shape{1, 40}, Shape{14, 72}, Shape{37, 300}, Shape{3, 768}}) {
         Inputs in(s, 100 + s.C);
-        in.x = rounded_to_bf16(in.x);
+        in.x = representable<bf16>(in.x);
         std::vector<float> out(in.x.size()), mean(s.N), rstd(s.N);
         cpu::layernorm_forward(cpu::default_context(), out.data(), mean.data(), rstd.data(), in.x.data(),
                                in.weight.data(), in.bias.data(), s.N, s.C);
-        DeviceArray<bf16> d_x(as_bf16(in.x)), d_out(in.x.size());
+        DeviceArray<bf16> d_x(device_values<bf16>(in.x)), d_out(in.x.size());
         DeviceArray<float> d_w(in.weight), d_b(in.bias), d_mean(s.N), d_rstd(s.N);
         cuda::layernorm_forward(ctx.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
                                 s.N, s.C);
-        EXPECT_TRUE(all_close(as_floats(d_out.download()), out, kBf16Rel, kBf16Abs)) << "out " << shape_name(s);
+        EXPECT_TRUE(all_close(host_values(d_out.download()), out, kBf16Rel, kBf16Abs)) << "out " << shape_name(s);
         // The statistics stay fp32, computed from the same values as the CPU's: the fp32 tolerance.
         EXPECT_TRUE(all_close(d_mean.download(), mean, kRel, kAbs)) << "mean " << shape_name(s);
         EXPECT_TRUE(all_close(d_rstd.download(), rstd, kRel, 0.0)) << "rstd " << shape_name(s);
@@ -162,21 +150,21 @@ void check_backward_bf16(const Shape& s, std::size_t scratch_bytes = 0) {
     KernelContext kctx = ctx.get();
     if (scratch_bytes) kctx.reduction_scratch_bytes = scratch_bytes;
     Inputs in(s, 200 + s.C);
-    in.x = rounded_to_bf16(in.x);
+    in.x = representable<bf16>(in.x);
     const std::size_t n = in.x.size();
     std::vector<float> out(n), mean(s.N), rstd(s.N);
     cpu::layernorm_forward(cpu::default_context(), out.data(), mean.data(), rstd.data(), in.x.data(), in.weight.data(),
                            in.bias.data(), s.N, s.C);
-    const std::vector<float> dout = rounded_to_bf16(random_floats(n, 7));
-    std::vector<float> dinp = rounded_to_bf16(random_floats(n, 8)), dweight = random_floats(s.C, 9),
+    const std::vector<float> dout = representable<bf16>(random_floats(n, 7));
+    std::vector<float> dinp = representable<bf16>(random_floats(n, 8)), dweight = random_floats(s.C, 9),
                        dbias = random_floats(s.C, 10);
-    DeviceArray<bf16> d_x(as_bf16(in.x)), d_dout(as_bf16(dout)), d_dinp(as_bf16(dinp));
+    DeviceArray<bf16> d_x(device_values<bf16>(in.x)), d_dout(device_values<bf16>(dout)), d_dinp(device_values<bf16>(dinp));
     DeviceArray<float> d_w(in.weight), d_mean(mean), d_rstd(rstd), d_dweight(dweight), d_dbias(dbias);
     cpu::layernorm_backward(cpu::default_context(), dinp.data(), dweight.data(), dbias.data(), dout.data(),
                             in.x.data(), in.weight.data(), mean.data(), rstd.data(), s.N, s.C);
     cuda::layernorm_backward(kctx, d_dinp.get(), d_dweight.get(), d_dbias.get(), d_dout.get(), d_x.get(), d_w.get(),
                              d_mean.get(), d_rstd.get(), s.N, s.C);
-    EXPECT_TRUE(all_close(as_floats(d_dinp.download()), dinp, kBf16Rel, kBf16Abs)) << "dinp " << shape_name(s);
+    EXPECT_TRUE(all_close(host_values(d_dinp.download()), dinp, kBf16Rel, kBf16Abs)) << "dinp " << shape_name(s);
     EXPECT_TRUE(all_close(d_dweight.download(), dweight, kRel, kParamAbs)) << "dweight " << shape_name(s);
     EXPECT_TRUE(all_close(d_dbias.download(), dbias, kRel, kParamAbs)) << "dbias " << shape_name(s);
 }

@@ -40,31 +40,6 @@ constexpr double kRelBf16 = 1.0 / 256 + kRel;
 
 std::vector<float> nans(std::size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 
-// Test data as element type E holds it: fp32 as is, bf16 rounded to nearest even. Inputs are made
-// representable first, so the CPU twin reads exactly the values the device does.
-float as_float(float x) { return x; }
-float as_float(bf16 x) { return to_float(x); }
-template <typename E>
-E from_float(float x) {
-    if constexpr (std::is_same_v<E, bf16>) return to_bf16(x);
-    else return x;
-}
-template <typename E>
-std::vector<E> device_values(const std::vector<float>& v) {
-    std::vector<E> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_float<E>(v[i]);
-    return out;
-}
-template <typename E>
-std::vector<float> host_values(const std::vector<E>& v) {
-    std::vector<float> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = as_float(v[i]);
-    return out;
-}
-template <typename E>
-std::vector<float> representable(const std::vector<float>& v) {
-    return host_values(device_values<E>(v));
-}
 
 // ---- the cuBLASLt calls, column-major, against a brute-force reference ----
 
@@ -87,7 +62,7 @@ void check_blas(cublasStatus_t s, const char* what) { ASSERT_EQ(s, CUBLAS_STATUS
 
 // Values as a matrix of `type` holds them, that matrix's bytes (uploaded as they are) and back.
 std::uint32_t element_bytes(cudaDataType type) { return type == CUDA_R_16BF ? 2 : 4; }
-std::vector<float> representable(const std::vector<float>& v, cudaDataType type) {
+std::vector<float> representable_as(const std::vector<float>& v, cudaDataType type) {
     return type == CUDA_R_16BF ? representable<bf16>(v) : v;
 }
 std::vector<unsigned char> bytes_of(const std::vector<float>& v, cudaDataType type) {
@@ -115,10 +90,10 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
     const Operand as = operand(c.ta ? c.k : c.m, c.ta ? c.m : c.k, 3, 5);
     const Operand bs = operand(c.tb ? c.n : c.k, c.tb ? c.k : c.n, 1, 7);
     const Operand ds = operand(c.m, c.n, 2, 4);
-    const std::vector<float> ha = representable(random_floats(as.elements(c.batch), 11), c.in),
-                             hb = representable(random_floats(bs.elements(c.batch), 12), c.in),
-                             hd = representable(random_floats(ds.elements(c.batch), 13), c.out),
-                             hbias = representable(random_floats(c.m, 14), c.out);
+    const std::vector<float> ha = representable_as(random_floats(as.elements(c.batch), 11), c.in),
+                             hb = representable_as(random_floats(bs.elements(c.batch), 12), c.in),
+                             hd = representable_as(random_floats(ds.elements(c.batch), 13), c.out),
+                             hbias = representable_as(random_floats(c.m, 14), c.out);
     // Reference: D (in place, so padding and untouched batches gaps must keep their values),
     // rounded to fp32 and then to D's type, as cuBLASLt rounds its fp32 result.
     std::vector<float> want = hd;
@@ -136,7 +111,7 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
                 float& out = want[i * ds.stride + row + col * ds.ld];
                 double v = c.alpha * acc + (c.beta != 0.0f ? c.beta * static_cast<double>(out) : 0.0);
                 if (c.bias) v += hbias[row];
-                out = representable({static_cast<float>(v)}, c.out)[0];
+                out = representable_as({static_cast<float>(v)}, c.out)[0];
             }
     DeviceArray<unsigned char> da(bytes_of(ha, c.in)), db(bytes_of(hb, c.in)), dd(bytes_of(hd, c.out)),
         dbias(bytes_of(hbias, c.out));

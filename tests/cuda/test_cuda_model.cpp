@@ -81,7 +81,8 @@ constexpr double kRel = 1e-5, kAbs = 1e-7;
 // with lr = 1e-3 that is 1e-5 at worst, and 5e-7 was the largest seen. The floor is 2e-6.
 constexpr double kParamAbs = 2e-6;
 // bf16 against fp32: see Bf16TrainingFollowsTheFp32CpuWithinBf16Precision.
-constexpr double kBf16LossRel = 1e-2, kBf16GradRelL2 = 0.1, kBf16ParamRelL2 = 0.02, kBf16LogitRelL2 = 0.05;
+constexpr double kBf16LossRel = 2e-4, kBf16GradRelL2 = 3e-2, kBf16ParamRelL2 = 6e-3, kBf16LogitRelL2 = 2.5e-2;
+constexpr double kBf16GradRelL2Floor = 1e-4;
 
 void expect_same_training(const TrainOutcome& cuda, const TrainOutcome& cpu, double rel, double abs,
                           const char* what) {
@@ -162,13 +163,12 @@ double max_relative(const std::vector<float>& got, const std::vector<float>& wan
 
 // bf16 on CUDA (activations, matmul inputs and the weights' working copy in bf16; fp32
 // accumulation, masters, gradients and AdamW state) against fp32 on the CPU, from the same fp32
-// init. bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%), applied at every stored
-// activation and matmul input; over two layers, forward and backward, the errors add up to a
-// few tenths of a percent in the loss and a few percent in the gradients. The bounds below
-// are about 3x the largest values measured across these modes and configs (printed on failure);
-// the parameter bound is looser per unit of gradient error because AdamW's first steps move
-// each parameter by about lr x sign(g), so elements whose gradient is near zero may move the
-// other way. A fp32-vs-fp32 run is ~1e-6 on all of these: bf16 is what the bounds measure.
+// init. bf16 keeps 8 significant bits (a rounding moves a value by up to 2^-8 of itself), applied
+// at every stored activation and matmul input. Measured under emulation (the test prints them):
+// losses within 5e-5 relative, relative L2 errors of 0.4-1.0% in the gradients, 0.1-0.2% in the
+// parameters after two steps and 0.5-0.75% in the logits, quant the largest. The bounds are
+// about 3x those. A fp32-vs-fp32 run is ~1e-6 on all of these, so the lower bound on the
+// gradient error shows the run really computed in bf16.
 TEST(CudaModel, Bf16TrainingFollowsTheFp32CpuWithinBf16Precision) {
     ADACC_REQUIRE_CUDA_DEVICE();
     const int B = 2, T = 7;
@@ -184,6 +184,7 @@ TEST(CudaModel, Bf16TrainingFollowsTheFp32CpuWithinBf16Precision) {
             std::printf("bf16 vs fp32 CPU, %s: loss rel %.2e, relative L2 gradients %.3e, parameters %.3e, logits %.3e\n",
                         what.c_str(), max_relative(bf16.losses, cpu.losses), grads, params, logits);
             EXPECT_LT(grads, kBf16GradRelL2) << what << ": gradients";
+            EXPECT_GT(grads, kBf16GradRelL2Floor) << what << ": no bf16 rounding visible; did the model run fp32?";
             EXPECT_LT(params, kBf16ParamRelL2) << what << ": parameters";
             EXPECT_LT(logits, kBf16LogitRelL2) << what << ": logits";
         }
@@ -229,7 +230,9 @@ TEST(CudaModel, CheckpointsMoveBetweenBackends) {
         back_on_gpu.read_arena(arena, 0, again.size(), again.data());
         EXPECT_TRUE(bit_identical(gpu, cpu));
         EXPECT_TRUE(bit_identical(gpu, again));
-        if (arena == ModelArena::parameters) EXPECT_TRUE(bit_identical(gpu, masters));
+        if (arena == ModelArena::parameters) {
+            EXPECT_TRUE(bit_identical(gpu, masters));
+        }
     }
 }
 
