@@ -4,6 +4,7 @@
 // bf16 they are those fp32 results rounded once, so they equal the CPU's (run on the same bf16
 // values as floats) rounded to bf16, bit for bit.
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
@@ -15,11 +16,6 @@ namespace adacc::test {
 namespace {
 
 const long kSizes[] = {1, 31, 257, 4099};
-
-// Uniform values as bf16 stores them, the inputs of the bf16 tests.
-std::vector<float> random_bf16_values(std::size_t n, std::uint64_t seed) {
-    return host_values(device_values<bf16>(random_floats(n, seed)));
-}
 
 TEST(CudaDropout, MaskIsBitIdenticalToTheCpu) {
     ADACC_REQUIRE_CUDA_DEVICE();
@@ -35,145 +31,102 @@ TEST(CudaDropout, MaskIsBitIdenticalToTheCpu) {
         }
 }
 
-TEST(CudaDropout, ResidualForwardMatchesTheCpu) {
-    ADACC_REQUIRE_CUDA_DEVICE();
+// Each test runs in fp32 and in bf16 (E): the inputs are values E holds, the CPU twin runs on
+// them as floats, and the device's result must be the CPU's (rounded to E once) bit for bit.
+template <typename E>
+void check_residual_forward() {
     CudaTestContext ctx;
     const float p = 0.1f;
     for (long n : kSizes) {
-        const std::vector<float> residual = random_floats(n, 1), inp = random_floats(n, 2);
+        const std::vector<float> residual = representable<E>(random_floats(n, 1)),
+                                 inp = representable<E>(random_floats(n, 2));
         const std::vector<unsigned char> mask = random_mask(n, 3, 1.0f - p);
-        DeviceArray<float> d_res(residual), d_inp(inp), d_out(n);
+        DeviceArray<E> d_res(device_values<E>(residual)), d_inp(device_values<E>(inp)), d_out(n);
         DeviceArray<unsigned char> d_mask(mask);
 
         // No mask: one addition, bit-identical.
         std::vector<float> want(n);
         cpu::residual_dropout_forward(cpu::default_context(), want.data(), residual.data(), inp.data(), nullptr, p, n);
         cuda::residual_dropout_forward(ctx.get(), d_out.get(), d_res.get(), d_inp.get(), nullptr, p, n);
-        EXPECT_TRUE(all_close(d_out.download(), want, 0.0, 0.0)) << "no mask, n=" << n;
+        EXPECT_TRUE(all_equal_bytes(d_out.download(), device_values<E>(want))) << "no mask, n=" << n;
 
         // Mask: residual + round(inp * scale). The CPU twin computes that in its vectorised loop,
         // but GCC fuses the scalar remainder of each thread's chunk into one FMA (one rounding
         // instead of two), so the device is compared exactly with the two-rounding formula and
         // with the CPU within what the two roundings allow: an ulp of the result (relative
         // 2.4e-7) plus an ulp of the product where they cancel (|inp * scale| < 1.2: 1.2e-7).
+        // In bf16 the device's result is rounded once more (2^-8 of it), and the CPU's fp32 may
+        // sit on the other side of a rounding boundary: 2^-8 plus that tolerance doubled.
         cpu::residual_dropout_forward(cpu::default_context(), want.data(), residual.data(), inp.data(), mask.data(), p,
                                       n);
         cuda::residual_dropout_forward(ctx.get(), d_out.get(), d_res.get(), d_inp.get(), d_mask.get(), p, n);
-        const std::vector<float> got = d_out.download();
-        EXPECT_TRUE(all_close(got, want, 2.4e-7, 1.2e-7)) << "mask, n=" << n;
+        const std::vector<E> got = d_out.download();
+        const bool bf16 = std::is_same_v<E, adacc::bf16>;
+        EXPECT_TRUE(all_close(host_values(got), want, bf16 ? 1.0 / 256 + 2 * 2.4e-7 : 2.4e-7, bf16 ? 2.4e-7 : 1.2e-7))
+            << "mask, n=" << n;
         const float scale = 1.0f / (1.0f - p);
         std::vector<float> rounded(n);
         for (long i = 0; i < n; ++i) {
             volatile float product = inp[i] * scale;  // volatile: rounded, never contracted
             rounded[i] = residual[i] + (mask[i] ? static_cast<float>(product) : 0.0f);
         }
-        EXPECT_TRUE(all_close(got, rounded, 0.0, 0.0)) << "mask, n=" << n;
+        EXPECT_TRUE(all_equal_bytes(got, device_values<E>(rounded))) << "mask, n=" << n;
     }
+}
+
+template <typename E>
+void check_residual_backward() {
+    CudaTestContext ctx;
+    const float p = 0.25f;
+    for (long n : kSizes) {
+        const std::vector<float> dout = representable<E>(random_floats(n, 4));
+        const std::vector<unsigned char> mask = random_mask(n, 5, 1.0f - p);
+        DeviceArray<E> d_dout(device_values<E>(dout)), d_dinp(n);
+        DeviceArray<unsigned char> d_mask(mask);
+        for (const unsigned char* m : {static_cast<const unsigned char*>(nullptr), mask.data()}) {
+            std::vector<float> want(n);
+            cpu::residual_dropout_backward(cpu::default_context(), want.data(), dout.data(), m, p, n);
+            cuda::residual_dropout_backward(ctx.get(), d_dinp.get(), d_dout.get(), m ? d_mask.get() : nullptr, p, n);
+            EXPECT_TRUE(all_equal_bytes(d_dinp.download(), device_values<E>(want)))
+                << (m ? "mask" : "no mask") << ", n=" << n;
+        }
+    }
+}
+
+template <typename E>
+void check_dropout_forward() {
+    CudaTestContext ctx;
+    const float p = 0.1f;
+    for (long n : kSizes) {
+        const std::vector<float> inp = representable<E>(random_floats(n, 6));
+        const std::vector<unsigned char> mask = random_mask(n, 7, 1.0f - p);
+        std::vector<float> want(n);
+        cpu::dropout_forward(cpu::default_context(), want.data(), inp.data(), mask.data(), p, n);
+        DeviceArray<E> d_inp(device_values<E>(inp)), d_out(n);
+        DeviceArray<unsigned char> d_mask(mask);
+        cuda::dropout_forward(ctx.get(), d_out.get(), d_inp.get(), d_mask.get(), p, n);
+        EXPECT_TRUE(all_equal_bytes(d_out.download(), device_values<E>(want))) << "n=" << n;
+        cuda::dropout_forward(ctx.get(), d_inp.get(), d_inp.get(), d_mask.get(), p, n);  // in place (embeddings)
+        EXPECT_TRUE(all_equal_bytes(d_inp.download(), device_values<E>(want))) << "in place, n=" << n;
+    }
+}
+
+TEST(CudaDropout, ResidualForwardMatchesTheCpu) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    check_residual_forward<float>();
+    check_residual_forward<bf16>();
 }
 
 TEST(CudaDropout, ResidualBackwardIsBitIdenticalToTheCpu) {
     ADACC_REQUIRE_CUDA_DEVICE();
-    CudaTestContext ctx;
-    const float p = 0.25f;
-    for (long n : kSizes) {
-        const std::vector<float> dout = random_floats(n, 4);
-        const std::vector<unsigned char> mask = random_mask(n, 5, 1.0f - p);
-        DeviceArray<float> d_dout(dout), d_dinp(n);
-        DeviceArray<unsigned char> d_mask(mask);
-        for (const unsigned char* m : {static_cast<const unsigned char*>(nullptr), mask.data()}) {
-            std::vector<float> want(n);
-            cpu::residual_dropout_backward(cpu::default_context(), want.data(), dout.data(), m, p, n);
-            cuda::residual_dropout_backward(ctx.get(), d_dinp.get(), d_dout.get(), m ? d_mask.get() : nullptr, p, n);
-            EXPECT_TRUE(all_close(d_dinp.download(), want, 0.0, 0.0)) << (m ? "mask" : "no mask") << ", n=" << n;
-        }
-    }
+    check_residual_backward<float>();
+    check_residual_backward<bf16>();
 }
 
 TEST(CudaDropout, ForwardIsBitIdenticalToTheCpuInPlaceToo) {
     ADACC_REQUIRE_CUDA_DEVICE();
-    CudaTestContext ctx;
-    const float p = 0.1f;
-    for (long n : kSizes) {
-        const std::vector<float> inp = random_floats(n, 6);
-        const std::vector<unsigned char> mask = random_mask(n, 7, 1.0f - p);
-        std::vector<float> want(n);
-        cpu::dropout_forward(cpu::default_context(), want.data(), inp.data(), mask.data(), p, n);
-        DeviceArray<float> d_inp(inp), d_out(n);
-        DeviceArray<unsigned char> d_mask(mask);
-        cuda::dropout_forward(ctx.get(), d_out.get(), d_inp.get(), d_mask.get(), p, n);
-        EXPECT_TRUE(all_close(d_out.download(), want, 0.0, 0.0)) << "n=" << n;
-        cuda::dropout_forward(ctx.get(), d_inp.get(), d_inp.get(), d_mask.get(), p, n);  // in place (embeddings)
-        EXPECT_TRUE(all_close(d_inp.download(), want, 0.0, 0.0)) << "in place, n=" << n;
-    }
-}
-
-TEST(CudaDropout, Bf16ResidualForwardIsTheFp32ResultRounded) {
-    ADACC_REQUIRE_CUDA_DEVICE();
-    CudaTestContext ctx;
-    const float p = 0.1f;
-    for (long n : kSizes) {
-        const std::vector<float> residual = random_bf16_values(n, 1), inp = random_bf16_values(n, 2);
-        const std::vector<unsigned char> mask = random_mask(n, 3, 1.0f - p);
-        DeviceArray<bf16> d_res(device_values<bf16>(residual)), d_inp(device_values<bf16>(inp)), d_out(n);
-        DeviceArray<unsigned char> d_mask(mask);
-
-        std::vector<float> want(n);
-        cpu::residual_dropout_forward(cpu::default_context(), want.data(), residual.data(), inp.data(), nullptr, p, n);
-        cuda::residual_dropout_forward(ctx.get(), d_out.get(), d_res.get(), d_inp.get(), nullptr, p, n);
-        EXPECT_TRUE(all_equal_bytes(d_out.download(), device_values<bf16>(want))) << "no mask, n=" << n;
-
-        // Mask: exactly the two-rounding formula rounded to bf16. The CPU's own fp32 result may be
-        // off by the fp32 test's tolerance (its scalar remainder is one FMA); rounding the device's
-        // result to bf16 adds at most 2^-8 of it, so against the CPU: 2^-8 plus that tolerance doubled.
-        cpu::residual_dropout_forward(cpu::default_context(), want.data(), residual.data(), inp.data(), mask.data(), p,
-                                      n);
-        cuda::residual_dropout_forward(ctx.get(), d_out.get(), d_res.get(), d_inp.get(), d_mask.get(), p, n);
-        const std::vector<bf16> got = d_out.download();
-        EXPECT_TRUE(all_close(host_values(got), want, 1.0 / 256 + 2 * 2.4e-7, 2 * 1.2e-7)) << "mask, n=" << n;
-        const float scale = 1.0f / (1.0f - p);
-        std::vector<float> rounded(n);
-        for (long i = 0; i < n; ++i) {
-            volatile float product = inp[i] * scale;  // volatile: rounded, never contracted
-            rounded[i] = residual[i] + (mask[i] ? static_cast<float>(product) : 0.0f);
-        }
-        EXPECT_TRUE(all_equal_bytes(got, device_values<bf16>(rounded))) << "mask, n=" << n;
-    }
-}
-
-TEST(CudaDropout, Bf16ResidualBackwardIsTheCpuResultRounded) {
-    ADACC_REQUIRE_CUDA_DEVICE();
-    CudaTestContext ctx;
-    const float p = 0.25f;
-    for (long n : kSizes) {
-        const std::vector<float> dout = random_bf16_values(n, 4);
-        const std::vector<unsigned char> mask = random_mask(n, 5, 1.0f - p);
-        DeviceArray<bf16> d_dout(device_values<bf16>(dout)), d_dinp(n);
-        DeviceArray<unsigned char> d_mask(mask);
-        for (const unsigned char* m : {static_cast<const unsigned char*>(nullptr), mask.data()}) {
-            std::vector<float> want(n);
-            cpu::residual_dropout_backward(cpu::default_context(), want.data(), dout.data(), m, p, n);
-            cuda::residual_dropout_backward(ctx.get(), d_dinp.get(), d_dout.get(), m ? d_mask.get() : nullptr, p, n);
-            EXPECT_TRUE(all_equal_bytes(d_dinp.download(), device_values<bf16>(want))) << (m ? "mask" : "no mask") << ", n=" << n;
-        }
-    }
-}
-
-TEST(CudaDropout, Bf16ForwardIsTheCpuResultRoundedInPlaceToo) {
-    ADACC_REQUIRE_CUDA_DEVICE();
-    CudaTestContext ctx;
-    const float p = 0.1f;
-    for (long n : kSizes) {
-        const std::vector<float> inp = random_bf16_values(n, 6);
-        const std::vector<unsigned char> mask = random_mask(n, 7, 1.0f - p);
-        std::vector<float> want(n);
-        cpu::dropout_forward(cpu::default_context(), want.data(), inp.data(), mask.data(), p, n);
-        DeviceArray<bf16> d_inp(device_values<bf16>(inp)), d_out(n);
-        DeviceArray<unsigned char> d_mask(mask);
-        cuda::dropout_forward(ctx.get(), d_out.get(), d_inp.get(), d_mask.get(), p, n);
-        EXPECT_TRUE(all_equal_bytes(d_out.download(), device_values<bf16>(want))) << "n=" << n;
-        cuda::dropout_forward(ctx.get(), d_inp.get(), d_inp.get(), d_mask.get(), p, n);  // in place
-        EXPECT_TRUE(all_equal_bytes(d_inp.download(), device_values<bf16>(want))) << "in place, n=" << n;
-    }
+    check_dropout_forward<float>();
+    check_dropout_forward<bf16>();
 }
 
 TEST(CudaDropout, ActivationsOfDifferentDtypesAreRefused) {
