@@ -14,6 +14,8 @@
 #include "src/engine/memory_report.h"
 #include "src/adacc/profiler.h"
 #include "src/train/trainer.h"
+#include "src/train/token_loader.h"
+#include "src/engine/gpt_model.h"
 #include "tests/test_support.h"
 
 namespace adacc {
@@ -80,6 +82,65 @@ TEST(Compare, StepsAreTrainingSteps) {
     profile_block(config.model, B, B, T, tokens, nullptr, 1, {}).save(dir / "profile.json");
     planned.memory.profile = (dir / "profile.json").string();
     expect_compare_matches_training(planned, MemoryMode::adacc, (full + none) / 2, dir);
+}
+
+// Gradient fidelity against an independent computation: the gradients of one step at init (dropout
+// off) read straight from two models, and relative L2 and cosine summed here in long double.
+// Recomputation gives keep-all's gradients bit for bit (0 and 1 exactly); INT4 does not.
+TEST(Compare, GradientFidelityMatchesAnIndependentComputation) {
+    const auto dir = test::scratch_dir("compare_gradients");
+    const RunConfig config = small_run(dir);
+    CompareOptions options;
+    options.modes = {MemoryMode::none, MemoryMode::full, MemoryMode::selective, MemoryMode::quant};
+    options.batches = {config.training.batch_size};
+    options.steps = 1;
+    const auto rows = run_comparison(config, options);
+    ASSERT_EQ(rows.size(), 4u);
+
+    const int B = config.training.batch_size, T = config.training.seq_len;
+    auto gradients = [&](MemoryMode mode) {
+        GPTModel model(config.model, B, T, plan_for_mode(config.model, B, T, mode));
+        model.init_weights(config.training.seed);
+        DataLoader data = open_token_loader(config, TokenSplit::train, config.data.shuffle);
+        std::vector<int> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
+        data.next_batch(inputs, targets);
+        model.forward(inputs.data(), targets.data(), B, T, DropoutContext{0, 0, 0, false}, 1.0f / (B * T));
+        model.backward(inputs.data(), B, T, false);
+        std::vector<float> g(model.num_params());
+        model.read_arena(ModelArena::gradients, 0, g.size(), g.data());
+        return g;
+    };
+    const std::vector<float> none = gradients(MemoryMode::none), quant = gradients(MemoryMode::quant);
+    long double err = 0, dot = 0, q2 = 0, n2 = 0;
+    for (std::size_t i = 0; i < none.size(); ++i) {
+        err += (static_cast<long double>(quant[i]) - none[i]) * (static_cast<long double>(quant[i]) - none[i]);
+        dot += static_cast<long double>(quant[i]) * none[i];
+        q2 += static_cast<long double>(quant[i]) * quant[i];
+        n2 += static_cast<long double>(none[i]) * none[i];
+    }
+    const double want_rel = std::sqrt(static_cast<double>(err / n2)), want_cos = static_cast<double>(dot / std::sqrt(q2 * n2));
+
+    for (const CompareRow& row : rows) {
+        ASSERT_TRUE(row.gradients) << memory_mode_name(row.mode);
+        const GradientFidelity& g = *row.gradients;
+        EXPECT_EQ(g.tensors.size(), static_cast<std::size_t>(kNumParamTensors));
+        if (row.mode == MemoryMode::quant) {
+            EXPECT_NEAR(g.overall.relative_l2, want_rel, 1e-9 * want_rel);
+            EXPECT_NEAR(g.overall.cosine, want_cos, 1e-12);
+            EXPECT_GT(g.overall.relative_l2, 1e-4) << "INT4 activations change the gradients";
+            EXPECT_LT(g.overall.cosine, 1.0);
+        } else {
+            EXPECT_EQ(g.overall.relative_l2, 0.0) << memory_mode_name(row.mode);
+            EXPECT_EQ(g.overall.cosine, 1.0) << memory_mode_name(row.mode);
+            for (const auto& [name, f] : g.tensors) EXPECT_EQ(f.relative_l2, 0.0) << memory_mode_name(row.mode) << " " << name;
+        }
+    }
+    // The table, csv and json carry the figures.
+    EXPECT_NE(format_comparison(rows, "table").find("grad_err"), std::string::npos);
+    EXPECT_NE(format_comparison(rows, "csv").find("grad_rel_l2,grad_cosine"), std::string::npos);
+    const auto json = nlohmann::json::parse(format_comparison(rows, "json"));
+    EXPECT_DOUBLE_EQ(json[3]["gradient"]["relative_l2"].get<double>(), rows[3].gradients->overall.relative_l2);
+    EXPECT_TRUE(json[3]["gradient"]["tensors"].contains("qkvw"));
 }
 
 }  // namespace

@@ -60,6 +60,8 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
         RunConfig at_batch = config;
         at_batch.training.batch_size = B;
         std::optional<double> none_loss;
+        const ParameterLayout layout(config.model);
+        std::vector<float> reference;  // none's gradients at this batch, computed once when first needed
         for (MemoryMode mode : options.modes) {
             CompareRow row;
             row.mode = mode;
@@ -102,6 +104,11 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
                 row.tokens_per_s = r.median_step_ms > 0 ? tokens / (r.median_step_ms / 1e3) : 0;
                 row.loss = r.last_loss;
                 if (mode == MemoryMode::none) none_loss = row.loss;
+                if (reference.empty())
+                    reference = gradients_at_init(at_batch, plan_for_mode(config.model, B, T, MemoryMode::none), {});
+                const std::vector<float> grads =
+                    mode == MemoryMode::none ? reference : gradients_at_init(at_batch, plan, codec_params);
+                row.gradients = compare_gradients(grads, reference, layout);
             }
             rows.push_back(row);
         }
@@ -198,6 +205,21 @@ std::string fixed(double v, int decimals) {
     std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
     return buf;
 }
+std::string scientific(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3e", v);
+    return buf;
+}
+
+nlohmann::json fidelity_json(const Fidelity& f) { return {{"relative_l2", f.relative_l2}, {"cosine", f.cosine}}; }
+
+nlohmann::json gradient_json(const GradientFidelity& g) {
+    nlohmann::json tensors = nlohmann::json::object();
+    for (const auto& [name, f] : g.tensors) tensors[name] = fidelity_json(f);
+    nlohmann::json out = fidelity_json(g.overall);
+    out["tensors"] = tensors;
+    return out;
+}
 }  // namespace
 
 std::string format_comparison(const std::vector<CompareRow>& rows, const std::string& format) {
@@ -207,38 +229,47 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
             out.push_back({{"mode", memory_mode_name(r.mode)}, {"batch", r.batch}, {"seq", r.seq}, {"fits", r.fits},
                            {"ran", r.ran}, {"tape_peak_bytes", r.tape_peak_bytes}, {"total_bytes", r.total_bytes},
                            {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"loss", r.loss},
-                           {"loss_delta_pct", r.loss_delta_pct ? nlohmann::json(*r.loss_delta_pct) : nlohmann::json()}});
+                           {"loss_delta_pct", r.loss_delta_pct ? nlohmann::json(*r.loss_delta_pct) : nlohmann::json()},
+                           {"gradient", r.gradients ? gradient_json(*r.gradients) : nlohmann::json()}});
         return out.dump(2) + "\n";
     }
     const bool csv = format == "csv";
     std::string out;
     char line[512];
     if (csv)
-        out += "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,loss_delta_pct,fits_budget\n";
+        out += "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,loss_delta_pct,fits_budget,"
+               "grad_rel_l2,grad_cosine\n";
     else {
-        std::snprintf(line, sizeof line, "%-13s %5s %5s %14s %14s %10s %12s %9s %14s\n", "mode", "batch", "seq",
-                      "tape_peak", "total", "step_ms", "tokens/s", "loss", "loss_delta_pct");
+        std::snprintf(line, sizeof line, "%-13s %5s %5s %14s %14s %10s %12s %9s %14s %10s %10s\n", "mode", "batch",
+                      "seq", "tape_peak", "total", "step_ms", "tokens/s", "loss", "loss_delta_pct", "grad_err",
+                      "grad_cos");
         out += line;
     }
     for (const auto& r : rows) {
         const char* mode = memory_mode_name(r.mode);
         const std::string delta = r.loss_delta_pct ? fixed(*r.loss_delta_pct, 3) : "";
+        const std::string grad_err = r.gradients ? scientific(r.gradients->overall.relative_l2) : "",
+                          grad_cos = r.gradients ? fixed(r.gradients->overall.cosine, 6) : "";
         if (csv) {
             out += std::string(mode) + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) + "," +
                    (r.ran ? std::to_string(r.tape_peak_bytes) : "") + "," + std::to_string(r.total_bytes) + "," +
                    (r.ran ? fixed(r.step_ms, 2) + "," + fixed(r.tokens_per_s, 1) + "," + fixed(r.loss, 5) : ",,") +
-                   "," + delta + "," + (r.fits ? "yes" : "no") + "\n";
+                   "," + delta + "," + (r.fits ? "yes" : "no") + "," + grad_err + "," + grad_cos + "\n";
             continue;
         }
         if (!r.ran)
             std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   does not fit the budget\n", mode,
                           r.batch, r.seq, "-", r.total_bytes ? format_bytes(r.total_bytes).c_str() : "-");
         else
-            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s %10.1f %12.1f %9.4f %14s%s\n", mode,
+            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s %10.1f %12.1f %9.4f %14s %10s %10s%s\n", mode,
                           r.batch, r.seq, format_bytes(r.tape_peak_bytes).c_str(), format_bytes(r.total_bytes).c_str(),
-                          r.step_ms, r.tokens_per_s, r.loss, delta.c_str(), r.fits ? "" : "  (over budget: reference)");
+                          r.step_ms, r.tokens_per_s, r.loss, delta.c_str(), grad_err.c_str(), grad_cos.c_str(),
+                          r.fits ? "" : "  (over budget: reference)");
         out += line;
     }
+    if (!csv)
+        out += "grad_err, grad_cos: relative L2 error and cosine of the parameter gradients against none's, from one "
+               "extra forward and backward per mode at the initial weights on the first batch, dropout off\n";
     return out;
 }
 

@@ -1,7 +1,8 @@
 // `adacc compare`: every (memory mode, batch) trained for a few steps from the same initial
 // weights and data, each step exactly as training takes it (src/train/training_step.h: its
 // training.grad_accum micro-batches, data.shuffle, clipping, the lr schedule), with the tape's
-// measured peak, the step time and the loss; and the largest batch each mode fits under a budget,
+// measured peak, the step time and the loss, and the gradients' fidelity to keep-all's (one extra
+// forward and backward per mode); and the largest batch each mode fits under a budget,
 // checked by allocating it and running a step of one micro-batch.
 #pragma once
 
@@ -12,6 +13,7 @@
 
 #include "src/engine/activation_plan.h"
 #include "src/config/run_config.h"
+#include "src/train/gradient_fidelity.h"
 
 namespace adacc {
 
@@ -26,6 +28,8 @@ struct CompareRow {
     double tokens_per_s = 0;          // B x T x grad_accum per step_ms
     double loss = 0;                  // the last step's (mean over its micro-batches)
     std::optional<double> loss_delta_pct;  // vs mode none at the same batch
+    // vs mode none at the same batch, weights and data (src/train/gradient_fidelity.h)
+    std::optional<GradientFidelity> gradients;
 };
 
 struct CompareOptions {

@@ -1,0 +1,38 @@
+// What a memory mode does to the gradients: one forward and backward at the run's initial weights
+// on its first training batch, dropout off (so the mode is the only difference), compared with
+// keep-all's gradients on the same weights and batch. `adacc compare` reports it per mode; it
+// costs one extra forward and backward per mode (and one for the keep-all reference).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/codec_format.h"
+#include "models/gpt_params.h"
+#include "src/config/run_config.h"
+#include "src/engine/activation_plan.h"
+
+namespace adacc {
+
+// ||got - ref|| / ||ref|| and <got, ref> / (||got|| ||ref||), summed in double; 0 and 1 when
+// the gradients are bit-identical.
+struct Fidelity {
+    double relative_l2 = 0;
+    double cosine = 1;
+};
+
+struct GradientFidelity {
+    Fidelity overall;
+    std::vector<std::pair<std::string, Fidelity>> tensors;  // per parameter tensor, in layout order
+};
+
+// The parameter gradients (the whole gradient arena) of that one step under `plan`, at
+// training.batch_size x seq_len on the config's device and dtype.
+std::vector<float> gradients_at_init(const RunConfig& config, const ActivationPlan& plan,
+                                     const CodecParams& codec_params);
+
+Fidelity compare_vectors(const float* got, const float* ref, std::size_t n);
+GradientFidelity compare_gradients(const std::vector<float>& got, const std::vector<float>& reference,
+                                   const ParameterLayout& layout);
+
+}  // namespace adacc
