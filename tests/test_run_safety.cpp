@@ -182,6 +182,18 @@ TEST_F(RunSafety, FreshRunIntoAFolderHoldingARunIsRefused) {
     EXPECT_EQ(metrics().size(), 4u);
 }
 
+// A fresh run whose data file is missing fails after claiming the folder; it leaves no run
+// files, so the corrected command starts without --overwrite.
+TEST_F(RunSafety, AFailedStartLeavesNothingThatBlocksTheRetry) {
+    const auto bad = run_adacc("train --config " + config() + " --set data.train=" + (dir / "missing.bin").string());
+    EXPECT_NE(bad.status, 0) << bad.output;
+    EXPECT_TRUE(contains(bad.output, "missing.bin")) << bad.output;
+    EXPECT_FALSE(fs::exists(run_dir / "config.toml"));
+    const auto retry = run_adacc("train --config " + config());
+    ASSERT_EQ(retry.status, 0) << retry.output;
+    EXPECT_EQ(metrics().size(), 4u);
+}
+
 TEST_F(RunSafety, OverwriteStartsOverWithNothingOfTheOldRun) {
     ASSERT_EQ(run_adacc("train --config " + config("[checkpoint]\nevery = 1\nkeep = 10\n")).status, 0);
     const auto r = run_adacc("train --config " + config() + " --overwrite --set training.steps=2");

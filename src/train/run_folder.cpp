@@ -71,6 +71,11 @@ std::vector<fs::path> existing_run_files(const fs::path& run_dir) {
     return found;
 }
 
+void remove_failed_start_files(const fs::path& run_dir) {
+    std::error_code error;  // best effort: the start's own error is the one to report
+    for (const char* name : kRunFiles) fs::remove(run_dir / name, error);
+}
+
 void claim_run_folder_for_fresh_run(const fs::path& run_dir, bool overwrite) {
     const auto files = existing_run_files(run_dir);
     if (files.empty()) return;

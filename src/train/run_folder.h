@@ -35,5 +35,8 @@ std::vector<std::filesystem::path> existing_run_files(const std::filesystem::pat
 // Refuses a fresh run into a folder holding a run (naming what is there and the choices), or,
 // with `overwrite`, deletes those files.
 void claim_run_folder_for_fresh_run(const std::filesystem::path& run_dir, bool overwrite);
+// After a fresh run failed before its first step: removes the run files it wrote (config.toml,
+// metrics.jsonl, profile.json; never a checkpoint), so a retry needs no --overwrite.
+void remove_failed_start_files(const std::filesystem::path& run_dir);
 
 }  // namespace adacc

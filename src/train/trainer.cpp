@@ -52,7 +52,19 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
         out.commit();
     }
     std::printf("%s", format_config_table(config_).c_str());
+    // A fresh run that fails to start (a data file that is not there, a model too large) leaves
+    // no run files behind, so the same command works again once the cause is fixed; a fresh run's
+    // folder held none before (claim_run_folder_for_fresh_run), so all of them are this start's.
+    try {
+        start(resume_checkpoint, init_from);
+    } catch (...) {
+        if (!resume_checkpoint) remove_failed_start_files(run_dir_);
+        throw;
+    }
+}
 
+void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoint,
+                    const std::optional<WeightsFile>& init_from) {
     const int B = config_.training.batch_size, T = config_.training.seq_len;
     train_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::train, config_.data.shuffle));
     make_model(B, T);

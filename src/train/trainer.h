@@ -47,6 +47,9 @@ private:
     [[noreturn]] void stop_diverged(int step, const std::string& what) const;
     void save_checkpoint();
     void make_model(int B, int T);
+    // Everything the constructor does once the run folder holds config.toml (data, model, weights).
+    void start(const std::optional<std::filesystem::path>& resume_checkpoint,
+               const std::optional<WeightsFile>& init_from);
     void log_replan(const ReplanEvent& event);
     float validation_loss();
     void log_step(int step, float loss, float lr, float grad_norm, double seconds);
