@@ -7,14 +7,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/host_device.h"
+
 // mix64 and rng_uniform are also device code (kernels/cuda/dropout.cu draws its masks with them),
-// so both backends share this one definition: __host__ __device__ under nvcc, nothing for the
-// host compiler (the SIMT emulation included). Keys are made on the host (rng_key).
-#if defined(__CUDACC__)
-#define ADACC_HOST_DEVICE __host__ __device__
-#else
-#define ADACC_HOST_DEVICE
-#endif
+// so both backends share this one definition (ADACC_HOST_DEVICE). Keys are made on the host
+// (rng_key).
 
 namespace adacc {
 

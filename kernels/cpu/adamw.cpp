@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/grad_clip.h"
 
 namespace adacc::cpu {
 
@@ -16,7 +17,7 @@ void adamw_update(const KernelContext& ctx, float* params, Act working, const fl
                   float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, const float* norm,
                   int t) {
     if (!std::isfinite(*norm)) return;
-    const float grad_scale = grad_clip > 0.0f && *norm > grad_clip ? grad_clip / *norm : 1.0f;
+    const float grad_scale = clip_scale(grad_clip, *norm);
     const float bias1 = 1.0f - std::pow(beta1, static_cast<float>(t));
     const float bias2 = 1.0f - std::pow(beta2, static_cast<float>(t));
     bf16* working_bf16 = working.as<bf16>();

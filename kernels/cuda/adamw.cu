@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/grad_clip.h"
 
 namespace adacc::cuda {
 namespace {
@@ -24,8 +25,8 @@ constexpr int kThreads = 256;
 constexpr int kSumBlocks = 1024;
 constexpr int kSumThreads = 256;
 
-// The clipping factor is the CPU twin's expression, evaluated per thread from the norm in memory
-// (IEEE division on both backends, so the same float).
+// The clipping factor is the CPU twin's (kernels/grad_clip.h), evaluated per thread from the norm
+// in memory (IEEE division on both backends, so the same float).
 __global__ void adamw_kernel(float* params, __nv_bfloat16* working, const float* grads, float* m, float* v, long n,
                              float lr, float beta1, float beta2, float one_minus_beta1, float one_minus_beta2,
                              float bias1, float bias2, float eps, float weight_decay, float grad_clip,
@@ -33,7 +34,7 @@ __global__ void adamw_kernel(float* params, __nv_bfloat16* working, const float*
     const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
     const float total_norm = *norm;
     if (i >= n || !isfinite(total_norm)) return;
-    const float grad_scale = grad_clip > 0.0f && total_norm > grad_clip ? grad_clip / total_norm : 1.0f;
+    const float grad_scale = clip_scale(grad_clip, total_norm);
     const float g = grads[i] * grad_scale;
     const float mi = fmaf(beta1, m[i], one_minus_beta1 * g);
     const float vi = fmaf(beta2, v[i], one_minus_beta2 * g * g);

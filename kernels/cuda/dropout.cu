@@ -49,9 +49,9 @@ __global__ void dropout_scale_kernel(T* out, const T* inp, const unsigned char* 
 // out = inp * mask * scale on activations of one dtype, the launch behind the two kernels below.
 void launch_dropout_scale(const KernelContext& ctx, const char* kernel, Act out_act, ConstAct inp_act,
                           const unsigned char* mask, float scale, long n) {
-    activation_type(kernel, {out_act, inp_act});
+    const DType type = activation_type(kernel, {out_act, inp_act});
     if (n == 0) return;
-    with_activation_type(out_act.dtype(), kernel, [&](auto tag) {
+    with_activation_type(type, kernel, [&](auto tag) {
         using T = typename decltype(tag)::type;
         ADACC_LAUNCH(dropout_scale_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
             device_ptr<T>(out_act), device_ptr<T>(inp_act), mask, scale, n);
@@ -69,10 +69,10 @@ void dropout_mask(const KernelContext& ctx, unsigned char* mask, long n, float p
 
 void residual_dropout_forward(const KernelContext& ctx, Act out_act, ConstAct residual_act, ConstAct inp_act,
                               const unsigned char* mask, float p, long n) {
-    activation_type("residual_dropout_forward", {out_act, residual_act, inp_act});
+    const DType type = activation_type("residual_dropout_forward", {out_act, residual_act, inp_act});
     if (n == 0) return;
     const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
-    with_activation_type(out_act.dtype(), "residual_dropout_forward", [&](auto tag) {
+    with_activation_type(type, "residual_dropout_forward", [&](auto tag) {
         using T = typename decltype(tag)::type;
         ADACC_LAUNCH(residual_dropout_forward_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
             device_ptr<T>(out_act), device_ptr<T>(residual_act), device_ptr<T>(inp_act), mask, scale, n);

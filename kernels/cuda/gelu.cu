@@ -40,9 +40,9 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, long 
 }  // namespace
 
 void gelu_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, long n) {
-    activation_type("gelu_forward", {out_act, inp_act});
+    const DType type = activation_type("gelu_forward", {out_act, inp_act});
     if (n == 0) return;
-    with_activation_type(out_act.dtype(), "gelu_forward", [&](auto tag) {
+    with_activation_type(type, "gelu_forward", [&](auto tag) {
         using T = typename decltype(tag)::type;
         ADACC_LAUNCH(gelu_forward_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
             device_ptr<T>(out_act), device_ptr<T>(inp_act), n);
@@ -51,9 +51,9 @@ void gelu_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, long 
 }
 
 void gelu_backward(const KernelContext& ctx, Act dinp_act, ConstAct inp_act, ConstAct dout_act, long n) {
-    activation_type("gelu_backward", {dinp_act, inp_act, dout_act});
+    const DType type = activation_type("gelu_backward", {dinp_act, inp_act, dout_act});
     if (n == 0) return;
-    with_activation_type(dinp_act.dtype(), "gelu_backward", [&](auto tag) {
+    with_activation_type(type, "gelu_backward", [&](auto tag) {
         using T = typename decltype(tag)::type;
         ADACC_LAUNCH(gelu_backward_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
             device_ptr<T>(dinp_act), device_ptr<T>(inp_act), device_ptr<T>(dout_act), n);

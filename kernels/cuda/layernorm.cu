@@ -123,10 +123,10 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
 
 void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float* rstd, ConstAct inp_act,
                        const float* weight, const float* bias, int N, int C) {
-    activation_type("layernorm_forward", {out_act, inp_act});
+    const DType type = activation_type("layernorm_forward", {out_act, inp_act});
     if (N == 0) return;
     constexpr int rows_per_block = kForwardThreads / 32;
-    with_activation_type(out_act.dtype(), "layernorm_forward", [&](auto tag) {
+    with_activation_type(type, "layernorm_forward", [&](auto tag) {
         using T = typename decltype(tag)::type;
         ADACC_LAUNCH(layernorm_forward_kernel<T>, ceil_div(N, rows_per_block), kForwardThreads, 0, ctx.stream)(
             device_ptr<T>(out_act), mean, rstd, device_ptr<T>(inp_act), weight, bias, N, C);
@@ -136,7 +136,7 @@ void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float
 
 void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,
                         ConstAct inp_act, const float* weight, const float* mean, const float* rstd, int N, int C) {
-    activation_type("layernorm_backward", {dinp_act, dout_act, inp_act});
+    const DType type = activation_type("layernorm_backward", {dinp_act, dout_act, inp_act});
     if (N == 0 || C == 0) return;
     // Each warp's two shared slices take 8 C bytes; as many warps as fit in 48 KiB, up to 4.
     const std::size_t slice_bytes = 2 * static_cast<std::size_t>(C) * sizeof(float);
@@ -152,7 +152,7 @@ void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, 
     const int rows_per_group = static_cast<int>(ceil_div(N, groups));
     groups = ceil_div(N, rows_per_group);
     float* partials = static_cast<float*>(ctx.reduction_scratch);
-    with_activation_type(dinp_act.dtype(), "layernorm_backward", [&](auto tag) {
+    with_activation_type(type, "layernorm_backward", [&](auto tag) {
         using T = typename decltype(tag)::type;
         ADACC_LAUNCH(layernorm_backward_rows_kernel<T>, groups, warps * 32, warps * slice_bytes, ctx.stream)(
             device_ptr<T>(dinp_act), partials, device_ptr<T>(dout_act), device_ptr<T>(inp_act), weight, mean, rstd, N,

@@ -13,10 +13,7 @@ void add_device_option(CLI::App& command, std::string& device, const char* defau
 
 void add_dtype_option(CLI::App& command, std::string& dtype, const char* default_text) {
     command
-        .add_option("--dtype", dtype,
-                    std::string("activations and matmul inputs: auto (bf16 on cuda, fp32 on cpu), fp32, or bf16 (cuda "
-                                "only); default: ") +
-                        default_text)
+        .add_option("--dtype", dtype, std::string(kModelDtypeHelp) + "; default: " + default_text)
         ->check(CLI::IsMember(model_dtype_names()))
         ->type_name("DTYPE");
 }

@@ -321,7 +321,7 @@ KeySpec dtype_key() {
             return std::nullopt;
         },
         one_of(model_dtype_names()),
-        "activations and matmul inputs: auto (bf16 on cuda, fp32 on cpu), fp32, or bf16 (cuda only)",
+        kModelDtypeHelp,
     };
 }
 

@@ -35,6 +35,9 @@ struct DtypeInfo {
 };
 inline constexpr DtypeInfo kModelDtypes[] = {{DType::f32, "fp32"}, {DType::bf16, "bf16"}};
 inline constexpr const char* kAutoDtype = "auto";
+// What model.dtype and --dtype mean, for their help texts.
+inline constexpr const char* kModelDtypeHelp =
+    "activations and matmul inputs: auto (bf16 on cuda, fp32 on cpu), fp32, or bf16 (cuda only)";
 std::vector<std::string> model_dtype_names();  // "auto" first
 const char* model_dtype_name(DType dtype);
 // The dtype `name` (a kModelDtypes name or "auto") means on `device`; SettingError on model.dtype

@@ -146,14 +146,21 @@ const int* GPTModel::tokens_for_kernels(const int* tokens, const int** targets, 
     return arenas_.views.tokens;
 }
 
-float GPTModel::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
-                        float dloss) {
+void GPTModel::run_forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
+                           float dloss) {
     const int* device_targets = targets;
     const int* device_tokens = tokens_for_kernels(tokens, &device_targets, B, T);
     driver_.forward(device_tokens, device_targets, B, T, dropout, dloss);
-    if (!targets) return 0.0f;
-    backend_->kernels().loss_accumulate(backend_->context(), arenas_.views.loss_total, arenas_.views.losses, B * T,
-                                        static_cast<double>(B) * T, false);
+}
+
+// The mean loss is forward_step's sum over this one pass, read back.
+float GPTModel::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
+                        float dloss) {
+    if (!targets) {
+        run_forward(tokens, nullptr, B, T, dropout, dloss);
+        return 0.0f;
+    }
+    forward_step(tokens, targets, B, T, dropout, dloss, static_cast<double>(B) * T, false);
     float loss = 0.0f;
     backend_->copy_to_host(&loss, arenas_.views.loss_total, sizeof loss);
     return loss;
@@ -161,9 +168,7 @@ float GPTModel::forward(const int* tokens, const int* targets, int B, int T, con
 
 void GPTModel::forward_step(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
                             float dloss, double loss_divisor, bool accumulate_loss) {
-    const int* device_targets = targets;
-    const int* device_tokens = tokens_for_kernels(tokens, &device_targets, B, T);
-    driver_.forward(device_tokens, device_targets, B, T, dropout, dloss);
+    run_forward(tokens, targets, B, T, dropout, dloss);
     backend_->kernels().loss_accumulate(backend_->context(), arenas_.views.loss_total, arenas_.views.losses, B * T,
                                         loss_divisor, accumulate_loss);
 }

@@ -133,6 +133,8 @@ private:
     // Token ids as the kernels read them: the host's arrays on a host-addressable backend, else
     // copied into the workspace's staging buffers. Returns the tokens' pointer (targets via *targets).
     const int* tokens_for_kernels(const int* tokens, const int** targets, int B, int T);
+    // The forward pass itself (tokens staged, the driver's walk), shared by forward and forward_step.
+    void run_forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss);
 
     Backend* backend_;
     std::unique_ptr<ModelLayout> layout_;  // behind a pointer: the driver keeps its address across set_plan

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/grad_clip.h"
+
 namespace adacc {
 
 float learning_rate(const LrSection& lr, int step, int total_steps) {
@@ -24,10 +26,6 @@ float gradient_norm(const GPTModel& model) {
     float norm = 0.0f;
     model.backend().copy_to_host(&norm, model.grad_norm_slot(), sizeof norm);
     return norm;
-}
-
-float clip_scale(float grad_clip, float grad_norm) {
-    return grad_clip > 0.0f && grad_norm > grad_clip ? grad_clip / grad_norm : 1.0f;
 }
 
 void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {

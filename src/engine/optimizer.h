@@ -29,8 +29,5 @@ float gradient_norm(const GPTModel& model);
 void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t);
 // The norm, then the step, with the norm and the clipping factor read back.
 OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t);
-// The clipping factor for a gradient norm: min(1, grad_clip / norm), 1 without clipping (the
-// kernels' expression, for reports).
-float clip_scale(float grad_clip, float grad_norm);
 
 }  // namespace adacc

@@ -372,11 +372,12 @@ TrainingEvaluator::TrainingEvaluator(const RunConfig& config) : config_(config) 
         tasks_.push_back(prepare_eval(task, read_eval_docs(task, file, static_cast<std::size_t>(e.limit)), encoder));
         seq_len = std::max(seq_len, required_seq_len(tasks_.back().requests, config.model.max_seq_len));
     }
+    const ComputeTarget target = compute_target(config);
     model_ = std::make_unique<GPTModel>(config.model, config.training.batch_size, seq_len,
                                         ActivationPlan(BlockGraph(config.model, config.training.batch_size, seq_len),
                                                        config.model.n_layer),
                                         CodecParams{}, ModelUse::inference,
-                                        backend_for(compute_target(config).device), compute_target(config).activation);
+                                        backend_for(target.device), target.activation);
 }
 
 TrainingEvaluator::~TrainingEvaluator() = default;
