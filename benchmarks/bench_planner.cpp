@@ -1,7 +1,7 @@
 // Planner solve-time benchmark (DESIGN §7, issue 5's "≤ 50 ms block, ≤ 500 ms global for
 // gpt-1.5b"). Builds the GPT-2 block's plan problem from BlockGraph at the preset's shape (tensor
-// sizes exact, 64-byte aligned; compressed sizes from the codecs' exact bounds; op times
-// synthetic: FLOPs at --gflops, memory-bound ops and codecs at --gbs), then times
+// sizes exact, 64-byte aligned; one compress option per codec that can store a tensor, at the
+// codec's exact bound, as memory.codecs = "all" gives the planner; op times synthetic: FLOPs at --gflops, memory-bound ops and codecs at --gbs), then times
 // MilpPlanner::solve_block and solve_global for one class of all layers and for a two-class
 // variant (half the layers with larger compressed sizes, as deeper layers with more outlier
 // channels would have), at several budgets between the smallest plan and keep-everything.
@@ -67,16 +67,18 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
         } else {
             const OpInfo* op = g.producer(t.kind);
             expand(*op, pt.inputs, pt.recompute_ms);
-            pt.compressible = true;
             const bool attn = t.kind == TensorKind::att;
             const std::size_t rows = attn ? N * cfg.n_head : N, cols = t.numel / rows;
-            const Codec codec = adacc_codec(t.kind);
-            pt.compressed_bytes = codec == Codec::outlier_int4 && outlier_channels >= 0
-                                      ? codec_bytes(codec, rows, cols, params,
-                                                    std::min<std::size_t>(outlier_channels, outlier_channel_cap(cols, params)))
-                                      : codec_max_bytes(codec, rows, cols, params);
-            pt.compressed_bytes = align_up(pt.compressed_bytes, 64);
-            pt.compress_ms = 2.0 * static_cast<double>(pt.bytes + pt.compressed_bytes) / (s.gbs * 1e9) * 1e3;
+            // Every codec that can store the tensor is an option (memory.codecs = "all").
+            for (Codec codec : codecs_that_store(t.kind)) {
+                std::size_t packed = codec == Codec::outlier_int4 && outlier_channels >= 0
+                                         ? codec_bytes(codec, rows, cols, params,
+                                                       std::min<std::size_t>(outlier_channels, outlier_channel_cap(cols, params)))
+                                         : codec_max_bytes(codec, rows, cols, params);
+                packed = align_up(packed, 64);
+                pt.compress_options.push_back(
+                    {codec, packed, 2.0 * static_cast<double>(pt.bytes + packed) / (s.gbs * 1e9) * 1e3});
+            }
         }
         index[static_cast<int>(t.kind)] = static_cast<int>(p.tensors.size());
         p.tensors.push_back(std::move(pt));
@@ -124,10 +126,13 @@ int main(int argc, char** argv) {
     std::printf("block tape: keep-all %.3f GiB, smallest %.3f GiB; static %.2f GiB, transient %.3f GiB\n",
                 max_block_bytes(wide) / 1073741824.0, min_block_bytes(wide) / 1073741824.0,
                 static_bytes / 1073741824.0, transient_bytes / 1073741824.0);
-    for (const auto& t : wide.tensors)
-        std::printf("  %-10s %10.1f MiB  comp %8.1f MiB  recompute %7.3f ms  codec %6.3f ms  inputs %zu%s\n",
-                    t.name.c_str(), t.bytes / 1048576.0, t.compressed_bytes / 1048576.0, t.recompute_ms,
-                    t.compress_ms, t.inputs.size(), t.must_keep ? "  (kept)" : "");
+    for (const auto& t : wide.tensors) {
+        std::printf("  %-10s %10.1f MiB  recompute %7.3f ms  inputs %zu%s\n", t.name.c_str(), t.bytes / 1048576.0,
+                    t.recompute_ms, t.inputs.size(), t.must_keep ? "  (kept)" : "");
+        for (const CompressOption& o : t.compress_options)
+            std::printf("  %-10s   %-13s %8.1f MiB  codec %6.3f ms\n", "", codec_name(o.codec), o.bytes / 1048576.0,
+                        o.ms);
+    }
 
     struct Variant {
         const char* name;

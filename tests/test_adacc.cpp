@@ -33,7 +33,8 @@ Profile compress_favouring_profile(const GPTConfig& cfg, int B, int T) {
     for (auto& t : tokens) t = static_cast<int>(gen() % cfg.vocab_size);
     Profile p = profile_block(cfg, B, B, T, tokens, nullptr, 1, {});
     for (double& ms : p.op_ms) ms = 100.0;
-    for (auto& t : p.tensors) t.compress_ms = t.decompress_ms = 0.01;
+    for (auto& t : p.tensors)
+        for (auto& m : t.codecs) m.compress_ms = m.decompress_ms = 0.01;
     return p;
 }
 
@@ -75,10 +76,15 @@ TEST(AdaccPlan, RegulatorOptionsFollowTheMemorySection) {
     EXPECT_EQ(defaults.planner.granularity, PlanGranularity::block);
     EXPECT_FALSE(defaults.profile_file);
     EXPECT_TRUE(defaults.save_profile.empty());
+    EXPECT_EQ(defaults.codecs.candidates, CodecCandidates::paper_and_group);
+    EXPECT_FLOAT_EQ(static_cast<float>(defaults.codecs.max_error), 0.12f);
+    EXPECT_FLOAT_EQ(static_cast<float>(defaults.monitor.max_codec_error), 0.12f);
     config.memory.granularity = "global";
     config.memory.profile = "runs/x/profile.json";
     config.memory.monitor_max_interval = 7;
     config.memory.min_replan_steps = 3;
+    config.memory.codecs = "all";
+    config.memory.max_codec_error = 0.3f;
     const RegulatorOptions options = regulator_options(config, MemoryMode::recompute_opt);
     EXPECT_FALSE(options.allow_compress);
     EXPECT_EQ(options.planner.granularity, PlanGranularity::global);
@@ -86,6 +92,9 @@ TEST(AdaccPlan, RegulatorOptionsFollowTheMemorySection) {
     EXPECT_EQ(*options.profile_file, "runs/x/profile.json");
     EXPECT_EQ(options.monitor.max_interval, 7);
     EXPECT_EQ(options.monitor.min_steps_between_replans, 3);
+    EXPECT_EQ(options.codecs.candidates, CodecCandidates::all);
+    EXPECT_FLOAT_EQ(static_cast<float>(options.codecs.max_error), 0.3f);
+    EXPECT_FLOAT_EQ(static_cast<float>(options.monitor.max_codec_error), 0.3f);
 }
 
 TEST(AdaccTraining, MonitorReplansWhenOutliersAppear) {
@@ -115,6 +124,7 @@ TEST(AdaccTraining, MonitorReplansWhenOutliersAppear) {
     config.memory.mode = "adacc";
     config.memory.budget = std::to_string(budget);
     config.memory.profile = (dir / "profile.json").string();
+    config.memory.codecs = "paper";  // ln2 takes the outlier codec, whose cap the injection reaches
     config.memory.monitor_max_interval = 4;
     config.memory.min_replan_steps = 2;
     config.logging.run_dir = (dir / "run").string();

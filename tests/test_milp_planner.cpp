@@ -1,5 +1,6 @@
 // MilpPlanner (src/adacc/milp_planner.h) against brute-force enumeration: the block form on random
-// small problems (every keep / compress / recompute assignment), the global form over every
+// small problems (every keep / compress-with-each-codec / recompute assignment; tensors have up
+// to three compress options, as the codec choice gives them), the global form over every
 // per-layer choice on small layer counts, the Pareto frontier against all plans, and the GPT-2
 // block's real shape (sizes from BlockGraph, DAG from its ops).
 #include <gtest/gtest.h>
@@ -27,20 +28,18 @@ namespace {
 struct Point {
     double t;
     std::size_t b;
-    std::vector<Policy> plan;
+    BlockPlan plan;
 };
 
 // Every valid plan of the block with its exact cost (evaluate_block is the model's definition:
 // re-runs by closure over dropped and transient inputs).
 std::vector<Point> all_plans(const BlockProblem& p) {
     const auto& ts = p.tensors;
-    std::vector<std::vector<Policy>> options(ts.size());
-    for (std::size_t i = 0; i < ts.size(); ++i)
-        for (Policy d : {Policy::keep, Policy::compress, Policy::recompute})
-            if (policy_allowed(ts[i], d)) options[i].push_back(d);
+    std::vector<std::vector<Decision>> options(ts.size());
+    for (std::size_t i = 0; i < ts.size(); ++i) options[i] = allowed_decisions(ts[i]);
     std::vector<Point> out;
     std::vector<std::size_t> digit(ts.size(), 0);
-    std::vector<Policy> plan(ts.size());
+    BlockPlan plan(ts.size());
     while (true) {
         for (std::size_t i = 0; i < ts.size(); ++i) plan[i] = options[i][digit[i]];
         const BlockCost c = evaluate_block(p, plan);
@@ -126,8 +125,16 @@ struct RandomSpec {
     bool transients = true;
 };
 
-// dense: nearly every tensor may be kept, compressed or dropped (3^(n-1) plans), no transients.
-BlockProblem random_problem(std::mt19937& rng, int n, bool dense = false) {
+std::size_t plan_count(const BlockProblem& p) {
+    std::size_t count = 1;
+    for (const auto& t : p.tensors) count *= allowed_decisions(t).size();
+    return count;
+}
+
+// dense: nearly every tensor may be kept, compressed or dropped, no transients. A compressible
+// tensor has one to three compress options (codecs) of random size and time; options are removed
+// from the last tensors until at most `max_plans` plans remain, to keep brute force fast.
+BlockProblem random_problem(std::mt19937& rng, int n, bool dense = false, std::size_t max_plans = 400000) {
     std::uniform_real_distribution<double> u01(0.0, 1.0);
     auto chance = [&](double p) { return u01(rng) < p; };
     BlockProblem p;
@@ -137,10 +144,13 @@ BlockProblem random_problem(std::mt19937& rng, int n, bool dense = false) {
         // Sizes: sometimes multiples of 64 (as the tape's slots are), sometimes any integer.
         t.bytes = 1 + rng() % 1000;
         if (chance(0.4)) t.bytes *= 64;
-        t.compressible = chance(dense ? 0.95 : 0.5);
-        if (t.compressible) t.compressed_bytes = 1 + rng() % t.bytes;
+        if (chance(dense ? 0.95 : 0.5)) {
+            const int options = chance(0.5) ? 1 : (chance(0.6) ? 2 : 3);
+            for (int o = 0; o < options; ++o)
+                t.compress_options.push_back({static_cast<Codec>(o), 1 + rng() % t.bytes,
+                                              chance(0.1) ? 0.0 : 5.0 * u01(rng), u01(rng)});
+        }
         t.recompute_ms = chance(0.1) ? 0.0 : 10.0 * u01(rng);
-        t.compress_ms = chance(0.1) ? 0.0 : 5.0 * u01(rng);
         for (int j = 0; j < i; ++j)
             if (chance(0.3)) t.inputs.push_back(j);
         t.must_keep = i == 0 ? chance(0.7) : chance(dense ? 0.0 : 0.1);
@@ -148,7 +158,18 @@ BlockProblem random_problem(std::mt19937& rng, int n, bool dense = false) {
         if (i > 0 && !t.must_keep && !dense && chance(0.15)) t.transient = true, t.can_recompute = true;
         p.tensors.push_back(std::move(t));
     }
+    for (std::size_t i = p.tensors.size(); i-- > 0 && plan_count(p) > max_plans;)
+        while (p.tensors[i].compress_options.size() > 1 && plan_count(p) > max_plans)
+            p.tensors[i].compress_options.pop_back();
     return p;
+}
+
+// How many layer plans of a result compress some tensor with an option other than its first.
+int plans_choosing_a_later_option(const PlanResult& r) {
+    int n = 0;
+    for (const BlockPlan& plan : r.per_layer)
+        for (const Decision& d : plan) n += d.policy == Policy::compress && d.option > 0;
+    return n;
 }
 
 // A budget between "clearly infeasible" and "everything kept", in bytes.
@@ -205,7 +226,7 @@ void check_consistent(const PlanResult& r, const std::vector<LayerClass>& classe
 
 TEST(MilpPlanner, BlockFormMatchesBruteForceOnRandomProblems) {
     std::mt19937 rng(20240605);
-    int feasible = 0, infeasible = 0;
+    int feasible = 0, infeasible = 0, later_options = 0;
     std::size_t enumerated = 0, largest = 0;
     for (int instance = 0; instance < 200; ++instance) {
         const int n = 1 + static_cast<int>(rng() % 12);
@@ -238,6 +259,7 @@ TEST(MilpPlanner, BlockFormMatchesBruteForceOnRandomProblems) {
             EXPECT_TRUE(close(r.objective_ms, *expected)) << r.objective_ms << " vs brute force " << *expected;
             check_consistent(r, {{p, L}}, static_bytes, transient_bytes, budget, o);
             EXPECT_EQ(r.per_class[0].size(), 1u);  // one plan for every layer
+            later_options += plans_choosing_a_later_option(r);
         }
         (expected ? feasible : infeasible)++;
     }
@@ -245,14 +267,16 @@ TEST(MilpPlanner, BlockFormMatchesBruteForceOnRandomProblems) {
                 infeasible, enumerated, largest);
     EXPECT_GE(feasible, 100);
     EXPECT_GE(infeasible, 20);
+    EXPECT_GT(later_options, 0) << "no optimum chose a second or third codec: the codec choice went untested";
 }
 
 TEST(MilpPlanner, BlockFormMatchesBruteForceOnDenseProblems) {
-    // Up to 3^11 plans each: the MILP's branch and bound has real work to do.
+    // Up to 10^6 plans each (3 to 5 decisions per tensor): the MILP's branch and bound has real
+    // work to do.
     std::mt19937 rng(31337);
     int feasible = 0;
     for (int instance = 0; instance < 20; ++instance) {
-        const BlockProblem p = random_problem(rng, 9 + static_cast<int>(rng() % 4), true);
+        const BlockProblem p = random_problem(rng, 9 + static_cast<int>(rng() % 4), true, 1000000);
         const int L = 1 + static_cast<int>(rng() % 48);
         const std::size_t budget =
             random_budget(rng, 1000, L * min_block_bytes(p), L * max_block_bytes(p));
@@ -397,9 +421,9 @@ TEST(MilpPlanner, FrontierIsExactlyTheParetoSetOfAllPlans) {
 
 TEST(MilpPlanner, InfeasibleBudgetNamesTheSmallestPlan) {
     BlockProblem p;
-    p.tensors = {{"x", 1000, 0, false, 0, 0, {}, true},
-                 {"a", 4000, 500, true, 3.0, 1.0, {0}},
-                 {"b", 2000, 0, false, 0, 0, {1}, false, /*can_recompute=*/false}};
+    p.tensors = {{"x", 1000, {}, 0, {}, true},
+                 {"a", 4000, {{Codec::group_int4, 500, 1.0}}, 3.0, {0}},
+                 {"b", 2000, {}, 0, {1}, false, /*can_recompute=*/false}};
     // Smallest: x kept (1000) + a dropped (0) + b kept (2000) = 3000 per layer.
     EXPECT_EQ(min_block_bytes(p), 3000u);
     for (auto g : {PlanGranularity::block, PlanGranularity::global}) {
@@ -452,13 +476,21 @@ TEST(MilpPlanner, RejectsMalformedProblemsAndOptions) {
     EXPECT_THROW(MilpPlanner{o}, std::invalid_argument);
     EXPECT_EQ(parse_plan_granularity("global"), PlanGranularity::global);
     EXPECT_THROW(parse_plan_granularity("layer"), std::invalid_argument);
-    EXPECT_THROW(evaluate_block(p, {Policy::keep}), std::invalid_argument);
+    EXPECT_THROW(evaluate_block(p, {{Policy::keep}}), std::invalid_argument);
+    // A compress option that is not there, or an option on a keep.
+    BlockProblem q;
+    q.tensors = {{"a", 64, {{Codec::group_int4, 32, 1.0}}, 1.0, {}}};
+    EXPECT_NO_THROW(evaluate_block(q, {{Policy::compress, 0}}));
+    EXPECT_THROW(evaluate_block(q, {{Policy::compress, 1}}), std::invalid_argument);
+    EXPECT_THROW(evaluate_block(q, {{Policy::keep, 1}}), std::invalid_argument);
+    q.tensors[0].compress_options[0].ms = -1;
+    EXPECT_THROW(validate_problem(q), std::invalid_argument);
 }
 
 TEST(MilpPlanner, EdgeCases) {
     // Nothing to decide (everything must be kept), and zero layers.
     BlockProblem p;
-    p.tensors = {{"x", 100, 0, false, 0, 0, {}, true}, {"s", 8, 0, false, 0, 0, {}, true}};
+    p.tensors = {{"x", 100, {}, 0, {}, true}, {"s", 8, {}, 0, {}, true}};
     for (auto g : {PlanGranularity::block, PlanGranularity::global}) {
         PlannerOptions o;
         o.granularity = g;
@@ -524,10 +556,10 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
                 pt.transient = true;
             } else {
                 pt.bytes = align64(t.bytes());
-                pt.compressible = true;
                 const std::size_t rows = t.kind == TensorKind::att ? N * cfg.n_head : N;
-                pt.compressed_bytes = align64(codec_max_bytes(adacc_codec(t.kind), rows, t.numel / rows, params));
-                pt.compress_ms = 2.0 * static_cast<double>(pt.bytes + pt.compressed_bytes) / 10e9 * 1e3;
+                const std::size_t packed = align64(codec_max_bytes(adacc_codec(t.kind), rows, t.numel / rows, params));
+                pt.compress_options = {{adacc_codec(t.kind), packed,
+                                        2.0 * static_cast<double>(pt.bytes + packed) / 10e9 * 1e3}};
             }
         }
         index[static_cast<int>(t.kind)] = static_cast<int>(p.tensors.size());

@@ -1,5 +1,6 @@
 // PolicyMonitor: the exponential backoff schedule, its reset when statistics move, the
-// tolerance checks and the minimum spacing between re-plans.
+// tolerance checks (drift from the plan's statistics, per codec, and memory.max_codec_error) and
+// the minimum spacing between re-plans.
 #include <gtest/gtest.h>
 
 #include "src/adacc/policy_monitor.h"
@@ -7,7 +8,8 @@
 namespace adacc {
 namespace {
 
-const std::vector<CodecSample> kBaseline = {{TensorKind::ln1, 0.01, 0.10, 1000}, {TensorKind::fch, 0.00, 0.12, 4000}};
+const std::vector<CodecSample> kBaseline = {{TensorKind::ln1, Codec::outlier_int4, 0.01, 0.10, 1000},
+                                            {TensorKind::fch, Codec::outlier_int4, 0.00, 0.12, 4000}};
 
 std::vector<int> sampled_steps(PolicyMonitor& monitor, int last_step, const std::vector<CodecSample>& sample) {
     std::vector<int> steps;
@@ -63,6 +65,38 @@ TEST(PolicyMonitor, ReplansWhenAStatisticLeavesItsTolerance) {
     capped[0].outlier_cap_reached = true;
     EXPECT_NE(monitor.observe(145, capped, 0, 0)->find("ln1 outlier channels reached"), std::string::npos);
     EXPECT_FALSE(monitor.observe(150, kBaseline, 900, 1000));
+}
+
+TEST(PolicyMonitor, ReplansWhenAnErrorExceedsTheCodecTolerance) {
+    MonitorOptions options;
+    options.min_steps_between_replans = 0;
+    options.max_codec_error = 0.125;
+    PolicyMonitor monitor(options);
+    monitor.set_baseline(0, kBaseline);
+    EXPECT_FALSE(monitor.observe(1, kBaseline, 0, 0));  // 0.10 and 0.12: inside
+    auto worse = kBaseline;
+    worse[1].relative_error = 0.13;  // +8%: inside the +50% drift tolerance, but beyond 0.125
+    const auto reason = monitor.observe(2, worse, 0, 0);
+    ASSERT_TRUE(reason);
+    EXPECT_NE(reason->find("fch relative error 0.1300 (outlier_int4) exceeds memory.max_codec_error 0.1250"),
+              std::string::npos)
+        << *reason;
+}
+
+TEST(PolicyMonitor, ComparesASampleWithTheBaselineOfTheSameCodec) {
+    // ln1 compressed with two codecs in different layers: each sample meets its own baseline.
+    MonitorOptions options;
+    options.min_steps_between_replans = 0;
+    PolicyMonitor monitor(options);
+    const std::vector<CodecSample> two = {{TensorKind::ln1, Codec::outlier_int4, 0.01, 0.10, 1000},
+                                          {TensorKind::ln1, Codec::group_int4, 0.0, 0.14, 800}};
+    monitor.set_baseline(0, two);
+    EXPECT_FALSE(monitor.observe(1, two, 0, 0));
+    auto worse = two;
+    worse[0].relative_error = 0.16;  // +60% over outlier_int4's 0.10 (though below group_int4's 0.14)
+    const auto reason = monitor.observe(2, worse, 0, 0);
+    ASSERT_TRUE(reason);
+    EXPECT_NE(reason->find("ln1 relative error 0.1600 exceeds planned 0.1000"), std::string::npos) << *reason;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "src/adacc/adacc_regulator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -21,6 +22,8 @@ RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode) {
     options.planner.granularity = parse_plan_granularity(config.memory.granularity);
     options.monitor.max_interval = config.memory.monitor_max_interval;
     options.monitor.min_steps_between_replans = config.memory.min_replan_steps;
+    options.codecs = codec_choice(config.memory);
+    options.monitor.max_codec_error = options.codecs.max_error;
     if (!config.memory.profile.empty()) options.profile_file = config.memory.profile;
     return options;
 }
@@ -59,26 +62,35 @@ void AdaccRegulator::solve(const std::vector<int>& tokens, const float* weights)
         if (have_profile) {
             fresh.op_ms = profile_.op_ms;
             for (auto& t : fresh.tensors)
-                if (const TensorProfile* old = profile_.find(t.kind)) {
-                    t.compress_ms = old->compress_ms;
-                    t.decompress_ms = old->decompress_ms;
-                }
+                if (const TensorProfile* old = profile_.find(t.kind))
+                    for (auto& m : t.codecs)
+                        if (const CodecMeasurement* measured = old->find(m.codec)) {
+                            m.compress_ms = measured->compress_ms;
+                            m.decompress_ms = measured->decompress_ms;
+                        }
         }
         profile_ = std::move(fresh);
         if (!options_.save_profile.empty()) profile_.save(options_.save_profile);
     }
     last_profile_ms_ = ms_since(start);
-    plan_ = plan_adacc(config_.model, B, T, profile_, budget_, options_.allow_compress, options_.planner);
+    plan_ = plan_adacc(config_.model, B, T, profile_, budget_, options_.allow_compress, options_.planner,
+                       options_.codecs);
 }
 
+// Per (kind, codec) the plan compresses with, the profiled statistics the plan was solved with.
 std::vector<CodecSample> AdaccRegulator::baseline() const {
     std::vector<CodecSample> out;
     for (const auto& t : profile_.tensors)
-        for (int l = 0; l < plan_.plan.n_layer(); ++l)
-            if (plan_.plan.at(l, t.kind).policy == Policy::compress) {
-                out.push_back({t.kind, t.outlier_fraction, t.relative_error, t.compressed_bytes, false});
-                break;
-            }
+        for (int l = 0; l < plan_.plan.n_layer(); ++l) {
+            const TensorPolicy& p = plan_.plan.at(l, t.kind);
+            if (p.policy != Policy::compress) continue;
+            const bool listed = std::any_of(out.begin(), out.end(), [&](const CodecSample& s) {
+                return s.kind == t.kind && s.codec == p.codec;
+            });
+            const CodecMeasurement* m = t.find(p.codec);
+            if (!listed && m != nullptr)
+                out.push_back({t.kind, p.codec, m->outlier_fraction, m->relative_error, m->compressed_bytes, false});
+        }
     return out;
 }
 

@@ -22,6 +22,7 @@ namespace adacc {
 struct RegulatorOptions {
     bool allow_compress = true;      // false: recompute-opt
     PlannerOptions planner;
+    CodecChoice codecs;
     MonitorOptions monitor;
     std::optional<std::filesystem::path> profile_file;  // reuse instead of profiling
     std::filesystem::path save_profile;                 // where to write the profile ("" = nowhere)

@@ -8,8 +8,10 @@
 //     `inputs` may only name earlier tensors (that is what makes it a DAG).
 //   * The block input x: must_keep (it is the checkpoint every recompute chain may end at).
 //     Layernorm statistics (TensorInfo::tiny): must_keep; their bytes count toward the block.
-//   * `bytes` / `compressed_bytes`: what the tape's slot takes, i.e. 64-byte aligned, and for
-//     compression the codec's exact bound (codec_max_bytes, bitpack's exact size for masks).
+//   * `bytes` / each compress option's `bytes`: what the tape's slot takes, i.e. 64-byte aligned,
+//     and for compression the codec's exact bound (codec_max_bytes, bitpack's exact size for
+//     masks). A tensor has one compress option per codec that may store it (the planner picks at
+//     most one; src/adacc/budget_planner.h decides which codecs are candidates).
 //   * `recompute_ms`: the forward time of the op producing it; `inputs`: the saved tensors that op
 //     reads. Ops with several outputs (layernorm: y, mean, rstd) are listed once per planned
 //     output; only y is planned (the statistics are must_keep), so nothing is counted twice.
@@ -33,18 +35,27 @@
 #include <string>
 #include <vector>
 
+#include "kernels/codec_format.h"
 #include "src/engine/policy.h"
 
 namespace adacc {
 
+// One way to store a tensor compressed. The planner only weighs bytes and time; the codec and its
+// error are the caller's labels (the engine runs the codec; the caller admits options by their
+// error before the solve, see src/adacc/budget_planner.h).
+struct CompressOption {
+    Codec codec = Codec::group_int4;
+    std::size_t bytes = 0;      // the tape slot it takes
+    double ms = 0;              // compress + decompress time (paid when chosen)
+    double relative_error = 0;  // the codec's profiled relative L2 error on this tensor
+};
+
 struct PlanTensor {
     std::string name;
-    std::size_t bytes = 0;             // kept at full size
-    std::size_t compressed_bytes = 0;  // size when compressed
-    bool compressible = false;         // compression allowed (then compressed_bytes is its size)
-    double recompute_ms = 0;           // forward time of its producing op (paid when that op re-runs)
-    double compress_ms = 0;            // compress + decompress time (paid when compressed)
-    std::vector<int> inputs;           // indices (< this one's) of the tensors its producing op reads
+    std::size_t bytes = 0;                         // kept at full size
+    std::vector<CompressOption> compress_options;  // empty: cannot be compressed
+    double recompute_ms = 0;                       // forward time of its producing op (paid when that op re-runs)
+    std::vector<int> inputs;                       // indices (< this one's) of the tensors its producing op reads
     bool must_keep = false;            // block input (checkpoint anchor), tiny statistics
     bool can_recompute = true;
     // Not on the tape at all (an intermediate backward does not read, e.g. attproj): never kept or
@@ -56,34 +67,43 @@ struct BlockProblem {
     std::vector<PlanTensor> tensors;
 };
 
-// What a plan does with one tensor of one layer is a Policy (src/engine/policy.h). Transient
-// tensors always read `recompute` (they are never stored; whether their op actually re-runs
-// follows from the others).
+// What a plan does with one tensor of one layer: a Policy (src/engine/policy.h) and, when it
+// compresses, which of the tensor's compress options. Transient tensors always read `recompute`
+// (they are never stored; whether their op actually re-runs follows from the others).
+struct Decision {
+    Policy policy = Policy::keep;
+    int option = 0;  // compress: index into compress_options; 0 otherwise
+    bool operator==(const Decision&) const = default;
+};
+using BlockPlan = std::vector<Decision>;  // one Decision per tensor
 
 // Throws std::invalid_argument naming the tensor when the problem is malformed: an input index
-// not earlier than the tensor, a negative or non-finite cost, a transient that is must_keep or
-// cannot be recomputed.
+// not earlier than the tensor, a negative or non-finite cost (compress options included), a
+// transient that is must_keep or cannot be recomputed.
 void validate_problem(const BlockProblem& problem);
 
 // Whether `d` is allowed for tensor t: must_keep -> keep only; transient -> recompute only;
-// compress needs compressible; recompute needs can_recompute; keep is always allowed otherwise.
-bool policy_allowed(const PlanTensor& t, Policy d);
+// compress needs `option` to name one of its compress options; recompute needs can_recompute;
+// keep is always allowed otherwise (keep and recompute carry option 0).
+bool decision_allowed(const PlanTensor& t, const Decision& d);
+// Every decision allowed for t: keep, then each compress option, then recompute.
+std::vector<Decision> allowed_decisions(const PlanTensor& t);
 
 // The exact cost of one block under a plan, independent of any solver: the ops that re-run are
 // the dropped tensors' producers plus, transitively, the producers of every dropped or transient
 // input a re-running op reads (a chain stops at a kept or compressed tensor). Throws
 // std::invalid_argument on a wrong-sized plan or a disallowed decision.
 struct BlockCost {
-    double extra_ms = 0;       // sum over re-run ops of recompute_ms + sum over compressed of compress_ms
-    std::size_t bytes = 0;     // sum over kept of bytes + over compressed of compressed_bytes
+    double extra_ms = 0;       // sum over re-run ops of recompute_ms + over compressed of their option's ms
+    std::size_t bytes = 0;     // sum over kept of bytes + over compressed of their option's bytes
     std::vector<bool> reruns;  // per tensor: its producing op re-runs in backward
 };
-BlockCost evaluate_block(const BlockProblem& problem, const std::vector<Policy>& plan);
+BlockCost evaluate_block(const BlockProblem& problem, const BlockPlan& plan);
 
 // The fewest tape bytes any plan of the block reaches (each tensor at its smallest allowed form;
 // always reachable, since a recompute chain can always reach the block's first tensors).
 std::size_t min_block_bytes(const BlockProblem& problem);
-// The most (everything kept).
+// The most (every tensor at its largest allowed form).
 std::size_t max_block_bytes(const BlockProblem& problem);
 
 }  // namespace adacc

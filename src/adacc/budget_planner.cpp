@@ -34,23 +34,48 @@ void collect_inputs(const BlockGraph& block, const Profile& profile, const OpInf
     }
 }
 
-std::size_t compressed_bound(const GPTConfig& config, const TensorInfo& t, int B, int T,
+std::size_t compressed_bound(const GPTConfig& config, const TensorInfo& t, Codec codec, int B, int T,
                              const CodecParams& params) {
     const std::size_t rows = tensor_rows(config, t.kind, B, T);
-    return codec_max_bytes(adacc_codec(t.kind), rows, t.numel / rows, params);
+    return codec_max_bytes(codec, rows, t.numel / rows, params);
+}
+
+// The compress options of one tensor: the candidates within the error tolerance that no other
+// admitted candidate matches or beats in bytes, time and error at once (see CodecChoice).
+std::vector<CompressOption> compress_options(const GPTConfig& config, const TensorInfo& info, int B, int T,
+                                             const TensorProfile& measured, const CodecParams& params,
+                                             const CodecChoice& choice) {
+    std::vector<CompressOption> admitted;
+    for (Codec codec : candidate_codecs(info.kind, choice.candidates)) {
+        const CodecMeasurement* m = measured.find(codec);
+        if (m == nullptr || m->relative_error > choice.max_error) continue;
+        admitted.push_back({codec, tape_aligned(compressed_bound(config, info, codec, B, T, params)),
+                            m->compress_ms + m->decompress_ms, m->relative_error});
+    }
+    auto as_good = [](const CompressOption& a, const CompressOption& b) {  // a is no worse than b anywhere
+        return a.bytes <= b.bytes && a.ms <= b.ms && a.relative_error <= b.relative_error;
+    };
+    std::vector<CompressOption> kept;
+    for (std::size_t i = 0; i < admitted.size(); ++i) {
+        bool dominated = false;
+        for (std::size_t j = 0; j < admitted.size() && !dominated; ++j)
+            dominated = j != i && as_good(admitted[j], admitted[i]) && (j < i || !as_good(admitted[i], admitted[j]));
+        if (!dominated) kept.push_back(admitted[i]);
+    }
+    return kept;
 }
 
 ActivationPlan to_activation_plan(const BlockGraph& block, int n_layer, const std::vector<TensorKind>& kinds,
-                                  const PlanResult& result) {
+                                  const BlockProblem& problem, const PlanResult& result) {
     ActivationPlan plan(block, n_layer);
     for (int l = 0; l < n_layer; ++l)
         for (std::size_t i = 0; i < kinds.size(); ++i) {
-            const TensorKind k = kinds[i];
-            switch (result.per_layer[l][i]) {
+            const Decision& d = result.per_layer[l][i];
+            switch (d.policy) {
                 case Policy::keep: break;
-                case Policy::recompute: plan.set(l, k, {Policy::recompute}); break;
+                case Policy::recompute: plan.set(l, kinds[i], {Policy::recompute}); break;
                 case Policy::compress:
-                    plan.set(l, k, {Policy::compress, adacc_codec(k)});
+                    plan.set(l, kinds[i], {Policy::compress, problem.tensors[i].compress_options[d.option].codec});
                     break;
             }
         }
@@ -59,20 +84,29 @@ ActivationPlan to_activation_plan(const BlockGraph& block, int n_layer, const st
 
 }  // namespace
 
+CodecChoice codec_choice(const MemorySection& memory) {
+    try {
+        return {parse_codec_candidates(memory.codecs), memory.max_codec_error};
+    } catch (const std::invalid_argument& e) {
+        throw SettingError("memory.codecs", e.what());
+    }
+}
+
 CodecParams codec_params_for(const Profile& profile, const GPTConfig& config) {
     CodecParams params = profile.codec_params;
     double most = 0;
     for (const auto& t : profile.tensors) {
-        if (t.codec != Codec::outlier_int4) continue;
+        const CodecMeasurement* outlier = t.find(Codec::outlier_int4);
+        if (outlier == nullptr) continue;
         const double cols = t.kind == TensorKind::fch || t.kind == TensorKind::fch_gelu ? 4.0 * config.n_embd : config.n_embd;
-        most = std::max(most, std::round(t.outlier_fraction * cols));
+        most = std::max(most, std::round(outlier->outlier_fraction * cols));
     }
     params.max_outlier_channels = std::max(4, static_cast<int>(2 * most));
     return params;
 }
 
 BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
-                                 std::vector<TensorKind>* kinds_out) {
+                                 const CodecChoice& codecs, std::vector<TensorKind>* kinds_out) {
     const BlockGraph block(config, B, T);
     const CodecParams params = codec_params_for(profile, config);
     BlockProblem problem;
@@ -102,11 +136,8 @@ BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Pr
             t.recompute_ms = ms;
             for (TensorKind in : inputs) t.inputs.push_back(index_of(in));
             const TensorProfile* measured = profile.find(k);
-            t.compressible = allow_compress && !info.tiny && measured != nullptr;
-            if (t.compressible) {
-                t.compressed_bytes = tape_aligned(compressed_bound(config, info, B, T, params));
-                t.compress_ms = measured->compress_ms + measured->decompress_ms;
-            }
+            if (allow_compress && !info.tiny && measured != nullptr)
+                t.compress_options = compress_options(config, info, B, T, *measured, params, codecs);
             add(k, t);
         }
     if (kinds_out) *kinds_out = kinds;
@@ -114,10 +145,11 @@ BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Pr
 }
 
 AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profile, std::uint64_t budget_bytes,
-                     bool allow_compress, const PlannerOptions& options) {
+                     bool allow_compress, const PlannerOptions& options, const CodecChoice& codecs) {
     const BlockGraph block(config, B, T);
-    AdaccPlan out{ActivationPlan(block, config.n_layer), codec_params_for(profile, config), {}, {}, {}};
-    const BlockProblem problem = build_block_problem(config, B, T, profile, allow_compress, &out.kinds);
+    AdaccPlan out{ActivationPlan(block, config.n_layer), codec_params_for(profile, config), {}, {}, {}, {}};
+    out.problem = build_block_problem(config, B, T, profile, allow_compress, codecs, &out.kinds);
+    const BlockProblem& problem = out.problem;
     const std::vector<LayerClass> classes{{problem, config.n_layer}};
     const MilpPlanner planner(options);
 
@@ -131,10 +163,19 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
     const std::size_t static_bytes = keep_all.static_bytes();
     // First solve assuming every plannable tensor needs a workspace buffer and the codecs their
     // scratch (the most any plan needs), then with the workspace the last answer really needs.
+    // (Only the outlier codec has scratch, so the widest compresses with it where it is an option.)
     ActivationPlan widest(block, config.n_layer);
-    for (int l = 0; l < config.n_layer; ++l)
-        for (TensorKind k : out.kinds)
-            widest.set(l, k, {Policy::compress, adacc_codec(k)});
+    for (std::size_t i = 0; i < out.kinds.size(); ++i) {
+        const auto& options = problem.tensors[i].compress_options;
+        if (options.empty()) {
+            for (int l = 0; l < config.n_layer; ++l) widest.set(l, out.kinds[i], {Policy::recompute});
+            continue;
+        }
+        Codec codec = options.front().codec;
+        for (const CompressOption& o : options)
+            if (o.codec == Codec::outlier_int4) codec = o.codec;
+        for (int l = 0; l < config.n_layer; ++l) widest.set(l, out.kinds[i], {Policy::compress, codec});
+    }
     std::size_t workspace = GPTModel::plan_memory(config, B, T, widest, out.codec_params).workspace();
     bool have_plan = false;
     for (int round = 0; round < 4; ++round) {
@@ -144,7 +185,7 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
             throw SettingError("memory.budget",
                                result.message + "; raise memory.budget or lower training.batch_size");
         }
-        const ActivationPlan plan = to_activation_plan(block, config.n_layer, out.kinds, result);
+        const ActivationPlan plan = to_activation_plan(block, config.n_layer, out.kinds, problem, result);
         const ModelMemory memory = GPTModel::plan_memory(config, B, T, plan, out.codec_params);
         if (memory.total() > budget_bytes) break;  // the answer would not fit as allocated: keep the last one
         if (have_plan && result.objective_ms >= out.result.objective_ms) break;
@@ -168,7 +209,7 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
     // Layer classes of the answer: runs of layers with the same decisions.
     struct Group {
         int first, last;
-        std::vector<Policy> decisions;
+        BlockPlan decisions;
     };
     std::vector<Group> groups;
     for (int l = 0; l < config.n_layer; ++l) {
@@ -181,15 +222,24 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
     auto layers_text = [](const Group& g) {
         return g.first == g.last ? std::to_string(g.first) : std::to_string(g.first) + "-" + std::to_string(g.last);
     };
-    auto stored_bytes = [&](TensorKind k, Policy d) -> std::size_t {
-        const TensorInfo& info = block.tensor(k);
-        if (d == Policy::keep) return info.bytes();
-        if (d == Policy::recompute) return 0;
-        return compressed_bound(config, info, B, T, plan.codec_params);
+    auto stored_bytes = [&](std::size_t i, const Decision& d) -> std::size_t {
+        if (d.policy == Policy::keep) return block.tensor(plan.kinds[i]).bytes();
+        if (d.policy == Policy::recompute) return 0;
+        return plan.problem.tensors[i].compress_options[d.option].bytes;
     };
-    auto codec_text = [&](TensorKind k, Policy d) -> std::string {
-        if (d != Policy::compress) return "";
-        return codec_name(adacc_codec(k));
+    auto option = [&](std::size_t i, const Decision& d) -> const CompressOption* {
+        return d.policy == Policy::compress ? &plan.problem.tensors[i].compress_options[d.option] : nullptr;
+    };
+    auto codec_text = [&](std::size_t i, const Decision& d) -> std::string {
+        const CompressOption* o = option(i, d);
+        return o ? codec_name(o->codec) : "";
+    };
+    auto error_text = [&](std::size_t i, const Decision& d) -> std::string {
+        const CompressOption* o = option(i, d);
+        if (!o || codec_is_lossless(o->codec)) return o ? "0" : "";
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.4f", o->relative_error);
+        return buf;
     };
     if (format == "json") {
         nlohmann::json j;
@@ -204,10 +254,12 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
         for (std::size_t g = 0; g < groups.size(); ++g)
             for (std::size_t i = 0; i < plan.kinds.size(); ++i) {
                 const TensorKind k = plan.kinds[i];
-                const Policy d = groups[g].decisions[i];
-                j["decisions"].push_back({{"layer_class", g}, {"layers", layers_text(groups[g])},
-                                          {"tensor", tensor_kind_name(k)}, {"decision", policy_name(d)},
-                                          {"codec", codec_text(k, d)}, {"bytes", stored_bytes(k, d)}});
+                const Decision& d = groups[g].decisions[i];
+                nlohmann::json row{{"layer_class", g},          {"layers", layers_text(groups[g])},
+                                   {"tensor", tensor_kind_name(k)}, {"decision", policy_name(d.policy)},
+                                   {"codec", codec_text(i, d)},  {"bytes", stored_bytes(i, d)}};
+                if (const CompressOption* o = option(i, d)) row["relative_error"] = o->relative_error;
+                j["decisions"].push_back(row);
             }
         return j.dump(2) + "\n";
     }
@@ -220,16 +272,16 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
                   format_bytes(plan.memory.tape).c_str(), format_bytes(plan.memory.total()).c_str(),
                   format_bytes(budget_bytes).c_str(), r.extra_ms);
     out += line;
-    std::snprintf(line, sizeof line, "%-8s %-10s %-10s %-11s %-13s %12s\n", "class", "layers", "tensor", "decision",
-                  "codec", "bytes");
+    std::snprintf(line, sizeof line, "%-8s %-10s %-10s %-11s %-13s %9s %12s\n", "class", "layers", "tensor",
+                  "decision", "codec", "rel_err", "bytes");
     out += line;
     for (std::size_t g = 0; g < groups.size(); ++g)
         for (std::size_t i = 0; i < plan.kinds.size(); ++i) {
             const TensorKind k = plan.kinds[i];
-            const Policy d = groups[g].decisions[i];
-            std::snprintf(line, sizeof line, "%-8zu %-10s %-10s %-11s %-13s %12s\n", g, layers_text(groups[g]).c_str(),
-                          tensor_kind_name(k), policy_name(d), codec_text(k, d).c_str(),
-                          format_bytes(stored_bytes(k, d)).c_str());
+            const Decision& d = groups[g].decisions[i];
+            std::snprintf(line, sizeof line, "%-8zu %-10s %-10s %-11s %-13s %9s %12s\n", g,
+                          layers_text(groups[g]).c_str(), tensor_kind_name(k), policy_name(d.policy),
+                          codec_text(i, d).c_str(), error_text(i, d).c_str(), format_bytes(stored_bytes(i, d)).c_str());
             out += line;
         }
     return out;

@@ -14,8 +14,21 @@
 #include "src/engine/gpt_model.h"
 #include "src/adacc/milp_planner.h"
 #include "src/adacc/profiler.h"
+#include "src/config/run_config.h"
 
 namespace adacc {
+
+// What the planner may compress a tensor with (memory.codecs and memory.max_codec_error). A
+// candidate codec becomes one of the tensor's compress options when its profiled relative L2
+// error is at most max_error (bitpack is lossless) and no other admitted candidate is as good in
+// slot bytes, time and error at once (a dominated codec is never worth choosing: ties go to the
+// earlier candidate, the paper's). So a codec worse than plain group INT4 on the tensor at hand
+// is chosen only when it buys memory or time, and never beyond the tolerance.
+struct CodecChoice {
+    CodecCandidates candidates = parse_codec_candidates(MemorySection{}.codecs);
+    double max_error = MemorySection{}.max_codec_error;
+};
+CodecChoice codec_choice(const MemorySection& memory);  // SettingError on an unknown memory.codecs
 
 struct AdaccPlan {
     ActivationPlan plan;
@@ -23,18 +36,19 @@ struct AdaccPlan {
     PlanResult result;              // the solver's answer (status, solve_ms, objective, ...)
     ModelMemory memory;             // every arena under this plan, as the model will allocate it
     std::vector<TensorKind> kinds;  // the block's planned tensors, in problem order
+    BlockProblem problem;           // what was solved (result's decisions index its compress options)
 };
 
 // Solves for the cheapest plan whose total memory fits `budget_bytes` at B x T. With
 // allow_compress false this is mode recompute-opt (optimal rematerialisation). Throws UserError
 // when no plan fits, stating the smallest memory any plan reaches.
 AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profile, std::uint64_t budget_bytes,
-                     bool allow_compress, const PlannerOptions& options);
+                     bool allow_compress, const PlannerOptions& options, const CodecChoice& codecs = {});
 
-// The block problem for (config, B, T) from a profile, compressed sizes at the bounds of
-// codec_params_for(profile) (exposed for tests and `adacc plan`).
+// The block problem for (config, B, T) from a profile: compress options per `codecs`, slot sizes
+// at the bounds of codec_params_for(profile) (exposed for tests and `adacc plan`).
 BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
-                                 std::vector<TensorKind>* kinds = nullptr);
+                                 const CodecChoice& codecs = {}, std::vector<TensorKind>* kinds = nullptr);
 
 // `adacc plan`'s output: per (layer class, tensor) the decision, codec and bytes; predicted tape
 // bytes and added time; solver status and time. "table" or "json".

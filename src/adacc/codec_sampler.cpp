@@ -11,10 +11,10 @@ void CodecSampler::tensor_compressed(Backend& backend, const CompressedTensor& t
     const auto start = std::chrono::steady_clock::now();
     CodecSample* entry = nullptr;
     for (auto& s : samples_)
-        if (s.kind == t.kind) entry = &s;
+        if (s.kind == t.kind && s.codec == t.codec) entry = &s;
     if (!entry) {
         if (samples_.size() == samples_.capacity()) return;  // never reallocate inside a step
-        samples_.push_back({t.kind, 0, 0, 0});
+        samples_.push_back({t.kind, t.codec, 0, 0, 0});
         entry = &samples_.back();
     }
     entry->bytes = std::max(entry->bytes, t.exact_bytes);

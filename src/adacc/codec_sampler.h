@@ -1,6 +1,6 @@
 // The Adacc monitor's eyes inside forward (DESIGN §8): a ModelObserver that, on sampled steps,
 // decodes every compressed tensor right after its compression and records per tensor kind the
-// worst blob size, outlier fraction and relative error over layers.
+// worst blob size, outlier fraction and relative error over layers, per tensor kind and codec.
 #pragma once
 
 #include <utility>
@@ -14,11 +14,12 @@ namespace adacc {
 class CodecSampler final : public ModelObserver {
 public:
     explicit CodecSampler(const CodecParams& params = {}) : params_(params) {
-        samples_.reserve(kNumTensorKinds);  // one per kind: sampling never reallocates inside a step
+        // One per kind and codec: sampling never reallocates inside a step.
+        samples_.reserve(kNumTensorKinds * kNumCodecs);
     }
     void set_codec_params(const CodecParams& params) { params_ = params; }
 
-    // The last forward's statistics, one entry per compressed tensor kind.
+    // The last forward's statistics, one entry per compressed (tensor kind, codec).
     const std::vector<CodecSample>& samples() const { return samples_; }
     // Time spent sampling since the last call (ms): the monitor's cost inside forward.
     double take_ms() { return std::exchange(ms_, 0.0); }

@@ -2,10 +2,14 @@
 //
 // ---- The block model ----
 // DESIGN §7 states it with binaries keep_i + comp_i + drop_i = 1 and run_i per tensor, run_i >=
-// drop_i, and run_p >= run_i + drop_p - 1 for every input p of i. PlannerOptions::literal_model
-// builds exactly that. The default builds an equivalent, smaller model:
-//   * keep_i = 1 - comp_i - drop_i is eliminated (comp_i + drop_i <= 1), and variables exist only
-//     for the choices a tensor allows (must_keep tensors have none).
+// drop_i, and run_p >= run_i + drop_p - 1 for every input p of i. A tensor may be compressible
+// by several codecs (its compress options): comp_i is then one binary per option, comp_io, and
+// keep_i + sum_o comp_io + drop_i = 1 (one binary per (tensor, option)). A compressed tensor stops
+// a recompute chain whatever its codec, so the options differ only in their own bytes and time.
+// PlannerOptions::literal_model builds exactly that. The default builds an equivalent, smaller
+// model:
+//   * keep_i = 1 - sum_o comp_io - drop_i is eliminated (sum_o comp_io + drop_i <= 1), and
+//     variables exist only for the choices a tensor allows (must_keep tensors have none).
 //   * For a tensor backward reads, run_i = drop_i at any optimum: a dropped tensor must be
 //     regenerated (run_i >= drop_i), and a kept or compressed one never needs its op re-run,
 //     because the chain rows only force run_p when drop_p = 1 (then run_p >= drop_p = 1 holds
@@ -88,24 +92,37 @@ void validate_problem(const BlockProblem& problem) {
                 fail("has input " + std::to_string(p) + "; inputs must be earlier tensors (indices 0.." +
                      std::to_string(static_cast<long>(i) - 1) + ")");
         if (!(t.recompute_ms >= 0) || !std::isfinite(t.recompute_ms)) fail("has a negative or non-finite recompute_ms");
-        if (!(t.compress_ms >= 0) || !std::isfinite(t.compress_ms)) fail("has a negative or non-finite compress_ms");
+        for (const CompressOption& c : t.compress_options)
+            if (!(c.ms >= 0) || !std::isfinite(c.ms))
+                fail(std::string("has a negative or non-finite time for compress option ") + codec_name(c.codec));
         if (t.transient && t.must_keep) fail("is transient and must_keep");
         if (t.transient && !t.can_recompute) fail("is transient but cannot be recomputed");
     }
 }
 
-bool policy_allowed(const PlanTensor& t, Policy d) {
-    if (t.transient) return d == Policy::recompute;
-    if (t.must_keep) return d == Policy::keep;
-    switch (d) {
+bool decision_allowed(const PlanTensor& t, const Decision& d) {
+    if (d.policy != Policy::compress && d.option != 0) return false;
+    if (t.transient) return d.policy == Policy::recompute;
+    if (t.must_keep) return d.policy == Policy::keep;
+    switch (d.policy) {
         case Policy::keep: return true;
-        case Policy::compress: return t.compressible;
+        case Policy::compress: return d.option >= 0 && static_cast<std::size_t>(d.option) < t.compress_options.size();
         case Policy::recompute: return t.can_recompute;
     }
     return false;
 }
 
-BlockCost evaluate_block(const BlockProblem& problem, const std::vector<Policy>& plan) {
+std::vector<Decision> allowed_decisions(const PlanTensor& t) {
+    std::vector<Decision> out;
+    std::vector<Decision> all{{Policy::keep, 0}};
+    for (std::size_t o = 0; o < t.compress_options.size(); ++o) all.push_back({Policy::compress, static_cast<int>(o)});
+    all.push_back({Policy::recompute, 0});
+    for (const Decision& d : all)
+        if (decision_allowed(t, d)) out.push_back(d);
+    return out;
+}
+
+BlockCost evaluate_block(const BlockProblem& problem, const BlockPlan& plan) {
     const auto& ts = problem.tensors;
     if (plan.size() != ts.size())
         throw std::invalid_argument("evaluate_block: plan has " + std::to_string(plan.size()) + " decisions for " +
@@ -113,46 +130,55 @@ BlockCost evaluate_block(const BlockProblem& problem, const std::vector<Policy>&
     BlockCost cost;
     cost.reruns.assign(ts.size(), false);
     for (std::size_t i = 0; i < ts.size(); ++i) {
-        if (!policy_allowed(ts[i], plan[i]))
+        if (!decision_allowed(ts[i], plan[i]))
             throw std::invalid_argument("evaluate_block: tensor '" + ts[i].name + "' cannot be " +
-                                        policy_name(plan[i]));
-        if (plan[i] == Policy::recompute && !ts[i].transient) cost.reruns[i] = true;
+                                        policy_name(plan[i].policy) + " (option " + std::to_string(plan[i].option) +
+                                        ")");
+        if (plan[i].policy == Policy::recompute && !ts[i].transient) cost.reruns[i] = true;
     }
     // Inputs are earlier tensors, so one backward sweep closes the chains.
     for (std::size_t i = ts.size(); i-- > 0;)
         if (cost.reruns[i])
             for (int p : ts[i].inputs)
-                if (plan[p] == Policy::recompute) cost.reruns[p] = true;
+                if (plan[p].policy == Policy::recompute) cost.reruns[p] = true;
     for (std::size_t i = 0; i < ts.size(); ++i) {
         if (cost.reruns[i]) cost.extra_ms += ts[i].recompute_ms;
-        if (plan[i] == Policy::compress) {
-            cost.extra_ms += ts[i].compress_ms;
-            cost.bytes += ts[i].compressed_bytes;
+        if (plan[i].policy == Policy::compress) {
+            const CompressOption& c = ts[i].compress_options[plan[i].option];
+            cost.extra_ms += c.ms;
+            cost.bytes += c.bytes;
         }
-        if (plan[i] == Policy::keep) cost.bytes += ts[i].bytes;
+        if (plan[i].policy == Policy::keep) cost.bytes += ts[i].bytes;
     }
     return cost;
 }
 
 namespace {
 
+// The bytes and time one decision costs taken alone (a recompute's chain not counted).
+std::size_t decision_bytes(const PlanTensor& t, const Decision& d) {
+    if (d.policy == Policy::keep) return t.bytes;
+    if (d.policy == Policy::compress) return t.compress_options[d.option].bytes;
+    return 0;
+}
+double decision_ms(const PlanTensor& t, const Decision& d) {
+    if (d.policy == Policy::compress) return t.compress_options[d.option].ms;
+    return d.policy == Policy::recompute ? t.recompute_ms : 0.0;
+}
+
 // The smallest-bytes decision of one tensor (ties: the cheaper one taken alone).
-Policy smallest_decision(const PlanTensor& t) {
-    if (t.transient) return Policy::recompute;
-    if (t.must_keep) return Policy::keep;
-    Policy best = Policy::keep;
-    std::size_t best_bytes = t.bytes;
-    double best_ms = 0;
-    auto consider = [&](Policy d, std::size_t b, double ms) {
-        if (b < best_bytes || (b == best_bytes && ms < best_ms)) best = d, best_bytes = b, best_ms = ms;
-    };
-    if (t.compressible) consider(Policy::compress, t.compressed_bytes, t.compress_ms);
-    if (t.can_recompute) consider(Policy::recompute, 0, t.recompute_ms);
+Decision smallest_decision(const PlanTensor& t) {
+    const std::vector<Decision> allowed = allowed_decisions(t);
+    Decision best = allowed.front();
+    for (const Decision& d : allowed) {
+        const std::size_t b = decision_bytes(t, d), best_b = decision_bytes(t, best);
+        if (b < best_b || (b == best_b && decision_ms(t, d) < decision_ms(t, best))) best = d;
+    }
     return best;
 }
 
-std::vector<Policy> smallest_plan(const BlockProblem& problem) {
-    std::vector<Policy> plan;
+BlockPlan smallest_plan(const BlockProblem& problem) {
+    BlockPlan plan;
     for (const auto& t : problem.tensors) plan.push_back(smallest_decision(t));
     return plan;
 }
@@ -165,8 +191,8 @@ std::size_t max_block_bytes(const BlockProblem& problem) {
     std::size_t total = 0;
     for (const auto& t : problem.tensors) {
         if (t.transient) continue;
-        std::size_t b = t.bytes;
-        if (!t.must_keep && t.compressible) b = std::max(b, t.compressed_bytes);
+        std::size_t b = 0;
+        for (const Decision& d : allowed_decisions(t)) b = std::max(b, decision_bytes(t, d));
         total += b;
     }
     return total;
@@ -250,7 +276,8 @@ struct BlockModel {
     std::vector<Col> cols;
     std::vector<Row> rows;
     double const_bytes = 0;  // memory units independent of the columns
-    std::vector<int> keep_col, comp_col, drop_col;  // -1: absent
+    std::vector<int> keep_col, drop_col;     // -1: absent
+    std::vector<std::vector<int>> comp_cols;  // per tensor, one column per compress option (-1: absent)
 };
 
 int add_col(BlockModel& m, Col c) {
@@ -263,24 +290,32 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
     const std::size_t n = ts.size();
     BlockModel m;
     m.keep_col.assign(n, -1);
-    m.comp_col.assign(n, -1);
     m.drop_col.assign(n, -1);
+    m.comp_cols.resize(n);
     if (literal) {
         std::vector<int> run(n);
         for (std::size_t i = 0; i < n; ++i) {
             const PlanTensor& t = ts[i];
             const double b = t.transient ? 0 : static_cast<double>(t.bytes) / unit;
-            const double cb = t.transient ? 0 : static_cast<double>(t.compressed_bytes) / unit;
-            Col keep{0, 1, true, 0, b}, comp{0, 1, true, t.compress_ms, cb}, drop{0, 1, true, 0, 0};
+            Col keep{0, 1, true, 0, b}, drop{0, 1, true, 0, 0};
             if (t.must_keep) keep.lb = 1;
             if (t.transient) keep.ub = 0, drop.lb = 1;
-            if (!policy_allowed(t, Policy::compress)) comp.ub = 0;
-            if (!policy_allowed(t, Policy::recompute)) drop.ub = 0;
+            if (!decision_allowed(t, {Policy::recompute, 0})) drop.ub = 0;
             m.keep_col[i] = add_col(m, keep);
-            m.comp_col[i] = add_col(m, comp);
+            Row one_of{{m.keep_col[i]}, {1}, EQ, 1};  // keep + sum of comp + drop = 1
+            for (std::size_t o = 0; o < t.compress_options.size(); ++o) {
+                const CompressOption& c = t.compress_options[o];
+                Col comp{0, 1, true, c.ms, t.transient ? 0 : static_cast<double>(c.bytes) / unit};
+                if (!decision_allowed(t, {Policy::compress, static_cast<int>(o)})) comp.ub = 0;
+                m.comp_cols[i].push_back(add_col(m, comp));
+                one_of.idx.push_back(m.comp_cols[i].back());
+                one_of.val.push_back(1);
+            }
             m.drop_col[i] = add_col(m, drop);
+            one_of.idx.push_back(m.drop_col[i]);
+            one_of.val.push_back(1);
             run[i] = add_col(m, Col{0, 1, true, t.recompute_ms, 0});
-            m.rows.push_back({{m.keep_col[i], m.comp_col[i], m.drop_col[i]}, {1, 1, 1}, EQ, 1});  // one of three
+            m.rows.push_back(std::move(one_of));
             if (!t.transient)  // a transient's op runs only when a chain needs it
                 m.rows.push_back({{run[i], m.drop_col[i]}, {1, -1}, GE, 0});  // run >= drop
             for (int p : t.inputs)  // run_p >= run_i + drop_p - 1
@@ -298,10 +333,22 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
         }
         const double b = static_cast<double>(t.bytes) / unit;
         m.const_bytes += b;  // kept unless a column below says otherwise
-        if (policy_allowed(t, Policy::compress))
-            m.comp_col[i] = add_col(m, Col{0, 1, true, t.compress_ms, static_cast<double>(t.compressed_bytes) / unit - b});
-        if (policy_allowed(t, Policy::recompute)) run[i] = m.drop_col[i] = add_col(m, Col{0, 1, true, t.recompute_ms, -b});
-        if (m.comp_col[i] >= 0 && m.drop_col[i] >= 0) m.rows.push_back({{m.comp_col[i], m.drop_col[i]}, {1, 1}, LE, 1});
+        Row at_most_one{{}, {}, LE, 1};  // sum of comp + drop <= 1
+        for (std::size_t o = 0; o < t.compress_options.size(); ++o) {
+            if (!decision_allowed(t, {Policy::compress, static_cast<int>(o)})) {
+                m.comp_cols[i].push_back(-1);
+                continue;
+            }
+            const CompressOption& c = t.compress_options[o];
+            m.comp_cols[i].push_back(add_col(m, Col{0, 1, true, c.ms, static_cast<double>(c.bytes) / unit - b}));
+            at_most_one.idx.push_back(m.comp_cols[i].back());
+        }
+        if (decision_allowed(t, {Policy::recompute, 0})) {
+            run[i] = m.drop_col[i] = add_col(m, Col{0, 1, true, t.recompute_ms, -b});
+            at_most_one.idx.push_back(m.drop_col[i]);
+        }
+        at_most_one.val.assign(at_most_one.idx.size(), 1);
+        if (at_most_one.idx.size() > 1) m.rows.push_back(std::move(at_most_one));
     }
     for (std::size_t i = 0; i < n; ++i) {
         if (run[i] < 0) continue;
@@ -311,19 +358,20 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
     return m;
 }
 
-std::vector<Policy> decode(const BlockProblem& problem, const BlockModel& m, const double* x) {
-    std::vector<Policy> plan;
+BlockPlan decode(const BlockProblem& problem, const BlockModel& m, const double* x) {
+    BlockPlan plan;
     for (std::size_t i = 0; i < problem.tensors.size(); ++i) {
         const PlanTensor& t = problem.tensors[i];
-        Policy d = Policy::keep;
+        Decision d{Policy::keep, 0};
         if (t.transient)
-            d = Policy::recompute;
+            d.policy = Policy::recompute;
         else if (t.must_keep)
-            d = Policy::keep;
+            d.policy = Policy::keep;
         else if (m.drop_col[i] >= 0 && x[m.drop_col[i]] > 0.5)
-            d = Policy::recompute;
-        else if (m.comp_col[i] >= 0 && x[m.comp_col[i]] > 0.5)
-            d = Policy::compress;
+            d.policy = Policy::recompute;
+        else
+            for (std::size_t o = 0; o < m.comp_cols[i].size(); ++o)
+                if (m.comp_cols[i][o] >= 0 && x[m.comp_cols[i][o]] > 0.5) d = {Policy::compress, static_cast<int>(o)};
         plan.push_back(d);
     }
     return plan;
@@ -335,7 +383,7 @@ std::size_t gcd_unit(const std::vector<const BlockProblem*>& problems) {
         for (const auto& t : p->tensors) {
             if (t.transient) continue;
             g = std::gcd(g, t.bytes);
-            if (t.compressible) g = std::gcd(g, t.compressed_bytes);
+            for (const CompressOption& c : t.compress_options) g = std::gcd(g, c.bytes);
         }
     return g == 0 ? 1 : g;
 }
@@ -786,7 +834,7 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
     r.budget_bytes = budget_bytes;
     r.min_possible_bytes = static_bytes + transient_bytes + min_act;
     r.per_class.resize(classes.size());
-    auto set_plans = [&](const std::vector<std::vector<Policy>>& plans) {
+    auto set_plans = [&](const std::vector<BlockPlan>& plans) {
         for (std::size_t c = 0; c < classes.size(); ++c) {
             r.per_class[c].clear();
             if (classes[c].layer_count == 0) continue;
@@ -794,7 +842,7 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
             r.per_class[c].push_back({plans[c], classes[c].layer_count, cost.extra_ms, cost.bytes});
         }
     };
-    auto total_bytes = [&](const std::vector<std::vector<Policy>>& plans) {
+    auto total_bytes = [&](const std::vector<BlockPlan>& plans) {
         std::size_t total = 0;
         for (std::size_t c = 0; c < classes.size(); ++c)
             total += static_cast<std::size_t>(classes[c].layer_count) * evaluate_block(classes[c].problem, plans[c]).bytes;
@@ -815,7 +863,7 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
                                                      : "lp_solve reported infeasible although a plan fits";
                 break;
             }
-            std::vector<std::vector<Policy>> plans;
+            std::vector<BlockPlan> plans;
             for (std::size_t c = 0; c < classes.size(); ++c)
                 plans.push_back(decode(classes[c].problem, models[c], x.data() + offset[c]));
             const std::size_t total = total_bytes(plans);
@@ -832,12 +880,12 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
     } else {
         solved = true;  // nothing to decide
         r.status = PlanResult::optimal;
-        std::vector<std::vector<Policy>> plans;
+        std::vector<BlockPlan> plans;
         for (const auto& c : classes) plans.push_back(smallest_plan(c.problem));
         set_plans(plans);
     }
     if (!solved) {  // a plan fits (checked above): fall back to the smallest one
-        std::vector<std::vector<Policy>> plans;
+        std::vector<BlockPlan> plans;
         for (const auto& c : classes) plans.push_back(smallest_plan(c.problem));
         set_plans(plans);
         r.status = PlanResult::suboptimal;
@@ -984,7 +1032,7 @@ PlanResult MilpPlanner::solve_global(const std::vector<LayerClass>& classes, std
         for (std::size_t c = 0; c < classes.size(); ++c) {
             r.per_class[c].clear();
             const int L = classes[c].layer_count;
-            std::vector<std::vector<Policy>> layer(L, std::vector<Policy>(classes[c].problem.tensors.size()));
+            std::vector<BlockPlan> layer(L, BlockPlan(classes[c].problem.tensors.size()));
             for (std::size_t k = 0; k < groups.size(); ++k) {
                 if (groups[k].cls != c) continue;
                 for (int l = 0; l < L; ++l)

@@ -60,14 +60,14 @@ struct LayerClass {
 // One point of a class's Pareto frontier: a block plan no other plan beats in both extra time and
 // bytes. Frontiers are listed by decreasing bytes (increasing time).
 struct FrontierPoint {
-    std::vector<Policy> decisions;  // per tensor
+    BlockPlan decisions;
     double extra_ms = 0;
     std::size_t bytes = 0;
 };
 
 // How many layers of a class use one block plan.
 struct ClassPlan {
-    std::vector<Policy> decisions;  // per tensor
+    BlockPlan decisions;
     int layers = 0;
     double extra_ms = 0;    // per layer
     std::size_t bytes = 0;  // per layer
@@ -87,7 +87,7 @@ struct PlanResult {
     double solve_ms = 0;                 // wall time of the whole call
     // Per layer, per tensor. Layers are numbered class by class: class 0's layer_count layers
     // first, then class 1's, and so on (within a class, layers using the same plan are adjacent).
-    std::vector<std::vector<Policy>> per_layer;
+    std::vector<BlockPlan> per_layer;
     // Per class, the plans its layers use (block granularity: exactly one).
     std::vector<std::vector<ClassPlan>> per_class;
     int frontier_points = 0;  // global: frontier points over all classes

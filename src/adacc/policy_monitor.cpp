@@ -17,9 +17,9 @@ void PolicyMonitor::set_baseline(int step, const std::vector<CodecSample>& basel
     next_sample_ = step + 1;
 }
 
-const CodecSample* PolicyMonitor::baseline_for(TensorKind kind) const {
+const CodecSample* PolicyMonitor::baseline_for(const CodecSample& sample) const {
     for (const auto& b : baseline_)
-        if (b.kind == kind) return &b;
+        if (b.kind == sample.kind && b.codec == sample.codec) return &b;
     return nullptr;
 }
 
@@ -30,7 +30,7 @@ double relative_change(double now, double before) { return before > 0 ? (now - b
 bool PolicyMonitor::moved(const std::vector<CodecSample>& sample) const {
     for (const auto& s : sample)
         for (const auto& l : last_)
-            if (l.kind == s.kind &&
+            if (l.kind == s.kind && l.codec == s.codec &&
                 (std::abs(s.outlier_fraction - l.outlier_fraction) > options_.stable_outlier_delta ||
                  std::abs(relative_change(s.relative_error, l.relative_error)) > options_.stable_relative_delta ||
                  std::abs(relative_change(double(s.bytes), double(l.bytes))) > options_.stable_relative_delta))
@@ -41,9 +41,14 @@ bool PolicyMonitor::moved(const std::vector<CodecSample>& sample) const {
 std::optional<std::string> PolicyMonitor::out_of_tolerance(const std::vector<CodecSample>& sample) const {
     char reason[256];
     for (const auto& s : sample) {
-        const CodecSample* b = baseline_for(s.kind);
-        if (!b) continue;
         const char* name = tensor_kind_name(s.kind);
+        if (s.relative_error > options_.max_codec_error) {
+            std::snprintf(reason, sizeof reason, "%s relative error %.4f (%s) exceeds memory.max_codec_error %.4f",
+                          name, s.relative_error, codec_name(s.codec), options_.max_codec_error);
+            return reason;
+        }
+        const CodecSample* b = baseline_for(s);
+        if (!b) continue;
         if (s.outlier_cap_reached) {
             std::snprintf(reason, sizeof reason, "%s outlier channels reached the codec's cap (fraction %.4f)", name,
                           s.outlier_fraction);

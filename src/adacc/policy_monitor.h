@@ -2,14 +2,17 @@
 // relative error, compressed size) with exponential backoff — every step at first, then every
 // 2, 4, 8, ... steps (up to a cap) while they stay stable, back to every step when they move —
 // and says when the plan no longer fits: a statistic left its tolerance around the value the
-// plan was solved with, or the predicted memory exceeds the budget. A minimum number of steps
+// plan was solved with, an error exceeds memory.max_codec_error, or the predicted memory exceeds
+// the budget. A minimum number of steps
 // between plan switches keeps it from thrashing.
 #pragma once
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 
 namespace adacc {
@@ -21,12 +24,15 @@ struct MonitorOptions {
     double outlier_tolerance = 0.02;    // re-plan when a fraction moves this far from the plan's
     double error_tolerance = 0.5;       // ... error grows by this factor (relative, 0.5 = +50%)
     double size_tolerance = 0.25;       // ... compressed size grows by this factor
+    double max_codec_error = HUGE_VAL;  // ... or an error exceeds this (memory.max_codec_error)
     int min_steps_between_replans = 20;
 };
 
-// One compressed tensor's statistics at one sample (a block kind, worst case over layers).
+// One compressed tensor's statistics at one sample (a block kind under one codec, worst case
+// over the layers that use it).
 struct CodecSample {
     TensorKind kind = TensorKind::x;
+    Codec codec = Codec::group_int4;
     double outlier_fraction = 0;
     double relative_error = 0;
     std::size_t bytes = 0;
@@ -50,7 +56,7 @@ public:
 private:
     bool moved(const std::vector<CodecSample>& sample) const;
     std::optional<std::string> out_of_tolerance(const std::vector<CodecSample>& sample) const;
-    const CodecSample* baseline_for(TensorKind kind) const;
+    const CodecSample* baseline_for(const CodecSample& sample) const;
 
     MonitorOptions options_;
     std::vector<CodecSample> baseline_, last_;

@@ -16,21 +16,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 
-// Compresses and decompresses tensor `kind` of every layer from the tape of a kept-everything
-// forward, timing both and measuring size, error and outliers; the blob, the decoded copy and
-// the codec's scratch are backend memory of their own.
-TensorProfile profile_tensor(const GPTModel& model, TensorKind kind, int B, int T, const CodecParams& params) {
+// Compresses and decompresses tensor `kind` of every layer with `codec`, from the tape of a
+// kept-everything forward, timing both and measuring size, error and outliers; the blob, the
+// decoded copy and the codec's scratch are backend memory of their own.
+CodecMeasurement measure_codec(const GPTModel& model, TensorKind kind, Codec codec, int B, int T,
+                               const CodecParams& params) {
     const TensorInfo& info = model.block().tensor(kind);
     const std::size_t numel = info.numel * B / model.max_batch();  // the block graph is at the allocated batch
     const std::size_t rows = tensor_rows(model.config(), kind, B, T), cols = numel / rows;
-    TensorProfile p;
-    p.kind = kind;
-    p.name = info.name;
-    p.codec = adacc_codec(kind);
-    p.compressed_bound = codec_max_bytes(p.codec, rows, cols, params);
+    CodecMeasurement m;
+    m.codec = codec;
+    m.compressed_bound = codec_max_bytes(codec, rows, cols, params);
     Backend& backend = model.backend();
-    const Arena blob(backend, p.compressed_bound), decoded(backend, numel * dtype_size(info.dtype)),
-        scratch(backend, codec_scratch_bytes(p.codec, rows, cols, params));
+    const Arena blob(backend, m.compressed_bound), decoded(backend, numel * dtype_size(info.dtype)),
+        scratch(backend, codec_scratch_bytes(codec, rows, cols, params));
     KernelContext ctx = backend.context();
     ctx.scratch = scratch.data();
     ctx.scratch_bytes = scratch.bytes();
@@ -39,23 +38,26 @@ TensorProfile profile_tensor(const GPTModel& model, TensorKind kind, int B, int 
     for (int l = 0; l < L; ++l) {
         const ConstAct data(model.tape().data(*model.tape().find(l, kind)), info.dtype);
         auto t0 = Clock::now();
-        k.codec_compress(ctx, p.codec, data, rows, cols, params, blob.data());
+        k.codec_compress(ctx, codec, data, rows, cols, params, blob.data());
         backend.synchronize();
-        p.compress_ms += ms_since(t0) / L;
+        m.compress_ms += ms_since(t0) / L;
         t0 = Clock::now();
-        k.codec_decompress(ctx, p.codec, blob.data(), rows, cols, Act(decoded.data(), data.dtype()));
+        k.codec_decompress(ctx, codec, blob.data(), rows, cols, Act(decoded.data(), data.dtype()));
         backend.synchronize();
-        p.decompress_ms += ms_since(t0) / L;
-        const std::size_t outliers = k.codec_outlier_count(ctx, p.codec, blob.data());
-        p.compressed_bytes = std::max(p.compressed_bytes, codec_bytes(p.codec, rows, cols, params, outliers));
-        if (!codec_is_lossless(p.codec)) {  // bitpack: no error, no outliers
+        m.decompress_ms += ms_since(t0) / L;
+        const std::size_t outliers = k.codec_outlier_count(ctx, codec, blob.data());
+        m.compressed_bytes = std::max(m.compressed_bytes, codec_bytes(codec, rows, cols, params, outliers));
+        if (!codec_is_lossless(codec)) {  // bitpack: no error, no outliers
             const CodecStats stats = k.codec_error(ctx, data.as<float>(), decoded.as<float>(), numel);
-            p.relative_error = std::max(p.relative_error, stats.relative_l2);
-            p.outlier_fraction = std::max(p.outlier_fraction, double(outliers) / static_cast<double>(cols));
+            m.relative_error = std::max(m.relative_error, stats.relative_l2);
+            m.outlier_fraction = std::max(m.outlier_fraction, double(outliers) / static_cast<double>(cols));
         }
     }
-    return p;
+    return m;
 }
+
+// Profile files written before every codec was measured per tensor lack "codecs".
+constexpr int kProfileFormat = 2;
 
 // Sums each block op's forward time over layers and repeats.
 class OpTimer final : public ModelObserver {
@@ -69,6 +71,12 @@ private:
 };
 
 }  // namespace
+
+const CodecMeasurement* TensorProfile::find(Codec wanted) const {
+    for (const auto& c : codecs)
+        if (c.codec == wanted) return &c;
+    return nullptr;
+}
 
 const TensorProfile* Profile::find(TensorKind kind) const {
     for (const auto& t : tensors)
@@ -104,13 +112,19 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
     const BlockGraph planned(config, batch, T);
     for (const TensorInfo& t : model.block().tensors()) {
         if (!t.saved || t.tiny || t.kind == TensorKind::x || t.numel == 0) continue;
-        TensorProfile p = profile_tensor(model, t.kind, Bm, T, codec_params);
+        TensorProfile p;
+        p.kind = t.kind;
+        p.name = t.name;
         p.bytes = planned.tensor(t.kind).bytes();
-        p.compressed_bytes = static_cast<std::size_t>(double(p.compressed_bytes) * scale);
-        const std::size_t rows = tensor_rows(config, t.kind, batch, T);
-        p.compressed_bound = codec_max_bytes(p.codec, rows, planned.tensor(t.kind).numel / rows, codec_params);
-        p.compress_ms *= scale;
-        p.decompress_ms *= scale;
+        const std::size_t rows = tensor_rows(config, t.kind, batch, T), cols = planned.tensor(t.kind).numel / rows;
+        for (Codec codec : codecs_that_store(t.kind)) {
+            CodecMeasurement m = measure_codec(model, t.kind, codec, Bm, T, codec_params);
+            m.compressed_bytes = static_cast<std::size_t>(double(m.compressed_bytes) * scale);
+            m.compressed_bound = codec_max_bytes(codec, rows, cols, codec_params);
+            m.compress_ms *= scale;
+            m.decompress_ms *= scale;
+            p.codecs.push_back(m);
+        }
         profile.tensors.push_back(p);
     }
     return profile;
@@ -126,10 +140,12 @@ Profile rescale_profile(const Profile& profile, const GPTConfig& config, int bat
         const TensorInfo& info = planned.tensor(t.kind);
         const std::size_t rows = tensor_rows(config, t.kind, batch, profile.seq);
         t.bytes = info.bytes();
-        t.compressed_bytes = static_cast<std::size_t>(double(t.compressed_bytes) * scale);
-        t.compressed_bound = codec_max_bytes(t.codec, rows, info.numel / rows, profile.codec_params);
-        t.compress_ms *= scale;
-        t.decompress_ms *= scale;
+        for (auto& m : t.codecs) {
+            m.compressed_bytes = static_cast<std::size_t>(double(m.compressed_bytes) * scale);
+            m.compressed_bound = codec_max_bytes(m.codec, rows, info.numel / rows, profile.codec_params);
+            m.compress_ms *= scale;
+            m.decompress_ms *= scale;
+        }
     }
     return out;
 }
@@ -143,13 +159,18 @@ nlohmann::json Profile::to_json() const {
                   {"max_outlier_channels", codec_params.max_outlier_channels}};
     j["ops"] = nlohmann::json::array();
     for (std::size_t i = 0; i < op_names.size(); ++i) j["ops"].push_back({{"name", op_names[i]}, {"forward_ms", op_ms[i]}});
+    j["format"] = kProfileFormat;
     j["tensors"] = nlohmann::json::array();
-    for (const auto& t : tensors)
-        j["tensors"].push_back({{"name", t.name}, {"kind", static_cast<int>(t.kind)}, {"bytes", t.bytes},
-                                {"codec", codec_name(t.codec)}, {"codec_id", static_cast<int>(t.codec)},
-                                {"compressed_bytes", t.compressed_bytes}, {"compressed_bound", t.compressed_bound},
-                                {"outlier_fraction", t.outlier_fraction}, {"relative_error", t.relative_error},
-                                {"compress_ms", t.compress_ms}, {"decompress_ms", t.decompress_ms}});
+    for (const auto& t : tensors) {
+        nlohmann::json codecs = nlohmann::json::array();
+        for (const auto& m : t.codecs)
+            codecs.push_back({{"codec", codec_name(m.codec)}, {"codec_id", static_cast<int>(m.codec)},
+                              {"compressed_bytes", m.compressed_bytes}, {"compressed_bound", m.compressed_bound},
+                              {"outlier_fraction", m.outlier_fraction}, {"relative_error", m.relative_error},
+                              {"compress_ms", m.compress_ms}, {"decompress_ms", m.decompress_ms}});
+        j["tensors"].push_back(
+            {{"name", t.name}, {"kind", static_cast<int>(t.kind)}, {"bytes", t.bytes}, {"codecs", codecs}});
+    }
     return j;
 }
 
@@ -170,13 +191,17 @@ Profile Profile::from_json(const nlohmann::json& j) {
         tp.name = t.at("name");
         tp.kind = static_cast<TensorKind>(t.at("kind").get<int>());
         tp.bytes = t.at("bytes");
-        tp.codec = static_cast<Codec>(t.at("codec_id").get<int>());
-        tp.compressed_bytes = t.at("compressed_bytes");
-        tp.compressed_bound = t.at("compressed_bound");
-        tp.outlier_fraction = t.at("outlier_fraction");
-        tp.relative_error = t.at("relative_error");
-        tp.compress_ms = t.at("compress_ms");
-        tp.decompress_ms = t.at("decompress_ms");
+        for (const auto& c : t.at("codecs")) {
+            CodecMeasurement m;
+            m.codec = static_cast<Codec>(c.at("codec_id").get<int>());
+            m.compressed_bytes = c.at("compressed_bytes");
+            m.compressed_bound = c.at("compressed_bound");
+            m.outlier_fraction = c.at("outlier_fraction");
+            m.relative_error = c.at("relative_error");
+            m.compress_ms = c.at("compress_ms");
+            m.decompress_ms = c.at("decompress_ms");
+            tp.codecs.push_back(m);
+        }
         p.tensors.push_back(tp);
     }
     return p;
@@ -191,7 +216,12 @@ Profile Profile::load(const std::filesystem::path& file) {
                                                  ": memory.profile must name a profile.json written by a run, or be "
                                                  "empty to profile afresh");
     try {
-        return from_json(nlohmann::json::parse(in));
+        const nlohmann::json j = nlohmann::json::parse(in);
+        if (j.value("format", 1) != kProfileFormat)
+            throw UserError("profile " + file.string() + " has format " + std::to_string(j.value("format", 1)) +
+                            "; this adacc measures every codec per tensor (format " + std::to_string(kProfileFormat) +
+                            "): delete it and let the run profile again");
+        return from_json(j);
     } catch (const nlohmann::json::exception& e) {
         throw UserError("profile " + file.string() + " is malformed (" + e.what() +
                         "): delete it and let the run profile again");

@@ -1,6 +1,6 @@
 // Profiler (DESIGN §7): measures, per saved tensor kind of a block, the forward time of its
-// producing op, the compress and decompress times of its Adacc codec, its full and compressed
-// bytes and the codec's outlier fraction and error — what the planner weighs. A profile is
+// producing op, its full size, and for every codec that can store it the compress and decompress
+// times, compressed bytes, outlier fraction and error — what the planner weighs. A profile is
 // saved as profile.json in the run folder and can be reused (--profile FILE).
 #pragma once
 
@@ -16,10 +16,8 @@
 
 namespace adacc {
 
-struct TensorProfile {
-    TensorKind kind = TensorKind::x;
-    std::string name;
-    std::size_t bytes = 0;             // full size per layer at the planned batch
+// One codec measured on one tensor kind of the block.
+struct CodecMeasurement {
     Codec codec = Codec::group_int4;
     std::size_t compressed_bytes = 0;  // measured, the largest over layers
     std::size_t compressed_bound = 0;  // the codec's upper bound (what the tape reserves)
@@ -27,6 +25,15 @@ struct TensorProfile {
     double relative_error = 0;         // largest over layers (0 for masks)
     double compress_ms = 0;            // per layer, mean over layers
     double decompress_ms = 0;
+};
+
+struct TensorProfile {
+    TensorKind kind = TensorKind::x;
+    std::string name;
+    std::size_t bytes = 0;                  // full size per layer at the planned batch
+    std::vector<CodecMeasurement> codecs;   // every codec that can store it (codecs_that_store)
+
+    const CodecMeasurement* find(Codec codec) const;  // null when it was not measured
 };
 
 struct Profile {
@@ -49,7 +56,7 @@ struct Profile {
 Profile rescale_profile(const Profile& profile, const GPTConfig& config, int batch);
 
 // Runs `repeats` timed forwards of `model`'s weights at measured_batch x T on `tokens`
-// (measured_batch * T of them), compresses every layer's saved tensors with their Adacc codec,
+// (measured_batch * T of them), compresses every layer's saved tensors with every profiled codec,
 // and scales times and sizes linearly from measured_batch to `batch`. `weights` (the model's
 // parameters, ParameterLayout order) may be null: then the model is initialised from `seed`.
 Profile profile_block(const GPTConfig& config, int batch, int measured_batch, int T, const std::vector<int>& tokens,

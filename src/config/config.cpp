@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "src/common/errors.h"
+#include "src/engine/activation_plan.h"
 #include "src/engine/device.h"
 #include "src/engine/memory_mode.h"
 
@@ -415,6 +416,12 @@ const std::vector<KeySpec>& registry() {
                                                                 "monitor: cap of the sampling backoff (steps)"),
         field<&R::memory, &MemorySection::min_replan_steps>("memory", "min_replan_steps", at_least(0),
                                                             "monitor: fewest steps between plan switches"),
+        field<&R::memory, &MemorySection::codecs>("memory", "codecs", one_of(codec_candidate_names()),
+                                                  "adacc: codecs a tensor may be compressed with (the paper's, "
+                                                  "plus plain group INT4, or every codec)"),
+        field<&R::memory, &MemorySection::max_codec_error>(
+            "memory", "max_codec_error", above(0),
+            "adacc: largest profiled relative L2 error of a codec chosen for a tensor"),
 
         field<&R::checkpoint, &CheckpointSection::every>("checkpoint", "every", at_least(0),
                                                          "steps between checkpoints (0 = only at the end)"),

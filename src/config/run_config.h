@@ -55,6 +55,11 @@ struct MemorySection {
     std::string profile;                // reuse this profile.json instead of profiling at start
     int monitor_max_interval = 64;      // cap of the monitor's exponential backoff (steps)
     int min_replan_steps = 20;          // fewest steps between two plan switches
+    // Adacc's codecs: the candidates per tensor (a name in kCodecCandidateNames,
+    // src/engine/activation_plan.h) and the largest profiled relative L2 error a codec may have on
+    // a tensor to be chosen for it (see README "Which codec compresses what").
+    std::string codecs = "paper+group";
+    float max_codec_error = 0.12f;
 };
 
 struct CheckpointSection {

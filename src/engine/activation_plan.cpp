@@ -1,5 +1,6 @@
 #include "src/engine/activation_plan.h"
 
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,35 @@ Codec adacc_codec(TensorKind kind) {
         case TensorKind::res2_mask: return Codec::bitpack;
         default: return Codec::outlier_int4;
     }
+}
+
+std::vector<Codec> codecs_that_store(TensorKind kind) {
+    if (adacc_codec(kind) == Codec::bitpack) return {Codec::bitpack};
+    return {Codec::group_int4, Codec::outlier_int4, Codec::channel_int4, Codec::asym_int4};
+}
+
+const char* codec_candidates_name(CodecCandidates c) { return kCodecCandidateNames[static_cast<int>(c)]; }
+
+std::vector<std::string> codec_candidate_names() {
+    return {std::begin(kCodecCandidateNames), std::end(kCodecCandidateNames)};
+}
+
+CodecCandidates parse_codec_candidates(const std::string& name) {
+    for (int i = 0; i < static_cast<int>(std::size(kCodecCandidateNames)); ++i)
+        if (name == kCodecCandidateNames[i]) return static_cast<CodecCandidates>(i);
+    throw std::invalid_argument("codec candidates '" + name + "' are unknown; use paper, paper+group or all");
+}
+
+std::vector<Codec> candidate_codecs(TensorKind kind, CodecCandidates candidates) {
+    const Codec paper = adacc_codec(kind);
+    switch (candidates) {
+        case CodecCandidates::paper: return {paper};
+        case CodecCandidates::paper_and_group:
+            if (paper == Codec::bitpack || paper == Codec::group_int4) return {paper};
+            return {paper, Codec::group_int4};
+        case CodecCandidates::all: return codecs_that_store(kind);
+    }
+    return {paper};
 }
 
 ActivationPlan::ActivationPlan(const BlockGraph& block, int n_layer)

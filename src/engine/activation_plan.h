@@ -20,8 +20,23 @@ struct TensorPolicy {
     bool operator==(const TensorPolicy&) const = default;
 };
 
-// DESIGN §3's table: the codec Adacc uses when it compresses tensor `kind`.
+// DESIGN §3's table (the Adacc paper's per-layer-type choice): the codec Adacc uses for tensor
+// `kind` when the planner's candidates are the paper's.
 Codec adacc_codec(TensorKind kind);
+// Every codec that can store a block tensor of `kind`: bitpack for the dropout masks, the four
+// INT4 codecs (group, outlier, channel, asymmetric) for activations.
+std::vector<Codec> codecs_that_store(TensorKind kind);
+
+// Which of those the planner may choose from (memory.codecs): the paper's codec only, the paper's
+// and plain group INT4 (the default: the paper's table verified against the baseline codec on
+// the tensor at hand), or every codec that can store the tensor.
+enum class CodecCandidates { paper, paper_and_group, all };
+inline constexpr const char* kCodecCandidateNames[] = {"paper", "paper+group", "all"};
+const char* codec_candidates_name(CodecCandidates c);
+// std::invalid_argument naming the choices otherwise.
+CodecCandidates parse_codec_candidates(const std::string& name);
+std::vector<std::string> codec_candidate_names();
+std::vector<Codec> candidate_codecs(TensorKind kind, CodecCandidates candidates);
 
 class ActivationPlan {
 public:

@@ -152,7 +152,7 @@ int largest_planned_batch(const RunConfig& config, MemoryMode mode, std::uint64_
     auto fits = [&](int B) {
         try {
             plan_adacc(config.model, B, T, rescale_profile(base, config.model, B), budget, options.allow_compress,
-                       options.planner);
+                       options.planner, options.codecs);
             return true;
         } catch (const UserError&) {
             return false;
