@@ -1,6 +1,7 @@
 // `adacc compare` takes its steps through the trainer's TrainingStep: with gradient accumulation,
 // shuffled data and dropout, the loss compare reports after N steps is bit for bit the loss
-// training logs at step N, in a fixed mode and in a planned one.
+// training logs at step N, in a fixed mode and in a planned one. Gradient fidelity, at the initial
+// weights (compare) and along a run (training.fidelity_every), and the [stress] outlier hook.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -10,12 +11,14 @@
 
 #include "data/token_shard.h"
 #include "src/train/compare.h"
+#include "src/common/errors.h"
 #include "src/config/config.h"
 #include "src/engine/memory_report.h"
 #include "src/adacc/profiler.h"
 #include "src/train/trainer.h"
 #include "src/train/token_loader.h"
 #include "src/engine/gpt_model.h"
+#include "src/engine/weight_init.h"
 #include "tests/test_support.h"
 
 namespace adacc {
@@ -141,6 +144,78 @@ TEST(Compare, GradientFidelityMatchesAnIndependentComputation) {
     const auto json = nlohmann::json::parse(format_comparison(rows, "json"));
     EXPECT_DOUBLE_EQ(json[3]["gradient"]["relative_l2"].get<double>(), rows[3].gradients->overall.relative_l2);
     EXPECT_TRUE(json[3]["gradient"]["tensors"].contains("qkvw"));
+}
+
+// Every record of metrics.jsonl that has `key`, as (step, value).
+std::vector<std::pair<int, double>> logged(const std::filesystem::path& run_dir, const std::string& key) {
+    std::ifstream in(run_dir / "metrics.jsonl");
+    std::vector<std::pair<int, double>> out;
+    for (std::string line; std::getline(in, line);) {
+        const auto record = nlohmann::json::parse(line);
+        if (record.contains(key)) out.emplace_back(record["step"].get<int>(), record[key].get<double>());
+    }
+    return out;
+}
+
+TEST(GradientFidelity, TrainingMeasuresItAlongTheRunWithoutChangingTheRun) {
+    const auto dir = test::scratch_dir("fidelity_along");
+    RunConfig config = small_run(dir);
+    config.training.steps = 5;
+    for (const char* mode : {"full", "quant"}) {
+        SCOPED_TRACE(mode);
+        config.memory.mode = mode;
+        config.training.fidelity_every = 0;
+        config.logging.run_dir = (dir / (std::string(mode) + "_plain")).string();
+        Trainer(config, std::nullopt).run();
+        config.training.fidelity_every = 2;
+        config.logging.run_dir = (dir / (std::string(mode) + "_probed")).string();
+        Trainer(config, std::nullopt).run();
+        // The probe leaves parameters, optimizer state and data position alone: same losses, bit for bit.
+        EXPECT_EQ(logged(dir / (std::string(mode) + "_plain"), "loss"),
+                  logged(dir / (std::string(mode) + "_probed"), "loss"));
+        const auto errors = logged(config.logging.run_dir, "grad_err");
+        const auto cosines = logged(config.logging.run_dir, "grad_cos");
+        ASSERT_EQ(errors.size(), 3u);  // steps 2, 4 and the last
+        EXPECT_EQ(errors[0].first, 2);
+        EXPECT_EQ(errors[1].first, 4);
+        EXPECT_EQ(errors[2].first, 5);
+        for (std::size_t i = 0; i < errors.size(); ++i) {
+            if (std::string(mode) == "full") {  // recomputation is bit-identical to keeping
+                EXPECT_EQ(errors[i].second, 0.0);
+                EXPECT_EQ(cosines[i].second, 1.0);
+            } else {
+                EXPECT_GT(errors[i].second, 1e-4);
+                EXPECT_LT(errors[i].second, 0.5);
+                EXPECT_GT(cosines[i].second, 0.9);
+            }
+        }
+    }
+}
+
+TEST(StressHook, ScalesExactlyTheChosenLayernormChannels) {
+    const auto dir = test::scratch_dir("stress");
+    RunConfig config = small_run(dir);  // n_embd 32
+    const std::vector<float> plain = initial_parameters(config);
+    config.stress.outlier_channels = 4;
+    config.stress.outlier_scale = 20.0f;
+    const std::vector<float> stressed = initial_parameters(config);
+    const ParameterLayout layout(config.model);
+    ASSERT_EQ(plain.size(), stressed.size());
+    std::vector<bool> scaled(plain.size(), false);
+    for (int l = 0; l < config.model.n_layer; ++l)
+        for (ParamId id : {ParamId::ln1w, ParamId::ln2w})
+            for (int c : {4, 12, 20, 28})  // (2i + 1) * 32 / 8
+                scaled[layout.at(plain.data(), id, l) - plain.data() + c] = true;
+    for (std::size_t i = 0; i < plain.size(); ++i)
+        ASSERT_EQ(stressed[i], scaled[i] ? plain[i] * 20.0f : plain[i]) << "parameter " << i;
+    config.stress.outlier_channels = 33;  // more than n_embd
+    try {
+        validate_config(config);
+        FAIL() << "33 outlier channels of 32 were accepted";
+    } catch (const UserError& e) {
+        EXPECT_NE(std::string(e.what()).find("stress.outlier_channels = 33"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("model.n_embd = 32"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

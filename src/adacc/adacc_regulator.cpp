@@ -7,6 +7,7 @@
 #include "src/common/units.h"
 #include "src/common/errors.h"
 #include "src/engine/memory_report.h"
+#include "src/engine/weight_init.h"
 
 namespace adacc {
 
@@ -46,6 +47,12 @@ AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_byt
             throw UserError("profile " + options_.profile_file->string() + " was measured for batch " +
                             std::to_string(profile_.batch) + " x seq " + std::to_string(profile_.seq) + ", not " +
                             std::to_string(B) + " x " + std::to_string(T) + ": omit --profile to profile again");
+    }
+    // The [stress] hook changes the initial weights: profile those, not a plain initialisation.
+    std::vector<float> initial;
+    if (!weights && config.stress.outlier_channels > 0) {
+        initial = initial_parameters(config);
+        weights = initial.data();
     }
     solve(tokens_, weights);
 }

@@ -202,8 +202,27 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
     return out;
 }
 
-std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, int T, std::uint64_t budget_bytes,
-                        const std::string& format) {
+namespace {
+
+// What the planner made of codec `codec` on planned tensor i (see format_plan).
+std::string codec_verdict(const AdaccPlan& plan, std::size_t i, const CodecMeasurement& m, const CodecChoice& codecs) {
+    const auto& options = plan.problem.tensors[i].compress_options;
+    for (std::size_t o = 0; o < options.size(); ++o) {
+        if (options[o].codec != m.codec) continue;
+        for (const BlockPlan& layer : plan.result.per_layer)
+            if (layer[i].policy == Policy::compress && layer[i].option == static_cast<int>(o)) return "chosen";
+        return "option";
+    }
+    const auto candidates = candidate_codecs(plan.kinds[i], codecs.candidates);
+    if (std::find(candidates.begin(), candidates.end(), m.codec) == candidates.end()) return "not a candidate";
+    if (m.relative_error > codecs.max_error) return "over tolerance";
+    return options.empty() ? "not compressed" : "dominated";  // recompute-opt compresses nothing
+}
+
+}  // namespace
+
+std::string format_plan(const AdaccPlan& plan, const Profile& profile, const CodecChoice& codecs,
+                        const GPTConfig& config, int B, int T, std::uint64_t budget_bytes, const std::string& format) {
     const PlanResult& r = plan.result;
     const BlockGraph block(config, B, T);
     // Layer classes of the answer: runs of layers with the same decisions.
@@ -261,6 +280,15 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
                 if (const CompressOption* o = option(i, d)) row["relative_error"] = o->relative_error;
                 j["decisions"].push_back(row);
             }
+        j["codecs"] = nlohmann::json::array();
+        for (std::size_t i = 0; i < plan.kinds.size(); ++i)
+            if (const TensorProfile* t = profile.find(plan.kinds[i]))
+                for (const CodecMeasurement& m : t->codecs)
+                    j["codecs"].push_back({{"tensor", t->name}, {"codec", codec_name(m.codec)},
+                                           {"relative_error", m.relative_error},
+                                           {"outlier_fraction", m.outlier_fraction},
+                                           {"ms", m.compress_ms + m.decompress_ms},
+                                           {"verdict", codec_verdict(plan, i, m, codecs)}});
         return j.dump(2) + "\n";
     }
     std::string out;
@@ -284,6 +312,20 @@ std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, i
                           codec_text(i, d).c_str(), error_text(i, d).c_str(), format_bytes(stored_bytes(i, d)).c_str());
             out += line;
         }
+    std::snprintf(line, sizeof line, "\ncodecs measured (memory.codecs = %s, memory.max_codec_error = %.4g):\n",
+                  codec_candidates_name(codecs.candidates), codecs.max_error);
+    out += line;
+    std::snprintf(line, sizeof line, "%-10s %-13s %9s %9s %10s  %s\n", "tensor", "codec", "rel_err", "outliers",
+                  "ms", "planner");
+    out += line;
+    for (std::size_t i = 0; i < plan.kinds.size(); ++i)
+        if (const TensorProfile* t = profile.find(plan.kinds[i]))
+            for (const CodecMeasurement& m : t->codecs) {
+                std::snprintf(line, sizeof line, "%-10s %-13s %9.4f %9.4f %10.3f  %s\n", t->name.c_str(),
+                              codec_name(m.codec), m.relative_error, m.outlier_fraction,
+                              m.compress_ms + m.decompress_ms, codec_verdict(plan, i, m, codecs).c_str());
+                out += line;
+            }
     return out;
 }
 

@@ -50,10 +50,13 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
 BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
                                  const CodecChoice& codecs = {}, std::vector<TensorKind>* kinds = nullptr);
 
-// `adacc plan`'s output: per (layer class, tensor) the decision, codec and bytes; predicted tape
-// bytes and added time; solver status and time. "table" or "json".
-std::string format_plan(const AdaccPlan& plan, const GPTConfig& config, int B, int T, std::uint64_t budget_bytes,
-                        const std::string& format);
+// `adacc plan`'s output: per (layer class, tensor) the decision, codec, its error and bytes;
+// predicted tape bytes and added time; solver status and time; then every codec the profile
+// measured on each tensor with its error and time and what the planner made of it: chosen (by some
+// layer), option (admitted, not chosen), dominated, over tolerance (error > max_error) or not a
+// candidate (memory.codecs). "table" or "json".
+std::string format_plan(const AdaccPlan& plan, const Profile& profile, const CodecChoice& codecs,
+                        const GPTConfig& config, int B, int T, std::uint64_t budget_bytes, const std::string& format);
 
 // Codec parameters for a profile: the outlier-channel cap is twice the most outlier channels any
 // tensor showed (at least 4), so the tape's bound is tight but has room for drift.

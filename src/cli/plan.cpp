@@ -53,7 +53,8 @@ void run_plan(PlanArgs& args) {
         regulator_options(config, args.no_compress ? MemoryMode::recompute_opt : MemoryMode::adacc);
     options.save_profile = args.save_profile;
     const AdaccRegulator regulator(config, budget, options, profiling_tokens(config), nullptr);
-    std::printf("%s", format_plan(regulator.plan(), config.model, config.training.batch_size,
+    std::printf("%s", format_plan(regulator.plan(), regulator.profile(), options.codecs, config.model,
+                                  config.training.batch_size,
                                   config.training.seq_len, budget, args.format).c_str());
     if (args.format != "json") std::printf("\n%s\n", regulator.describe().c_str());
 }

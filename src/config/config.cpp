@@ -335,6 +335,14 @@ Allowed up_to_max_seq_len() {
             },
             [](const RunConfig& config) { return " (model.max_seq_len = " + std::to_string(config.model.max_seq_len) + ")"; }};
 }
+Allowed up_to_n_embd() {
+    return {"in [0, model.n_embd]",
+            [](const ConfigValue& v, const RunConfig& config) {
+                const auto x = std::get<std::int64_t>(v);
+                return x >= 0 && x <= config.model.n_embd;
+            },
+            [](const RunConfig& config) { return " (model.n_embd = " + std::to_string(config.model.n_embd) + ")"; }};
+}
 Allowed up_to_lr_max() {
     return {"in [0, lr.max]",
             [](const ConfigValue& v, const RunConfig& config) {
@@ -370,6 +378,10 @@ const std::vector<KeySpec>& registry() {
                                                     "seed of init, dropout and data order"),
         field<&R::training, &TrainingSection::val_every>("training", "val_every", at_least(0),
                                                          "steps between validation losses (0 = never)"),
+        field<&R::training, &TrainingSection::fidelity_every>(
+            "training", "fidelity_every", at_least(0),
+            "steps between gradient-fidelity measurements vs keep-all (one extra forward and backward here and "
+            "in a keep-all copy of the model; 0 = never)"),
         field<&R::training, &TrainingSection::val_batches>("training", "val_batches", at_least(1),
                                                            "micro-batches per validation loss"),
         // libgomp crashes creating 100,000 threads; no machine needs more than 1024 here.
@@ -437,6 +449,12 @@ const std::vector<KeySpec>& registry() {
                                             "folder holding lambada_openai/ and arc_easy/ (test splits)"),
         field<&R::eval, &EvalSection::vocab>("eval", "vocab", any_value(),
                                              "folder with GPT-2's encoder.json and vocab.bpe"),
+
+        field<&R::stress, &StressSection::outlier_channels>(
+            "stress", "outlier_channels", up_to_n_embd(),
+            "test hook: channels of every ln1/ln2 weight scaled at initialisation (0 = off)"),
+        field<&R::stress, &StressSection::outlier_scale>("stress", "outlier_scale", above(0),
+                                                         "test hook: the factor those channels are scaled by"),
 
         field<&R::logging, &LoggingSection::run_dir>("logging", "run_dir", non_empty(),
                                                      "run folder: metrics, checkpoints"),

@@ -20,6 +20,7 @@ struct TrainingSection {
     int grad_accum = 1;          // micro-batches per optimizer step
     std::uint64_t seed = 1337;   // init, dropout and data order all derive from it
     int val_every = 0;           // steps between validation losses (0 = never)
+    int fidelity_every = 0;      // steps between gradient-fidelity measurements vs keep-all (0 = never)
     int val_batches = 4;         // micro-batches per validation loss
     int threads = 0;             // OpenMP threads (0 = all cores)
     std::string device = "cpu";  // "cpu" | "cuda" (src/engine/device.h)
@@ -75,6 +76,16 @@ struct EvalSection {
     std::string vocab;           // folder with GPT-2's encoder.json and vocab.bpe (likewise)
 };
 
+// Test and study hooks. LLMs grow systematic outlier channels with scale (LLM.int8(),
+// SmoothQuant); a tiny model does not. outlier_channels > 0 multiplies that many evenly spaced
+// channels of every layer's ln1 and ln2 weights by outlier_scale when a run initialises its
+// weights from the seed, so the residual stream as the linear layers read it (the layernorm
+// outputs) has outlier channels from the first step (src/engine/weight_init.h).
+struct StressSection {
+    int outlier_channels = 0;
+    float outlier_scale = 50.0f;
+};
+
 struct LoggingSection {
     std::string run_dir = "runs/default";
     int print_every = 1;
@@ -93,6 +104,7 @@ struct RunConfig {
     MemorySection memory;
     CheckpointSection checkpoint;
     EvalSection eval;
+    StressSection stress;
     LoggingSection logging;
 };
 

@@ -9,6 +9,7 @@
 #include "src/common/errors.h"
 #include "src/engine/gpt_model.h"
 #include "src/engine/memory_report.h"
+#include "src/engine/weight_init.h"
 #include "src/adacc/adacc_regulator.h"
 #include "src/adacc/profiler.h"
 #include "src/train/token_loader.h"
@@ -32,7 +33,7 @@ RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const
     const ComputeTarget target = compute_target(config);
     GPTModel model(config.model, config.training.batch_size, config.training.seq_len, plan, codec_params,
                    ModelUse::training, backend_for(target.device), target.activation);
-    model.init_weights(config.training.seed);
+    init_run_weights(model, config);
     DataLoader data = open_token_loader(config, TokenSplit::train, config.data.shuffle);
     TrainingStep training_step(config, model, data, regulator);
     RunResult result;
@@ -147,7 +148,8 @@ int largest_planned_batch(const RunConfig& config, MemoryMode mode, std::uint64_
     RunConfig at_one = config;
     at_one.training.batch_size = 1;
     const std::vector<int> tokens = first_training_batch(at_one);
-    const Profile base = profile_block(config.model, 1, 1, T, tokens, nullptr, config.training.seed, {});
+    const std::vector<float> weights = initial_parameters(config);
+    const Profile base = profile_block(config.model, 1, 1, T, tokens, weights.data(), config.training.seed, {});
     const RegulatorOptions options = regulator_options(config, mode);
     auto fits = [&](int B) {
         try {

@@ -5,27 +5,65 @@
 
 #include "src/config/config.h"
 #include "src/engine/gpt_model.h"
+#include "src/engine/weight_init.h"
 #include "src/train/token_loader.h"
 
 namespace adacc {
 
-std::vector<float> gradients_at_init(const RunConfig& config, const ActivationPlan& plan,
-                                     const CodecParams& codec_params) {
-    const int B = config.training.batch_size, T = config.training.seq_len;
-    const ComputeTarget target = compute_target(config);
-    GPTModel model(config.model, B, T, plan, codec_params, ModelUse::training, backend_for(target.device),
-                   target.activation);
-    model.init_weights(config.training.seed);
-    // The batch training's first micro-batch reads (src/train/training_step.cpp).
+namespace {
+
+// The batch training's first micro-batch reads (src/train/training_step.cpp).
+void first_batch(const RunConfig& config, std::vector<int>& inputs, std::vector<int>& targets) {
     DataLoader data = open_token_loader(config, TokenSplit::train, config.data.shuffle);
-    std::vector<int> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
+    inputs.resize(static_cast<std::size_t>(config.training.batch_size) * config.training.seq_len);
+    targets.resize(inputs.size());
     data.next_batch(inputs, targets);
-    const DropoutContext no_dropout{config.training.seed, 1, 0, /*training=*/false};
+}
+
+// The parameter gradients (the whole gradient arena) of one forward and backward of `model` at
+// its weights on (inputs, targets), dropout off, the loss averaged over the batch's tokens.
+std::vector<float> gradients_on(GPTModel& model, int B, int T, const std::vector<int>& inputs,
+                                const std::vector<int>& targets) {
+    const DropoutContext no_dropout{0, 1, 0, /*training=*/false};
     model.forward(inputs.data(), targets.data(), B, T, no_dropout, 1.0f / static_cast<float>(B * T));
     model.backward(inputs.data(), B, T, /*accumulate=*/false);
     std::vector<float> grads(model.num_params());
     model.read_arena(ModelArena::gradients, 0, grads.size(), grads.data());
     return grads;
+}
+
+std::unique_ptr<GPTModel> make_model(const RunConfig& config, const ActivationPlan& plan,
+                                     const CodecParams& codec_params) {
+    const ComputeTarget target = compute_target(config);
+    return std::make_unique<GPTModel>(config.model, config.training.batch_size, config.training.seq_len, plan,
+                                      codec_params, ModelUse::training, backend_for(target.device), target.activation);
+}
+
+}  // namespace
+
+std::vector<float> gradients_at_init(const RunConfig& config, const ActivationPlan& plan,
+                                     const CodecParams& codec_params) {
+    const std::unique_ptr<GPTModel> model = make_model(config, plan, codec_params);
+    init_run_weights(*model, config);
+    std::vector<int> inputs, targets;
+    first_batch(config, inputs, targets);
+    return gradients_on(*model, config.training.batch_size, config.training.seq_len, inputs, targets);
+}
+
+FidelityProbe::FidelityProbe(const RunConfig& config)
+    : reference_(make_model(config, ActivationPlan(BlockGraph(config.model, 1, 1), config.model.n_layer), {})),
+      batch_(config.training.batch_size), seq_(config.training.seq_len) {
+    first_batch(config, inputs_, targets_);
+}
+
+FidelityProbe::~FidelityProbe() = default;
+
+GradientFidelity FidelityProbe::measure(GPTModel& model) {
+    std::vector<float> staging;
+    reference_->write_arena(ModelArena::parameters, 0, model.num_params(),
+                            model.host_readable(ModelArena::parameters, staging));
+    const std::vector<float> got = gradients_on(model, batch_, seq_, inputs_, targets_);
+    return compare_gradients(got, gradients_on(*reference_, batch_, seq_, inputs_, targets_), model.layout());
 }
 
 Fidelity compare_vectors(const float* got, const float* ref, std::size_t n) {

@@ -1,9 +1,11 @@
-// What a memory mode does to the gradients: one forward and backward at the run's initial weights
-// on its first training batch, dropout off (so the mode is the only difference), compared with
-// keep-all's gradients on the same weights and batch. `adacc compare` reports it per mode; it
-// costs one extra forward and backward per mode (and one for the keep-all reference).
+// What a memory mode does to the gradients: one forward and backward on the run's first training
+// batch, dropout off (so the mode is the only difference), compared with keep-all's gradients on
+// the same weights and batch. `adacc compare` reports it per mode at the initial weights; it costs
+// one extra forward and backward per mode (and one for the keep-all reference). Training measures
+// it along the run at its current weights every training.fidelity_every steps (FidelityProbe).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "models/gpt_params.h"
 #include "src/config/run_config.h"
 #include "src/engine/activation_plan.h"
+#include "src/engine/gpt_model.h"
 
 namespace adacc {
 
@@ -30,6 +33,22 @@ struct GradientFidelity {
 // training.batch_size x seq_len on the config's device and dtype.
 std::vector<float> gradients_at_init(const RunConfig& config, const ActivationPlan& plan,
                                      const CodecParams& codec_params);
+
+// Training's probe: a keep-all model of the run's shape and the run's first training batch.
+class FidelityProbe {
+public:
+    explicit FidelityProbe(const RunConfig& config);
+    ~FidelityProbe();
+    // `model`'s gradients under its plan vs the keep-all model's at `model`'s current weights. It
+    // leaves model's parameters, optimizer state and data position as they were (its gradient
+    // arena and tape hold this batch's afterwards, which the next step overwrites).
+    GradientFidelity measure(GPTModel& model);
+
+private:
+    std::unique_ptr<GPTModel> reference_;
+    int batch_, seq_;
+    std::vector<int> inputs_, targets_;
+};
 
 Fidelity compare_vectors(const float* got, const float* ref, std::size_t n);
 GradientFidelity compare_gradients(const std::vector<float>& got, const std::vector<float>& reference,

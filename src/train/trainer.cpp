@@ -9,6 +9,7 @@
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
 #include "src/engine/memory_report.h"
+#include "src/engine/weight_init.h"
 #include "src/train/run_folder.h"
 #include "src/train/stop_signals.h"
 #include "src/train/token_loader.h"
@@ -73,6 +74,7 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
     if (!config_.data.val.empty())
         val_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::val, /*shuffle=*/false));
     if (TrainingEvaluator::enabled(config_)) evaluator_ = std::make_unique<TrainingEvaluator>(config_);
+    if (config_.training.fidelity_every > 0) fidelity_ = std::make_unique<FidelityProbe>(config_);
     inputs_.resize(static_cast<std::size_t>(B) * T);
     targets_.resize(inputs_.size());
 
@@ -84,7 +86,7 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
         load_weights(*init_from, *model_);
         std::printf("initialised from %s\n", describe_weights(*init_from).c_str());
     } else {
-        model_->init_weights(config_.training.seed);
+        init_run_weights(*model_, config_);
     }
     metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", resume_checkpoint ? progress_.step : 0);
 }
@@ -172,6 +174,14 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
     metrics_->write(record);
 }
 
+// The run's plan vs keep-all at the current weights, on the first training batch, dropout off.
+void Trainer::log_fidelity(int step) {
+    const GradientFidelity f = fidelity_->measure(*model_);
+    std::printf("step %6d/%d | grad_err %.3e | grad_cos %.6f (vs keep-all, first batch, dropout off)\n", step,
+                config_.training.steps, f.overall.relative_l2, f.overall.cosine);
+    metrics_->write({{"step", step}, {"grad_err", f.overall.relative_l2}, {"grad_cos", f.overall.cosine}});
+}
+
 // A step whose loss or gradient norm is not finite leaves the parameters as they were; up to
 // training.skip_nonfinite such steps are skipped (logged), the next one stops the run.
 void Trainer::skip_nonfinite_step(int step, float loss, float grad_norm) {
@@ -225,6 +235,7 @@ int Trainer::run() {
             std::printf("step %6d/%d | val_loss %.4f\n", step, t.steps, val);
             metrics_->write({{"step", step}, {"val_loss", val}});
         }
+        if (!stop_signal && fidelity_ && (step % t.fidelity_every == 0 || step == t.steps)) log_fidelity(step);
         if (!stop_signal && evaluator_ && evaluator_->due(step, t.steps)) {
             const nlohmann::json record = evaluator_->evaluate(*model_, step);
             std::printf("step %6d/%d | eval %s\n", step, t.steps, TrainingEvaluator::describe(record).c_str());

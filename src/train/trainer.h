@@ -1,6 +1,6 @@
 // The training loop: data, the steps (src/train/training_step.h: micro-batches with gradient
 // accumulation, AdamW with the lr schedule and clipping), skipped non-finite steps, periodic
-// validation, checkpoints, the step line and metrics.jsonl.
+// validation and gradient fidelity, checkpoints, the step line and metrics.jsonl.
 #pragma once
 
 #include <filesystem>
@@ -15,6 +15,7 @@
 #include "src/engine/gpt_model.h"
 #include "src/io/metrics_log.h"
 #include "src/config/run_config.h"
+#include "src/train/gradient_fidelity.h"
 #include "src/train/training_step.h"
 #include "src/train/training_state.h"
 #include "src/io/weights_file.h"
@@ -53,6 +54,7 @@ private:
     void log_replan(const ReplanEvent& event);
     float validation_loss();
     void log_step(int step, float loss, float lr, float grad_norm, double seconds);
+    void log_fidelity(int step);
 
     RunConfig config_;
     std::filesystem::path run_dir_;
@@ -63,6 +65,7 @@ private:
     std::unique_ptr<TrainingStep> step_;            // steps model_ on train_data_
     std::function<void(int, GPTModel&)> step_hook_;
     std::unique_ptr<TrainingEvaluator> evaluator_;  // [eval] tasks; null when none are configured
+    std::unique_ptr<FidelityProbe> fidelity_;       // training.fidelity_every > 0 only
     TrainingProgress progress_;
     std::vector<std::int32_t> inputs_, targets_;   // validation batches
 };

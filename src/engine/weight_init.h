@@ -1,0 +1,28 @@
+// The weights a run starts from when it neither resumes nor loads weights: GPT-2's initialisation
+// from training.seed, then the [stress] section's outlier channels (a test and study hook, see
+// StressSection in src/config/run_config.h). Training, `adacc compare`, the gradient-fidelity
+// measurement and the Adacc profiler all start from these, so they see the same model.
+#pragma once
+
+#include <vector>
+
+#include "models/gpt_params.h"
+#include "src/config/run_config.h"
+#include "src/engine/gpt_model.h"
+
+namespace adacc {
+
+void init_run_weights(GPTModel& model, const RunConfig& config);
+
+// The same weights as host floats in ParameterLayout order (a model of one token is built for it).
+std::vector<float> initial_parameters(const RunConfig& config);
+
+// Multiplies `channels` evenly spaced channels (channel (2i + 1) * C / (2 * channels), i <
+// channels) of every layer's ln1 and ln2 weights in `params` by `scale`. The layernorm outputs
+// are those channels' values times the weight, so the matmuls' inputs (ln1, ln2) get outlier
+// channels of about `scale` times the others' magnitude in every row: the pattern LLM.int8()
+// describes, which plain group INT4 quantizes badly and the outlier codec separates.
+void scale_outlier_channels(const GPTConfig& config, const ParameterLayout& layout, float* params, int channels,
+                            float scale);
+
+}  // namespace adacc
