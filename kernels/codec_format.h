@@ -59,7 +59,7 @@
 namespace adacc {
 
 enum class Codec : std::uint8_t { group_int4, outlier_int4, channel_int4, asym_int4, bitpack };
-inline constexpr int kNumCodecs = 5;
+inline constexpr int kNumCodecs = static_cast<int>(Codec::bitpack) + 1;
 
 // Printable name ("group_int4", ...).
 const char* codec_name(Codec codec);

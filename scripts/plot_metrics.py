@@ -25,7 +25,8 @@ def import_pyplot():
         if not tried and os.access(SYSTEM_PYTHON, os.X_OK) and \
                 os.path.realpath(sys.executable) != os.path.realpath(SYSTEM_PYTHON):
             os.environ["ADACC_PLOT_TRIED"] = sys.executable
-            os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON, os.path.abspath(__file__), *sys.argv[1:]])
+            # The script that was run (this one, or one importing it, e.g. accuracy_study.py).
+            os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON, os.path.abspath(sys.argv[0]), *sys.argv[1:]])
         pythons = f"{tried} nor {sys.executable}" if tried else sys.executable
         sys.exit(f"error: matplotlib is not installed for {pythons}: run scripts/install_deps.sh "
                  "(Debian's python3-matplotlib) or `python3 -m pip install matplotlib`")
