@@ -133,15 +133,15 @@ def plot(plt, out, runs, data, seeds):
     band = [2 * statistics.stdev(v) if len(v) > 1 else 0 for v in per_step]
     left.fill_between(steps, [m - b for m, b in zip(mean, band)], [m + b for m, b in zip(mean, band)],
                       color="grey", alpha=0.3, label=f"none, {len(seeds)} seeds: mean +- 2 sigma")
-    for r in runs:
-        if r in seeds:
-            continue
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, r in enumerate(r for r in runs if r not in seeds):
+        style = {"marker": "o", "markersize": 3, "label": r["run"], "color": palette[i % len(palette)],
+                 "linestyle": "--" if r["hook"] == "1" else "-"}  # one colour per run in both panels
         pts = [(s, p["val_loss"]) for s, p in data[r["run"]].items() if "val_loss" in p]
-        left.plot(*zip(*pts), marker="o", markersize=3, label=r["run"], linestyle="--" if r["hook"] == "1" else "-")
+        left.plot(*zip(*pts), **style)
         errs = [(s, p["grad_err"]) for s, p in data[r["run"]].items() if p.get("grad_err", 0) > 0]
         if errs:
-            right.plot(*zip(*errs), marker="o", markersize=3, label=r["run"],
-                       linestyle="--" if r["hook"] == "1" else "-")
+            right.plot(*zip(*errs), **style)
     left.set(xlabel="step", ylabel="validation loss", title="validation loss (dashed: outlier hook)")
     right.set(xlabel="step", ylabel="relative L2 error of the gradients vs keep-all", yscale="log",
               title="gradient error along the run (0 for none, full, recompute-opt)")

@@ -163,6 +163,48 @@ TEST(AdaccTraining, MonitorReplansWhenOutliersAppear) {
     EXPECT_LE(trainer.model().memory().total(), budget);
 }
 
+// The codecs a tensor may be compressed with: candidates within memory.max_codec_error, minus any
+// another admitted candidate matches or beats in slot bytes, time and error at once. Slot bytes
+// come from the codecs' formulas (for ln1's rows x C: channel < group < asym < outlier's bound);
+// times and errors are set here.
+TEST(AdaccPlan, CodecOptionsAreAdmittedByErrorAndDominatedOnesDropped) {
+    const GPTConfig cfg = small_model();
+    const int B = 4, T = 32;
+    Profile profile = compress_favouring_profile(cfg, B, T);
+    auto set = [&](Codec codec, double error, double ms) {
+        for (auto& t : profile.tensors)
+            if (t.kind == TensorKind::ln1)
+                for (auto& m : t.codecs)
+                    if (m.codec == codec) m.relative_error = error, m.compress_ms = ms, m.decompress_ms = 0;
+    };
+    auto ln1_options = [&](CodecCandidates candidates) {
+        std::vector<TensorKind> kinds;
+        const BlockProblem p = build_block_problem(cfg, B, T, profile, true, {candidates, 0.12}, &kinds);
+        std::vector<Codec> out;
+        const std::size_t i = std::find(kinds.begin(), kinds.end(), TensorKind::ln1) - kinds.begin();
+        for (const CompressOption& o : p.tensors[i].compress_options) out.push_back(o.codec);
+        return out;
+    };
+    set(Codec::group_int4, 0.10, 1.0);
+    set(Codec::outlier_int4, 0.05, 2.0);   // more bytes and time, less error: an option
+    set(Codec::channel_int4, 0.13, 0.5);   // over the tolerance
+    set(Codec::asym_int4, 0.11, 1.5);      // more bytes, time and error than group: dominated
+    EXPECT_EQ(ln1_options(CodecCandidates::all), (std::vector<Codec>{Codec::group_int4, Codec::outlier_int4}));
+    EXPECT_EQ(ln1_options(CodecCandidates::paper), (std::vector<Codec>{Codec::outlier_int4}));
+    set(Codec::channel_int4, 0.11, 1.0);   // worse error than group, but fewer bytes: it buys memory
+    set(Codec::asym_int4, 0.11, 0.5);      // worse error and more bytes, but faster: it buys time
+    EXPECT_EQ(ln1_options(CodecCandidates::all), (std::vector<Codec>{Codec::group_int4, Codec::outlier_int4,
+                                                                     Codec::channel_int4, Codec::asym_int4}));
+    // paper+group: the paper's outlier codec and plain group INT4, nothing else.
+    EXPECT_EQ(ln1_options(CodecCandidates::paper_and_group),
+              (std::vector<Codec>{Codec::outlier_int4, Codec::group_int4}));
+    set(Codec::outlier_int4, 0.10, 1.0);   // no better than group anywhere, and larger: dominated
+    EXPECT_EQ(ln1_options(CodecCandidates::paper_and_group), (std::vector<Codec>{Codec::group_int4}));
+    set(Codec::group_int4, 0.2, 1.0);      // neither candidate within the tolerance
+    set(Codec::outlier_int4, 0.2, 1.0);
+    EXPECT_TRUE(ln1_options(CodecCandidates::paper_and_group).empty()) << "ln1 must be kept or recomputed";
+}
+
 // The outlier-heavy case (issue 14). LLM activations grow systematic outlier channels with scale
 // (LLM.int8(), SmoothQuant); this tiny model gets them from [stress]: 4 of ln1's and ln2's 128
 // channels scaled 50x at initialisation.
