@@ -1,11 +1,13 @@
 // Planner solve-time benchmark (DESIGN §7, issue 5's "≤ 50 ms block, ≤ 500 ms global for
 // gpt-1.5b"). Builds the GPT-2 block's plan problem from BlockGraph at the preset's shape (tensor
 // sizes exact, 64-byte aligned; one compress option per codec that can store a tensor, at the
-// codec's exact bound, as memory.codecs = "all" gives the planner; op times synthetic: FLOPs at --gflops, memory-bound ops and codecs at --gbs), then times
+// codec's exact bound, for the candidates --codecs names (memory.codecs; default paper+group, the
+// engine's); op times synthetic: FLOPs at --gflops, memory-bound ops and codecs at --gbs), then times
 // MilpPlanner::solve_block and solve_global for one class of all layers and for a two-class
 // variant (half the layers with larger compressed sizes, as deeper layers with more outlier
 // channels would have), at several budgets between the smallest plan and keep-everything.
 // Usage: bench_planner [--preset gpt-1.5b] [--batch 8] [--seq 1024] [--dropout 0.1] [--reps 20]
+//                      [--codecs paper|paper+group|all]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -33,7 +35,7 @@ struct Synthetic {
 // The engine-side mapping documented in src/adacc/block_problem.h, transients collapsed into their
 // consumers. outlier_channels < 0: the outlier codec's bound (codec_max_bytes); otherwise that k.
 BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B, const Synthetic& s,
-                               long outlier_channels) {
+                               long outlier_channels, CodecCandidates candidates) {
     const std::size_t N = static_cast<std::size_t>(B) * (g.tensor(TensorKind::ln1_mean).numel / B);
     const CodecParams params;
     BlockProblem p;
@@ -69,8 +71,8 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
             expand(*op, pt.inputs, pt.recompute_ms);
             const bool attn = t.kind == TensorKind::att;
             const std::size_t rows = attn ? N * cfg.n_head : N, cols = t.numel / rows;
-            // Every codec that can store the tensor is an option (memory.codecs = "all").
-            for (Codec codec : codecs_that_store(t.kind)) {
+            // One option per candidate codec (memory.codecs), every one admitted.
+            for (Codec codec : candidate_codecs(t.kind, candidates)) {
                 std::size_t packed = codec == Codec::outlier_int4 && outlier_channels >= 0
                                          ? codec_bytes(codec, rows, cols, params,
                                                        std::min<std::size_t>(outlier_channels, outlier_channel_cap(cols, params)))
@@ -106,6 +108,9 @@ int main(int argc, char** argv) {
     app.add_option("--reps", reps);
     app.add_option("--gflops", s.gflops);
     app.add_option("--gbs", s.gbs);
+    std::string codecs = "paper+group";
+    app.add_option("--codecs", codecs, "compress options per tensor, as memory.codecs: paper, paper+group or all")
+        ->check(CLI::IsMember(codec_candidate_names()));
     CLI11_PARSE(app, argc, argv);
 
     auto cfg = gpt_preset(preset);
@@ -116,13 +121,14 @@ int main(int argc, char** argv) {
     cfg->dropout = dropout;
     const BlockGraph g(*cfg, B, T);
     const int L = cfg->n_layer;
-    const BlockProblem wide = gpt_block_problem(*cfg, g, B, s, -1);  // outlier bound: k = cols / 16
-    const BlockProblem narrow = gpt_block_problem(*cfg, g, B, s, cfg->n_embd / 64);
+    const CodecCandidates candidates = parse_codec_candidates(codecs);
+    const BlockProblem wide = gpt_block_problem(*cfg, g, B, s, -1, candidates);  // outlier bound: k = cols / 16
+    const BlockProblem narrow = gpt_block_problem(*cfg, g, B, s, cfg->n_embd / 64, candidates);
     const std::size_t static_bytes = static_cast<std::size_t>(cfg->parameter_count()) * 4 * 4;  // w, g, m, v
     const std::size_t transient_bytes = max_block_bytes(wide);  // a stand-in for the backward working set
 
-    std::printf("%s  B=%d T=%d dropout=%.2f  layers=%d  plan tensors=%zu\n", preset.c_str(), B, T, dropout, L,
-                wide.tensors.size());
+    std::printf("%s  B=%d T=%d dropout=%.2f  layers=%d  plan tensors=%zu  codecs=%s\n", preset.c_str(), B, T, dropout, L,
+                wide.tensors.size(), codecs.c_str());
     std::printf("block tape: keep-all %.3f GiB, smallest %.3f GiB; static %.2f GiB, transient %.3f GiB\n",
                 max_block_bytes(wide) / 1073741824.0, min_block_bytes(wide) / 1073741824.0,
                 static_bytes / 1073741824.0, transient_bytes / 1073741824.0);

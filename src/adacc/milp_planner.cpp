@@ -9,7 +9,9 @@
 // PlannerOptions::literal_model builds exactly that. The default builds an equivalent, smaller
 // model:
 //   * keep_i = 1 - sum_o comp_io - drop_i is eliminated (sum_o comp_io + drop_i <= 1), and
-//     variables exist only for the choices a tensor allows (must_keep tensors have none).
+//     variables exist only for the choices a tensor allows (must_keep tensors have none) and
+//     worth making: a compress option that another option of the tensor matches or beats in both
+//     bytes and time gets no column (swapping it for that one never costs anything).
 //   * For a tensor backward reads, run_i = drop_i at any optimum: a dropped tensor must be
 //     regenerated (run_i >= drop_i), and a kept or compressed one never needs its op re-run,
 //     because the chain rows only force run_p when drop_p = 1 (then run_p >= drop_p = 1 holds
@@ -285,6 +287,18 @@ int add_col(BlockModel& m, Col c) {
     return static_cast<int>(m.cols.size()) - 1;
 }
 
+// Whether another of the options matches or beats option o in both bytes and time (ties: the
+// earlier one wins). Such an option never improves a plan, so the reduced model gives it no column.
+bool dominated_option(const std::vector<CompressOption>& options, std::size_t o) {
+    for (std::size_t p = 0; p < options.size(); ++p) {
+        if (p == o) continue;
+        const bool as_good = options[p].bytes <= options[o].bytes && options[p].ms <= options[o].ms;
+        const bool equal = options[p].bytes == options[o].bytes && options[p].ms == options[o].ms;
+        if (as_good && (!equal || p < o)) return true;
+    }
+    return false;
+}
+
 BlockModel build_block_model(const BlockProblem& problem, double unit, bool literal) {
     const auto& ts = problem.tensors;
     const std::size_t n = ts.size();
@@ -335,7 +349,8 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
         m.const_bytes += b;  // kept unless a column below says otherwise
         Row at_most_one{{}, {}, LE, 1};  // sum of comp + drop <= 1
         for (std::size_t o = 0; o < t.compress_options.size(); ++o) {
-            if (!decision_allowed(t, {Policy::compress, static_cast<int>(o)})) {
+            if (!decision_allowed(t, {Policy::compress, static_cast<int>(o)}) ||
+                dominated_option(t.compress_options, o)) {
                 m.comp_cols[i].push_back(-1);
                 continue;
             }
