@@ -5,14 +5,19 @@
 // outlier codec beats plain INT4 on the gradients and the planner chooses it by its measured error.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <cstring>
 #include <fstream>
 #include <random>
 
 #include "data/token_shard.h"
 #include "src/adacc/budget_planner.h"
 #include "src/adacc/adacc_regulator.h"
+#include "src/adacc/profiler.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/common/units.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/weight_init.h"
 #include "src/train/gradient_fidelity.h"
@@ -35,7 +40,7 @@ Profile compress_favouring_profile(const GPTConfig& cfg, int B, int T) {
     std::vector<int> tokens(static_cast<std::size_t>(B) * T);
     std::mt19937 gen(1);
     for (auto& t : tokens) t = static_cast<int>(gen() % cfg.vocab_size);
-    Profile p = profile_block(cfg, B, B, T, tokens, nullptr, 1, {});
+    Profile p = profile_block(cfg, B, B, T, tokens, ProfileWeights{nullptr, 1, {}}, {});
     for (double& ms : p.op_ms) ms = 100.0;
     for (auto& t : p.tensors)
         for (auto& m : t.codecs) m.compress_ms = m.decompress_ms = 0.01;
@@ -262,8 +267,8 @@ TEST(OutlierChannels, OutlierSeparatedInt4BeatsPlainInt4OnTheGradientsAtNearlyTh
     // with k = 4 (measured 20%), under 4% at GPT-2's C = 768.
     const RunConfig config = outlier_run(dir, 4);
     const std::vector<float> weights = initial_parameters(config);
-    const Profile profile = profile_block(config.model, 4, 4, 32, first_training_batch(config), weights.data(),
-                                          config.training.seed, {});
+    const Profile profile = profile_block(config.model, 4, 4, 32, first_training_batch(config),
+                                          ProfileWeights{weights.data(), config.training.seed, {}}, {});
     const TensorProfile& ln1 = *profile.find(TensorKind::ln1);
     const double bytes_ratio = double(ln1.find(Codec::outlier_int4)->compressed_bytes) /
                                double(ln1.find(Codec::group_int4)->compressed_bytes);
@@ -280,8 +285,8 @@ TEST(OutlierChannels, ThePlannerChoosesTheOutlierCodecByItsMeasuredError) {
         SCOPED_TRACE(hook ? "outlier hook on" : "outlier hook off");
         const RunConfig config = outlier_run(dir, hook ? 4 : 0);
         const std::vector<float> weights = initial_parameters(config);
-        Profile profile = profile_block(config.model, B, B, T, first_training_batch(config), weights.data(),
-                                        config.training.seed, {});
+        Profile profile = profile_block(config.model, B, B, T, first_training_batch(config),
+                                        ProfileWeights{weights.data(), config.training.seed, {}}, {});
         for (double& ms : profile.op_ms) ms = 100.0;  // recomputing expensive: the plan compresses
         for (auto& t : profile.tensors)
             for (auto& m : t.codecs) m.compress_ms = m.decompress_ms = 0.01;
@@ -316,5 +321,91 @@ TEST(OutlierChannels, ThePlannerChoosesTheOutlierCodecByItsMeasuredError) {
     }
 }
 
+
+// The profiler runs a slice of the model (its first kProfiledLayers blocks): initialised from the
+// run's seed, the slice holds exactly the whole model's first layers — the same draws, and the
+// residual projections scaled for the whole model's depth — with the [stress] hook too.
+TEST(ProfileSlice, InitialisesExactlyTheWholeModelsFirstLayers) {
+    GPTConfig whole = small_model();
+    whole.n_layer = 5;
+    const GPTConfig slice = profile_slice(whole);
+    ASSERT_EQ(slice.n_layer, kProfiledLayers);
+    StressSection stress;
+    stress.outlier_channels = 3;
+    for (bool stressed : {false, true}) {
+        SCOPED_TRACE(stressed ? "with outlier channels" : "plain");
+        GPTModel a = GPTModel::for_inference(whole, 1, 1), b = GPTModel::for_inference(slice, 1, 1);
+        init_weights_with_stress(a, 42, stressed ? stress : StressSection{}, whole.n_layer);
+        init_weights_with_stress(b, 42, stressed ? stress : StressSection{}, whole.n_layer);
+        const ParameterLayout &la = a.layout(), &lb = b.layout();
+        for (int id = 0; id < kNumParamTensors; ++id) {
+            const ParamTensorInfo& t = lb.tensors()[id];
+            const auto pid = static_cast<ParamId>(id);
+            EXPECT_EQ(0, std::memcmp(la.at(a.params(), pid), lb.at(b.params(), pid), t.numel * sizeof(float)))
+                << t.name << " differs from the whole model's first " << slice.n_layer << " layers";
+        }
+    }
+}
+
+// Planning a model needs the memory of the profiler's slice only: a model whose parameters,
+// gradients and AdamW state alone exceed this machine's memory (its depth is computed from the
+// machine) is profiled, planned and accounted for exactly, and the process stays under 1 GiB.
+TEST(ProfileSlice, PlansAModelLargerThanThisMachine) {
+    const std::uint64_t machine = physical_memory_bytes();
+    GPTConfig cfg = small_model();
+    cfg.dropout = 0.0f;
+    GPTConfig one_layer = cfg;
+    one_layer.n_layer = 1;
+    const std::size_t per_layer_params = ParameterLayout(cfg).total() - ParameterLayout(one_layer).total();  // cfg: 2 layers
+    cfg.n_layer = static_cast<int>(1.25 * double(machine) / (16.0 * double(per_layer_params))) + 1;
+    const int B = 2, T = 32;
+    const ModelMemory full = memory_for_mode(cfg, B, T, MemoryMode::full);
+    const ModelMemory none = memory_for_mode(cfg, B, T, MemoryMode::none);
+    ASSERT_GT(full.static_bytes(), machine) << "the model must not fit this machine";
+    std::vector<int> tokens(static_cast<std::size_t>(B) * T);
+    std::mt19937 gen(3);
+    for (auto& t : tokens) t = static_cast<int>(gen() % cfg.vocab_size);
+    const Profile profile = profile_block(cfg, B, B, T, tokens, ProfileWeights{nullptr, 1, {}}, {});
+    const std::uint64_t budget = full.total() + (none.total() - full.total()) / 3;
+    const AdaccPlan plan = plan_adacc(cfg, B, T, profile, budget, true, {});
+    std::printf("L = %d: static %s, full %s, none %s, budget %s; plan %s (%s) in %.1f ms\n", cfg.n_layer,
+                format_bytes(full.static_bytes()).c_str(), format_bytes(full.total()).c_str(),
+                format_bytes(none.total()).c_str(), format_bytes(budget).c_str(),
+                format_bytes(plan.memory.total()).c_str(), plan_status_name(plan.result.status), plan.result.solve_ms);
+    EXPECT_EQ(plan.result.status, PlanResult::optimal);
+    EXPECT_LE(plan.memory.total(), budget);
+    EXPECT_GT(plan.memory.total(), full.total()) << "the plan keeps or compresses something";
+    EXPECT_EQ(plan.memory.total(), GPTModel::plan_memory(cfg, B, T, plan.plan, plan.codec_params).total());
+    const int planned = largest_planned_batch(cfg, profile, budget, true, {});
+    EXPECT_GE(planned, B);
+    EXPECT_LE(planned, largest_batch(cfg, T, MemoryMode::full, budget));
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    EXPECT_LT(usage.ru_maxrss * 1024.0, 1024.0 * 1024 * 1024) << "peak resident memory of this test, bytes";
+}
+
+// `adacc memory`'s planned rows: the largest batch is the last one the planner fits within the
+// budget (the next one has no plan), between none's and full recomputation's (keeping everything
+// is a plan; nothing stores less than recomputing everything), and adacc's is at least
+// recompute-opt's (it may choose every plan recompute-opt may; the outlier codec's scratch once
+// made adacc's first solve infeasible where recompute-opt's was not: 7 against 8 here).
+TEST(LargestPlannedBatch, IsTheLastBatchWithAPlanWithinTheBudget) {
+    const GPTConfig cfg = small_model();
+    const int T = 32;
+    const Profile unit = compress_favouring_profile(cfg, 1, T);
+    const std::uint64_t budget = memory_for_mode(cfg, 8, T, MemoryMode::full).total();
+    int planned[2] = {0, 0};
+    for (bool compress : {true, false}) {
+        SCOPED_TRACE(compress ? "adacc" : "recompute-opt");
+        const int n = planned[compress] = largest_planned_batch(cfg, unit, budget, compress, {});
+        std::printf("%s: none %d, planned %d, full %d\n", compress ? "adacc" : "recompute-opt",
+                    largest_batch(cfg, T, MemoryMode::none, budget), n, largest_batch(cfg, T, MemoryMode::full, budget));
+        EXPECT_GE(n, largest_batch(cfg, T, MemoryMode::none, budget));
+        EXPECT_LE(n, largest_batch(cfg, T, MemoryMode::full, budget));
+        EXPECT_LE(plan_adacc(cfg, n, T, rescale_profile(unit, cfg, n), budget, compress, {}).memory.total(), budget);
+        EXPECT_THROW(plan_adacc(cfg, n + 1, T, rescale_profile(unit, cfg, n + 1), budget, compress, {}), UserError);
+    }
+    EXPECT_GE(planned[1], planned[0]) << "adacc plans less batch than recompute-opt";
+}
 }  // namespace
 }  // namespace adacc

@@ -70,6 +70,17 @@ TEST_F(Cli, Bf16OnTheCpuSaysItRunsOnCudaOnly) {
     expect_user_error("train --config " + config() + " --set model.dtype=half", {"model.dtype", "auto, fp32, bf16"});
 }
 
+// Planned modes in `adacc memory` plan for the budget: without one they are refused, naming the
+// option; with one their row has the plan's arenas and the planner's largest batch.
+TEST_F(Cli, MemoryShowsPlannedModesForABudget) {
+    expect_user_error("memory --config " + config() + " --modes adacc", {"plans for a memory budget", "--memory-budget"});
+    const Result r = run_adacc("memory --config " + config() + " --modes none,adacc,recompute-opt --memory-budget 2MiB");
+    EXPECT_EQ(r.status, 0) << r.output;
+    for (const char* row : {"\nnone ", "\nadacc ", "\nrecompute-opt "})
+        EXPECT_NE(r.output.find(row), std::string::npos) << "no row '" << row << "' in:\n" << r.output;
+    EXPECT_NE(r.output.find("max_batch"), std::string::npos) << r.output;
+}
+
 TEST_F(Cli, MalformedToml) {
     std::ofstream(dir / "bad.toml") << "[model\nn_layer = 1\n";
     expect_user_error("train --config " + (dir / "bad.toml").string(), {"bad.toml:1:", "malformed TOML"});

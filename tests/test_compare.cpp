@@ -82,7 +82,7 @@ TEST(Compare, StepsAreTrainingSteps) {
     const std::uint64_t none = memory_for_mode(config.model, B, T, MemoryMode::none).total();
     RunConfig planned = config;
     std::vector<int> tokens(static_cast<std::size_t>(B) * T, 1);
-    profile_block(config.model, B, B, T, tokens, nullptr, 1, {}).save(dir / "profile.json");
+    profile_block(config.model, B, B, T, tokens, ProfileWeights{nullptr, 1, {}}, {}).save(dir / "profile.json");
     planned.memory.profile = (dir / "profile.json").string();
     expect_compare_matches_training(planned, MemoryMode::adacc, (full + none) / 2, dir);
 }

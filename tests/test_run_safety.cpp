@@ -326,6 +326,56 @@ TEST_F(RunSafety, RunLargerThanTheMachineIsRefusedBeforeAllocating) {
         << r.output;
 }
 
+// Planned modes: a model that does not fit even at batch 1 with full recomputation is refused
+// before the profiler builds anything; a budget beyond the machine is refused once the plan's
+// total is known to exceed the machine, naming the largest batch the mode plans within it. Depths
+// and batches are computed from this machine's memory, so both cases exceed it anywhere.
+GPTConfig wide_tiny_model(int n_layer) {
+    GPTConfig m;
+    m.n_layer = n_layer, m.n_embd = 128, m.n_head = 4, m.vocab_size = 97, m.max_seq_len = 16;
+    return m;
+}
+
+std::string model_overrides(const GPTConfig& m) {
+    return " --set model.n_layer=" + std::to_string(m.n_layer) + " --set model.n_embd=" + std::to_string(m.n_embd) +
+           " --set model.n_head=" + std::to_string(m.n_head);
+}
+
+TEST_F(RunSafety, PlannedModelLargerThanTheMachineIsRefusedBeforeProfiling) {
+    const std::uint64_t machine = physical_memory_bytes();
+    int layers = 1;
+    while (memory_for_mode(wide_tiny_model(layers), 1, 8, MemoryMode::full).total() <= machine) layers *= 2;
+    const GPTConfig model = wide_tiny_model(layers);
+    const auto r = run_adacc("train --config " + config() + model_overrides(model) +
+                             " --set memory.mode=adacc --memory-budget 100TiB");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "no memory mode can train it here")) << r.output;
+    EXPECT_TRUE(contains(r.output, "this machine has " + format_bytes(machine))) << r.output;
+    EXPECT_TRUE(contains(r.output, format_bytes(memory_for_mode(model, 1, 8, MemoryMode::full).total()))) << r.output;
+    EXPECT_FALSE(contains(r.output, "plan (adacc)")) << "nothing is profiled or planned:\n" << r.output;
+}
+
+TEST_F(RunSafety, PlannedBudgetBeyondTheMachineIsRefusedWithTheBatchThatFits) {
+    const std::uint64_t machine = physical_memory_bytes();
+    const ModelMemory one = memory_for_mode(wide_tiny_model(1), 1, 8, MemoryMode::full);
+    const GPTConfig model = wide_tiny_model(static_cast<int>(machine / 8 / one.static_bytes()) + 1);
+    const int none_fits = largest_batch(model, 8, MemoryMode::none, machine);
+    const int full_fits = largest_batch(model, 8, MemoryMode::full, machine);
+    ASSERT_LE((none_fits + 1) * 8, 20000) << "the test shard is too short for this machine";
+    const auto r = run_adacc("train --config " + config() + model_overrides(model) +
+                             " --set training.batch_size=" + std::to_string(none_fits + 1) +
+                             " --set memory.mode=adacc --memory-budget 100TiB");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "but this machine has " + format_bytes(machine))) << r.output;
+    const auto at = r.output.find("it plans batch ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    const int planned = std::stoi(r.output.substr(at + 15));
+    // Keeping everything is a plan, and nothing stores less than full recomputation.
+    EXPECT_GE(planned, none_fits) << r.output;
+    EXPECT_LE(planned, full_fits) << r.output;
+    EXPECT_FALSE(fs::exists(run_dir / "checkpoints")) << "refused before the model was allocated";
+}
+
 // ---------------------------------------------------------------------------------------------
 // 8. Checkpoint metadata was trusted: a step of 10^12 wrapped negative and trained on NaN, a
 // string step was an internal error; a newer-format checkpoint was skipped, then overwritten.

@@ -3,6 +3,7 @@
 // and bit-identical gradients for every recompute-only plan.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -136,7 +137,7 @@ TEST(ActivationPlan, CompressCodecMustFitTheTensorsElementType) {
 }
 
 TEST(TapeAllocator, OverflowNamesTheSlot) {
-    TapeAllocator tape(cpu_backend(), 256);
+    TapeAllocator tape(cpu_backend(), 256, 4);
     tape.push(0, TensorKind::ln1, Policy::keep, 200, 200);
     try {
         tape.push(3, TensorKind::qkv, Policy::keep, 100, 100);
@@ -183,6 +184,16 @@ StepResult train_step(const GPTConfig& cfg, const ActivationPlan& plan, int B, i
     const float loss = model.forward(tokens.data(), targets.data(), B, T, DropoutContext{7, 3, 1, true}, 1.0f / (B * T));
     model.backward(tokens.data(), B, T);
     return {loss, std::vector<float>(model.grads(), model.grads() + model.num_params())};
+}
+
+// A step pushes one slot per saved tensor of every layer: a deep model (300 blocks, over 5000
+// slots with dropout) trains a step keeping everything; the tape once reserved a fixed 4096.
+TEST(TapeAllocator, HoldsEveryEntryOfADeepModel) {
+    GPTConfig cfg = config_with("gpt-micro", 300, 0.1f);
+    cfg.n_embd = 8, cfg.n_head = 2;
+    const StepResult r = train_step(cfg, ActivationPlan(BlockGraph(cfg, 1, 4), cfg.n_layer), 1, 4);
+    EXPECT_TRUE(std::isfinite(r.loss));
+    EXPECT_GT(GPTModel(cfg, 1, 4).memory_layout().max_tape_entries(), 4096u);
 }
 
 void expect_bit_identical(const StepResult& a, const StepResult& b, const std::string& what) {

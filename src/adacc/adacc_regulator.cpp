@@ -7,7 +7,6 @@
 #include "src/common/units.h"
 #include "src/common/errors.h"
 #include "src/engine/memory_report.h"
-#include "src/engine/weight_init.h"
 
 namespace adacc {
 
@@ -18,6 +17,10 @@ RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode) {
                                                   " plans on the CPU backend only so far (profiling and re-planning "
                                                   "on the GPU are not built yet); on cuda use memory.mode none, "
                                                   "full, selective or quant, or use training.device = \"cpu\"");
+    return planning_options(config, mode);
+}
+
+RegulatorOptions planning_options(const RunConfig& config, MemoryMode mode) {
     RegulatorOptions options;
     options.allow_compress = mode == MemoryMode::adacc;
     options.planner.granularity = parse_plan_granularity(config.memory.granularity);
@@ -29,18 +32,76 @@ RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode) {
     return options;
 }
 
+Profile unit_batch_profile(const RunConfig& config, const std::vector<int>& tokens) {
+    const ProfileWeights source{nullptr, config.training.seed, config.stress};
+    return profile_block(config.model, 1, 1, config.training.seq_len, tokens, source, {});
+}
+
+int largest_planned_batch(const RunConfig& config, const Profile& unit, MemoryMode mode, std::uint64_t budget,
+                          const ComputeTarget& target) {
+    const RegulatorOptions options = planning_options(config, mode);
+    return largest_planned_batch(config.model, unit, budget, options.allow_compress, options.planner, options.codecs,
+                                 target);
+}
+
+void check_plan_fits_machine(const RunConfig& config, MemoryMode mode, const AdaccPlan& plan, const Profile& profile,
+                             const ComputeTarget& target) {
+    const std::uint64_t machine = device_memory_bytes(target.device);
+    if (plan.memory.total() <= machine) return;
+    const int fits = largest_planned_batch(config, profile, mode, machine, target);
+    const int B = config.training.batch_size, T = config.training.seq_len;
+    const std::string where = target.device == Device::cpu ? "this machine has " : "the GPU has ";
+    throw UserError("memory.budget " + config.memory.budget + " lets mode " + memory_mode_name(mode) + " plan batch " +
+                    std::to_string(B) + " x seq " + std::to_string(T) + " to " + format_arenas(plan.memory) + ", but " +
+                    where + format_bytes(machine) + " of memory: " +
+                    (fits > 0 ? "within " + format_bytes(machine) + " it plans batch " + std::to_string(fits) +
+                                    " (--set training.batch_size=" + std::to_string(fits) +
+                                    " and a memory.budget of at most " + format_bytes(machine) + ")"
+                              : "not even batch 1 fits it; choose a smaller model") +
+                    "; `adacc memory --modes " + memory_mode_name(mode) + " --memory-budget SIZE` shows the largest "
+                    "batch for any budget");
+}
+
+namespace {
+// The batch the profiler's slice runs at: B when the slice, keeping everything, fits both the
+// budget and this machine, else the largest batch that does (times and sizes are scaled linearly
+// to B). The budget binds the profiling too: a run never holds more than it was given.
+int profiling_batch(const GPTConfig& config, int B, int T, std::uint64_t budget) {
+    const std::uint64_t room = std::min<std::uint64_t>(budget, device_memory_bytes(Device::cpu));
+    const int batch = largest_fitting_batch([&](int b) { return profile_slice_fits(config, b, T, room); }, B);
+    if (batch == 0)
+        throw UserError("the profiler's slice of this model (" + std::to_string(profile_slice(config).n_layer) +
+                        " blocks at n_embd " + std::to_string(config.n_embd) + ", the embeddings and the classifier) " +
+                        "does not fit " + format_bytes(room) + " at batch 1 x seq " + std::to_string(T) +
+                        " (the budget or this machine's memory, whichever is less): raise memory.budget or lower "
+                        "training.seq_len");
+    return batch;
+}
+
+// Raises a profile's per-tensor statistics to what the monitor sampled in the whole model (the
+// profile's slice sees only its first layers; the training model's forward sees every layer, for
+// the tensors the plan compresses). The two are measured on different batches, so where the slice
+// is the whole model its own figures are used alone.
+void raise_to_samples(Profile& profile, const std::vector<CodecSample>& samples) {
+    for (const CodecSample& s : samples)
+        for (auto& t : profile.tensors) {
+            if (t.kind != s.kind) continue;
+            for (auto& m : t.codecs) {
+                if (m.codec != s.codec) continue;
+                m.compressed_bytes = std::max(m.compressed_bytes, s.bytes);
+                m.outlier_fraction = std::max(m.outlier_fraction, s.outlier_fraction);
+                m.relative_error = std::max(m.relative_error, s.relative_error);
+            }
+        }
+}
+}  // namespace
+
 AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_bytes, RegulatorOptions options,
                                const std::vector<int>& tokens, const float* weights)
     : config_(config), budget_(budget_bytes), options_(std::move(options)),
-      plan_{ActivationPlan(BlockGraph(config.model, 1, 1), config.model.n_layer), {}, {}, {}, {}},
+      plan_{ActivationPlan(BlockGraph(config.model, 1, 1), config.model.n_layer), {}, {}, {}, {}, {}, {}},
       monitor_(options_.monitor) {
     const int B = config.training.batch_size, T = config.training.seq_len;
-    // Profile at the batch itself when keeping everything fits the budget, else at the largest
-    // batch that does (at least 1), scaling times and sizes linearly to B.
-    measured_batch_ = B;
-    if (memory_for_mode(config.model, B, T, MemoryMode::none).total() > budget_bytes)
-        measured_batch_ = std::max(1, largest_batch(config.model, T, MemoryMode::none, budget_bytes, B));
-    tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(measured_batch_) * T);
     if (options_.profile_file) {
         profile_ = Profile::load(*options_.profile_file);
         if (profile_.batch != B || profile_.seq != T)
@@ -48,24 +109,23 @@ AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_byt
                             std::to_string(profile_.batch) + " x seq " + std::to_string(profile_.seq) + ", not " +
                             std::to_string(B) + " x " + std::to_string(T) + ": omit --profile to profile again");
     }
-    // The [stress] hook changes the initial weights: profile those, not a plain initialisation.
-    std::vector<float> initial;
-    if (!weights && config.stress.outlier_channels > 0) {
-        initial = initial_parameters(config);
-        weights = initial.data();
-    }
-    solve(tokens_, weights);
+    measured_batch_ = profile_.tensors.empty() ? profiling_batch(config.model, B, T, budget_bytes)
+                                               : profile_.measured_batch;
+    tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(std::min(measured_batch_, B)) * T);
+    solve(weights, {});
 }
 
 // Timings are measured once (they do not drift, and measuring them again is noisy); a re-plan
 // refreshes what does drift — compressed sizes, outlier fractions and errors — from the current
-// weights.
-void AdaccRegulator::solve(const std::vector<int>& tokens, const float* weights) {
+// weights on the profiler's slice, raised to what the monitor last sampled in the layers the slice
+// does not hold.
+void AdaccRegulator::solve(const float* weights, const std::vector<CodecSample>& sampled) {
     const int B = config_.training.batch_size, T = config_.training.seq_len;
     const auto start = std::chrono::steady_clock::now();
     const bool have_profile = !profile_.tensors.empty();
     if (!have_profile || weights) {
-        Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens, weights, config_.training.seed, {});
+        const ProfileWeights source{weights, config_.training.seed, config_.stress};
+        Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens_, source, {});
         if (have_profile) {
             fresh.op_ms = profile_.op_ms;
             for (auto& t : fresh.tensors)
@@ -76,6 +136,8 @@ void AdaccRegulator::solve(const std::vector<int>& tokens, const float* weights)
                             m.decompress_ms = measured->decompress_ms;
                         }
         }
+        // The slice sees only the first layers: deeper ones are known from the monitor's samples.
+        if (profile_slice(config_.model).n_layer < config_.model.n_layer) raise_to_samples(fresh, sampled);
         profile_ = std::move(fresh);
         if (!options_.save_profile.empty()) profile_.save(options_.save_profile);
     }
@@ -102,9 +164,12 @@ std::vector<CodecSample> AdaccRegulator::baseline() const {
 }
 
 std::string AdaccRegulator::describe() const {
-    const std::string scaled = measured_batch_ != config_.training.batch_size
-                                   ? " (profiled at batch " + std::to_string(measured_batch_) + ", scaled linearly)"
-                                   : "";
+    const std::string scaled =
+        "; profiled on " + std::to_string(profile_slice(config_.model).n_layer) + " of " +
+        std::to_string(config_.model.n_layer) + " blocks" +
+        (measured_batch_ != config_.training.batch_size
+             ? " at batch " + std::to_string(measured_batch_) + ", scaled linearly"
+             : std::string());
     char line[512];
     std::snprintf(line, sizeof line,
                   "plan (%s): %s in %.1f ms; predicted total %s of budget %s, tape %s, added %.1f ms per step%s",
@@ -133,7 +198,7 @@ std::optional<ReplanEvent> AdaccRegulator::after_step(int step, GPTModel& model)
     monitor_ms_ += ms_since(start) + sampler_.take_ms();
     if (!reason) return std::nullopt;
     std::vector<float> staging;
-    solve(tokens_, model.host_readable(ModelArena::parameters, staging));
+    solve(model.host_readable(ModelArena::parameters, staging), sampler_.samples());
     model.set_plan(plan_.plan, plan_.codec_params);
     monitor_.set_baseline(step, baseline());
     return ReplanEvent{step, *reason, plan_.result.status, plan_.result.solve_ms, last_profile_ms_, plan_.memory.total()};

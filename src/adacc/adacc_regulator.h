@@ -1,6 +1,7 @@
 // AdaccRegulator: modes `adacc` and `recompute-opt` during training (the Adacc paper's profiler,
-// policy generator and policy regulator together). At start it profiles the model (at a smaller
-// batch, scaled linearly, when keeping everything would not fit the budget), solves the MILP
+// policy generator and policy regulator together). At start it profiles a slice of the model
+// (src/adacc/profiler.h; at a smaller batch, scaled linearly, when the slice keeping everything
+// would not fit the budget), solves the MILP
 // under the budget and hands the plan to the model; during training it samples the compressed
 // tensors' statistics on the PolicyMonitor's backoff schedule and, when the plan stops fitting,
 // re-measures the statistics with the current weights (keeping the measured timings), re-solves,
@@ -33,6 +34,18 @@ struct RegulatorOptions {
 // memory.min_replan_steps. Training, `adacc plan` and `adacc compare` all start from it; where to
 // save the profile is the caller's (the trainer writes it into the run folder).
 RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode);
+// The same options without regulator_options' device check: what planning alone needs (batch
+// searches for `adacc memory` and `adacc compare`, for any target).
+RegulatorOptions planning_options(const RunConfig& config, MemoryMode mode);
+
+// The profile batch searches plan from: the profiler's slice at batch 1 x training.seq_len on the
+// CPU, from the run's initial weights (training.seed, [stress]) on `tokens` (at least seq_len).
+Profile unit_batch_profile(const RunConfig& config, const std::vector<int>& tokens);
+
+// The largest batch planned mode `mode` fits within `budget` on `target` at training.seq_len, by
+// the planner's accounting on `unit` (unit_batch_profile) rescaled: nothing is allocated.
+int largest_planned_batch(const RunConfig& config, const Profile& unit, MemoryMode mode, std::uint64_t budget,
+                          const ComputeTarget& target);
 
 struct ReplanEvent {
     int step = 0;
@@ -41,6 +54,13 @@ struct ReplanEvent {
     double solve_ms = 0, profile_ms = 0;
     std::size_t predicted_total_bytes = 0;
 };
+
+// Throws UserError, before the training model is allocated, when `plan` (planned mode `mode`'s
+// answer for the config's batch and budget) totals more than `target`'s memory: it names the plan's
+// total and arenas, the machine's memory, and the largest batch the mode plans within that memory
+// (from `profile`, rescaled; no allocation).
+void check_plan_fits_machine(const RunConfig& config, MemoryMode mode, const AdaccPlan& plan, const Profile& profile,
+                             const ComputeTarget& target);
 
 class AdaccRegulator {
 public:
@@ -62,7 +82,7 @@ public:
     double monitor_ms() const { return monitor_ms_; }
 
 private:
-    void solve(const std::vector<int>& tokens, const float* weights);
+    void solve(const float* weights, const std::vector<CodecSample>& sampled);
     std::vector<CodecSample> baseline() const;
 
     RunConfig config_;

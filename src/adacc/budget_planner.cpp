@@ -7,6 +7,7 @@
 
 #include "src/common/units.h"
 #include "src/common/errors.h"
+#include "src/engine/memory_report.h"
 
 namespace adacc {
 
@@ -65,6 +66,13 @@ std::vector<CompressOption> compress_options(const GPTConfig& config, const Tens
     return kept;
 }
 
+// `problem` with codec `codec` removed from every tensor's compress options.
+BlockProblem without_codec(BlockProblem problem, Codec codec) {
+    for (PlanTensor& t : problem.tensors)
+        std::erase_if(t.compress_options, [&](const CompressOption& o) { return o.codec == codec; });
+    return problem;
+}
+
 ActivationPlan to_activation_plan(const BlockGraph& block, int n_layer, const std::vector<TensorKind>& kinds,
                                   const BlockProblem& problem, const PlanResult& result) {
     ActivationPlan plan(block, n_layer);
@@ -106,8 +114,8 @@ CodecParams codec_params_for(const Profile& profile, const GPTConfig& config) {
 }
 
 BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
-                                 const CodecChoice& codecs, std::vector<TensorKind>* kinds_out) {
-    const BlockGraph block(config, B, T);
+                                 const CodecChoice& codecs, std::vector<TensorKind>* kinds_out, DType activation) {
+    const BlockGraph block(config, B, T, activation);
     const CodecParams params = codec_params_for(profile, config);
     BlockProblem problem;
     std::vector<TensorKind> kinds;
@@ -145,61 +153,89 @@ BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Pr
 }
 
 AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profile, std::uint64_t budget_bytes,
-                     bool allow_compress, const PlannerOptions& options, const CodecChoice& codecs) {
-    const BlockGraph block(config, B, T);
-    AdaccPlan out{ActivationPlan(block, config.n_layer), codec_params_for(profile, config), {}, {}, {}, {}};
-    out.problem = build_block_problem(config, B, T, profile, allow_compress, codecs, &out.kinds);
-    const BlockProblem& problem = out.problem;
-    const std::vector<LayerClass> classes{{problem, config.n_layer}};
+                     bool allow_compress, const PlannerOptions& options, const CodecChoice& codecs,
+                     const ComputeTarget& target) {
+    const DType activation = device_traits(target).activation;
+    const BlockGraph block(config, B, T, activation);
+    AdaccPlan out{ActivationPlan(block, config.n_layer), codec_params_for(profile, config), {}, {}, {}, {}, target};
+    out.problem = build_block_problem(config, B, T, profile, allow_compress, codecs, &out.kinds, activation);
+    auto memory_of = [&](const ActivationPlan& plan) {
+        return GPTModel::plan_memory(config, B, T, plan, out.codec_params, ModelUse::training, target);
+    };
     const MilpPlanner planner(options);
 
     // Memory outside the per-layer block slots: the static arenas, the tape's slots outside the
     // blocks (embedding mask, final layernorm) and the workspace. Measured from the model's own
     // accounting: a keep-all plan's tape minus its block slots.
-    const ModelMemory keep_all = GPTModel::plan_memory(config, B, T, out.plan, out.codec_params);
+    const ModelMemory keep_all = memory_of(out.plan);
     std::size_t block_bytes = 0;
-    for (const auto& t : problem.tensors) block_bytes += t.bytes;
+    for (const auto& t : out.problem.tensors) block_bytes += t.bytes;
     const std::size_t tape_outside_blocks = keep_all.tape - block_bytes * config.n_layer;
     const std::size_t static_bytes = keep_all.static_bytes();
-    // First solve assuming every plannable tensor needs a workspace buffer and the codecs their
-    // scratch (the most any plan needs), then with the workspace the last answer really needs.
-    // (Only the outlier codec has scratch, so the widest compresses with it where it is an option.)
-    ActivationPlan widest(block, config.n_layer);
-    for (std::size_t i = 0; i < out.kinds.size(); ++i) {
-        const auto& options = problem.tensors[i].compress_options;
-        if (options.empty()) {
-            for (int l = 0; l < config.n_layer; ++l) widest.set(l, out.kinds[i], {Policy::recompute});
-            continue;
+
+    // Solves `problem`: first assuming every plannable tensor needs a workspace buffer and the
+    // codecs their scratch (the most any plan of it needs), then with the workspace the last
+    // answer really needs. (Only the outlier codec has scratch, so the widest compresses with it
+    // where it is an option.) False when no answer fits as allocated; `infeasible` then says why.
+    std::string infeasible;
+    auto solve = [&](const BlockProblem& problem) {
+        const std::vector<LayerClass> classes{{problem, config.n_layer}};
+        ActivationPlan widest(block, config.n_layer);
+        for (std::size_t i = 0; i < out.kinds.size(); ++i) {
+            const auto& compress = problem.tensors[i].compress_options;
+            if (compress.empty()) {
+                for (int l = 0; l < config.n_layer; ++l) widest.set(l, out.kinds[i], {Policy::recompute});
+                continue;
+            }
+            Codec codec = compress.front().codec;
+            for (const CompressOption& o : compress)
+                if (o.codec == Codec::outlier_int4) codec = o.codec;
+            for (int l = 0; l < config.n_layer; ++l) widest.set(l, out.kinds[i], {Policy::compress, codec});
         }
-        Codec codec = options.front().codec;
-        for (const CompressOption& o : options)
-            if (o.codec == Codec::outlier_int4) codec = o.codec;
-        for (int l = 0; l < config.n_layer; ++l) widest.set(l, out.kinds[i], {Policy::compress, codec});
-    }
-    std::size_t workspace = GPTModel::plan_memory(config, B, T, widest, out.codec_params).workspace();
-    bool have_plan = false;
-    for (int round = 0; round < 4; ++round) {
-        PlanResult result = planner.solve(classes, static_bytes, workspace + tape_outside_blocks, budget_bytes);
-        if (result.status == PlanResult::infeasible) {
-            if (have_plan) break;
-            throw SettingError("memory.budget",
-                               result.message + "; raise memory.budget or lower training.batch_size");
+        std::size_t workspace = memory_of(widest).workspace();
+        bool have_plan = false;
+        for (int round = 0; round < 4; ++round) {
+            PlanResult result = planner.solve(classes, static_bytes, workspace + tape_outside_blocks, budget_bytes);
+            if (result.status == PlanResult::infeasible) {
+                if (!have_plan) infeasible = result.message;
+                break;
+            }
+            const ActivationPlan plan = to_activation_plan(block, config.n_layer, out.kinds, problem, result);
+            const ModelMemory memory = memory_of(plan);
+            if (memory.total() > budget_bytes) break;  // the answer would not fit as allocated: keep the last one
+            if (have_plan && result.objective_ms >= out.result.objective_ms) break;
+            out.plan = plan;
+            out.result = result;
+            out.memory = memory;
+            out.problem = problem;
+            have_plan = true;
+            if (memory.workspace() >= workspace) break;  // consistent: nothing more to gain
+            workspace = memory.workspace();
         }
-        const ActivationPlan plan = to_activation_plan(block, config.n_layer, out.kinds, problem, result);
-        const ModelMemory memory = GPTModel::plan_memory(config, B, T, plan, out.codec_params);
-        if (memory.total() > budget_bytes) break;  // the answer would not fit as allocated: keep the last one
-        if (have_plan && result.objective_ms >= out.result.objective_ms) break;
-        out.plan = plan;
-        out.result = result;
-        out.memory = memory;
-        have_plan = true;
-        if (memory.workspace() >= workspace) break;  // consistent: nothing more to gain
-        workspace = memory.workspace();
-    }
-    if (!have_plan)
-        throw UserError("no plan fits memory.budget " + format_bytes(budget_bytes) + " once the workspace is counted; " +
-                        "raise the budget or lower training.batch_size");
+        if (!have_plan && infeasible.empty())
+            infeasible = "no plan fits memory.budget " + format_bytes(budget_bytes) + " once the workspace is counted";
+        return have_plan;
+    };
+    // When the outlier codec's scratch is what does not fit, the plans without it still may: so a
+    // budget recompute-opt meets, adacc meets too.
+    if (!solve(out.problem) && !solve(without_codec(out.problem, Codec::outlier_int4)))
+        throw SettingError("memory.budget", infeasible + "; raise memory.budget or lower training.batch_size");
     return out;
+}
+
+int largest_planned_batch(const GPTConfig& config, const Profile& profile, std::uint64_t budget_bytes,
+                          bool allow_compress, const PlannerOptions& options, const CodecChoice& codecs,
+                          const ComputeTarget& target, int max_batch) {
+    auto fits = [&](int B) {
+        try {
+            plan_adacc(config, B, profile.seq, rescale_profile(profile, config, B), budget_bytes, allow_compress, options, codecs,
+                       target);
+            return true;
+        } catch (const UserError&) {
+            return false;
+        }
+    };
+    return largest_fitting_batch(fits, max_batch);
 }
 
 namespace {
@@ -224,7 +260,7 @@ std::string codec_verdict(const AdaccPlan& plan, std::size_t i, const CodecMeasu
 std::string format_plan(const AdaccPlan& plan, const Profile& profile, const CodecChoice& codecs,
                         const GPTConfig& config, int B, int T, std::uint64_t budget_bytes, const std::string& format) {
     const PlanResult& r = plan.result;
-    const BlockGraph block(config, B, T);
+    const BlockGraph block(config, B, T, device_traits(plan.target).activation);
     // Layer classes of the answer: runs of layers with the same decisions.
     struct Group {
         int first, last;

@@ -37,18 +37,31 @@ struct AdaccPlan {
     ModelMemory memory;             // every arena under this plan, as the model will allocate it
     std::vector<TensorKind> kinds;  // the block's planned tensors, in problem order
     BlockProblem problem;           // what was solved (result's decisions index its compress options)
+    ComputeTarget target;           // whose arenas `memory` counts (device, activation dtype)
 };
 
-// Solves for the cheapest plan whose total memory fits `budget_bytes` at B x T. With
-// allow_compress false this is mode recompute-opt (optimal rematerialisation). Throws UserError
-// when no plan fits, stating the smallest memory any plan reaches.
+// Solves for the cheapest plan whose total memory fits `budget_bytes` at B x T, every arena sized
+// as `target`'s backend allocates it. With allow_compress false this is mode recompute-opt
+// (optimal rematerialisation). Throws UserError when no plan fits, stating the smallest memory
+// any plan reaches.
 AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profile, std::uint64_t budget_bytes,
-                     bool allow_compress, const PlannerOptions& options, const CodecChoice& codecs = {});
+                     bool allow_compress, const PlannerOptions& options, const CodecChoice& codecs = {},
+                     const ComputeTarget& target = {});
+
+// Largest batch (up to max_batch) at the profile's seq for which plan_adacc finds a plan within `budget_bytes`,
+// the profile (measured at any batch) rescaled to each candidate; 0 when not even batch 1 fits.
+// Nothing is allocated: this is the planner's exact accounting, so it holds for models larger
+// than the machine.
+int largest_planned_batch(const GPTConfig& config, const Profile& profile, std::uint64_t budget_bytes,
+                          bool allow_compress, const PlannerOptions& options, const CodecChoice& codecs = {},
+                          const ComputeTarget& target = {}, int max_batch = 1 << 16);
 
 // The block problem for (config, B, T) from a profile: compress options per `codecs`, slot sizes
-// at the bounds of codec_params_for(profile) (exposed for tests and `adacc plan`).
+// at the bounds of codec_params_for(profile), tensors in `activation`'s element type (exposed for
+// tests and `adacc plan`).
 BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
-                                 const CodecChoice& codecs = {}, std::vector<TensorKind>* kinds = nullptr);
+                                 const CodecChoice& codecs = {}, std::vector<TensorKind>* kinds = nullptr,
+                                 DType activation = DType::f32);
 
 // `adacc plan`'s output: per (layer class, tensor) the decision, codec, its error and bytes;
 // predicted tape bytes and added time; solver status and time; then every codec the profile

@@ -8,6 +8,7 @@
 #include "src/engine/activation_plan.h"
 #include "src/common/units.h"
 #include "src/common/errors.h"
+#include "src/engine/weight_init.h"
 
 namespace adacc {
 
@@ -70,7 +71,40 @@ private:
     std::vector<double>& op_ms_;
 };
 
+// The slice's parameters out of the whole model's: every tensor whole, except that per-layer
+// tensors keep only their first slice.n_layer layers (the layout stacks layers tensor by tensor).
+std::vector<float> slice_parameters(const GPTConfig& config, const GPTConfig& slice, const float* whole) {
+    const ParameterLayout from(config), to(slice);
+    std::vector<float> out(to.total());
+    for (int id = 0; id < kNumParamTensors; ++id) {
+        const ParamTensorInfo &src = from.tensors()[id], &dst = to.tensors()[id];
+        std::copy(whole + src.offset, whole + src.offset + dst.numel, out.begin() + static_cast<std::ptrdiff_t>(dst.offset));
+    }
+    return out;
+}
+
+void load_weights(GPTModel& slice_model, const GPTConfig& config, const ProfileWeights& weights) {
+    if (weights.parameters == nullptr) {
+        init_weights_with_stress(slice_model, weights.seed, weights.stress, config.n_layer);
+        return;
+    }
+    const std::vector<float> params = slice_parameters(config, slice_model.config(), weights.parameters);
+    slice_model.write_arena(ModelArena::parameters, 0, params.size(), params.data());
+}
+
 }  // namespace
+
+GPTConfig profile_slice(const GPTConfig& config) {
+    GPTConfig slice = config;
+    slice.n_layer = std::min(config.n_layer, kProfiledLayers);
+    return slice;
+}
+
+bool profile_slice_fits(const GPTConfig& config, int B, int T, std::uint64_t bytes) {
+    const GPTConfig slice = profile_slice(config);
+    const ActivationPlan keep_all(BlockGraph(slice, B, T), slice.n_layer);
+    return GPTModel::plan_memory(slice, B, T, keep_all).total() <= bytes;
+}
 
 const CodecMeasurement* TensorProfile::find(Codec wanted) const {
     for (const auto& c : codecs)
@@ -85,14 +119,12 @@ const TensorProfile* Profile::find(TensorKind kind) const {
 }
 
 Profile profile_block(const GPTConfig& config, int batch, int measured_batch, int T, const std::vector<int>& tokens,
-                      const float* weights, std::uint64_t seed, const CodecParams& codec_params, int repeats) {
+                      const ProfileWeights& weights, const CodecParams& codec_params, int repeats) {
     const int Bm = measured_batch;
-    GPTModel model(config, Bm, T);
-    if (weights)
-        model.write_arena(ModelArena::parameters, 0, model.num_params(), weights);
-    else
-        model.init_weights(seed);
-    const DropoutContext dropout{seed, 1, 0, true};
+    const GPTConfig slice = profile_slice(config);
+    GPTModel model(slice, Bm, T);
+    load_weights(model, config, weights);
+    const DropoutContext dropout{weights.seed, 1, 0, true};
     model.forward(tokens.data(), tokens.data(), Bm, T, dropout, 0.0f);  // warm-up: threads, caches, first touch
     Profile profile;
     profile.batch = batch;
@@ -107,7 +139,7 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
     model.set_observer(nullptr);
     // Per layer and per forward, scaled to the planned batch (op times grow linearly with B).
     const double scale = double(batch) / Bm;
-    for (double& ms : profile.op_ms) ms = ms / repeats / config.n_layer * scale;
+    for (double& ms : profile.op_ms) ms = ms / repeats / slice.n_layer * scale;
 
     const BlockGraph planned(config, batch, T);
     for (const TensorInfo& t : model.block().tensors()) {

@@ -1,7 +1,10 @@
 // Profiler (DESIGN §7): measures, per saved tensor kind of a block, the forward time of its
 // producing op, its full size, and for every codec that can store it the compress and decompress
-// times, compressed bytes, outlier fraction and error — what the planner weighs. A profile is
-// saved as profile.json in the run folder and can be reused (--profile FILE).
+// times, compressed bytes, outlier fraction and error — what the planner weighs. It runs a slice
+// of the model, never the whole: the embeddings, the first kProfiledLayers blocks at the model's
+// width, the final layernorm and the classifier, so planning a model needs only the memory of
+// that slice (a GPT-4.7B plans on a machine that could not hold its weights). A profile is saved
+// as profile.json in the run folder and can be reused (--profile FILE).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +15,7 @@
 
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
+#include "src/config/run_config.h"
 #include "src/engine/gpt_model.h"
 
 namespace adacc {
@@ -51,16 +55,36 @@ struct Profile {
     static Profile load(const std::filesystem::path& file);  // UserError when unreadable or malformed
 };
 
+// Blocks in the profiler's slice: two, so a block's input is itself a block's output (layer 1
+// sees the residual stream as every deeper layer does; layer 0 sees the embeddings).
+constexpr int kProfiledLayers = 2;
+
+// The model the profiler runs for `config`: its first min(n_layer, kProfiledLayers) blocks.
+GPTConfig profile_slice(const GPTConfig& config);
+
+// Whether a profile's slice of (config, B, T) fits in `bytes` keeping everything (what the
+// profiler allocates). Training memory is not needed: it never runs backward.
+bool profile_slice_fits(const GPTConfig& config, int B, int T, std::uint64_t bytes);
+
+// The weights a profile measures: a model's parameters (ParameterLayout order of the whole
+// model; the slice's are copied out of them), or when null the run's initialisation from `seed`
+// and the [stress] hook, computed for the slice alone.
+struct ProfileWeights {
+    const float* parameters = nullptr;
+    std::uint64_t seed = 0;
+    StressSection stress;
+};
+
 // The same profile described at another batch: times and compressed sizes scale linearly, full
 // sizes and codec bounds are recomputed exactly.
 Profile rescale_profile(const Profile& profile, const GPTConfig& config, int batch);
 
-// Runs `repeats` timed forwards of `model`'s weights at measured_batch x T on `tokens`
-// (measured_batch * T of them), compresses every layer's saved tensors with every profiled codec,
-// and scales times and sizes linearly from measured_batch to `batch`. `weights` (the model's
-// parameters, ParameterLayout order) may be null: then the model is initialised from `seed`.
+// Runs `repeats` timed forwards of the slice of `config` with `weights` at measured_batch x T on
+// `tokens` (measured_batch * T of them), compresses every sliced layer's saved tensors with every
+// profiled codec, and scales times and sizes linearly from measured_batch to `batch`. Per-layer
+// figures are what one layer of the whole model costs (times: mean over the slice's layers;
+// sizes, errors, outliers: the largest).
 Profile profile_block(const GPTConfig& config, int batch, int measured_batch, int T, const std::vector<int>& tokens,
-                      const float* weights, std::uint64_t seed, const CodecParams& codec_params,
-                      int repeats = 2);
+                      const ProfileWeights& weights, const CodecParams& codec_params, int repeats = 2);
 
 }  // namespace adacc

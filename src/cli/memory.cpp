@@ -1,14 +1,20 @@
-// adacc memory --config FILE [--set ...] [--memory-budget SIZE] [--modes none,full,...]
-// The arena breakdown per memory mode, computed without allocating or training.
+// adacc memory --config FILE [--set ...] [--memory-budget SIZE] [--modes none,full,...,adacc]
+// The arena breakdown per memory mode, computed without allocating or training. Planned modes
+// (adacc, recompute-opt) need the budget: their row is the plan for it, and their largest batch
+// is the planner's, from one profile of the profiler's slice at batch 1 (a few forwards of two
+// blocks and the classifier on the CPU, whatever the --device: sizes follow the device).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 
+#include "src/adacc/adacc_regulator.h"
 #include "src/cli/commands.h"
 #include "src/common/units.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
 #include "src/engine/memory_mode.h"
 #include "src/engine/memory_report.h"
+#include "src/train/token_loader.h"
 
 namespace adacc {
 
@@ -17,6 +23,25 @@ struct MemoryArgs {
     std::string config, budget, device, dtype;
     std::vector<std::string> overrides, modes;
 };
+
+// A planned mode's row: the plan for the config's batch within the budget, and the largest batch
+// it plans (both from `unit`, the profile at batch 1, rescaled).
+MemoryRow planned_memory_row(const RunConfig& config, const Profile& unit, MemoryMode mode, std::uint64_t budget,
+                             const ComputeTarget& target) {
+    const int B = config.training.batch_size;
+    const RegulatorOptions options = planning_options(config, mode);
+    MemoryRow row;
+    row.mode = mode;
+    try {
+        row.memory = plan_adacc(config.model, B, config.training.seq_len, rescale_profile(unit, config.model, B), budget,
+                                options.allow_compress, options.planner, options.codecs, target)
+                         .memory;
+    } catch (const UserError&) {
+        row.note = "no plan fits batch " + std::to_string(B) + " within the budget";
+    }
+    row.max_batch = largest_planned_batch(config, unit, mode, budget, target);
+    return row;
+}
 
 void run_memory(MemoryArgs& args) {
     // As in train: --memory-budget is --set memory.budget=..., validated with the other keys.
@@ -28,9 +53,9 @@ void run_memory(MemoryArgs& args) {
     std::vector<MemoryMode> modes;
     for (const auto& m : args.modes) {
         modes.push_back(parse_memory_mode(m));
-        if (is_planned(modes.back()))
-            throw UserError("mode " + m + " fills whatever budget it is given: see its plan with "
-                            "`adacc plan --config ... --memory-budget SIZE`");
+        if (is_planned(modes.back()) && !budget)
+            throw UserError("mode " + m + " plans for a memory budget: pass --memory-budget SIZE (its row is then " +
+                            "the plan for that budget and the largest batch it plans)");
     }
     if (modes.empty()) modes = fixed_memory_modes();
     const GPTConfig& m = config.model;
@@ -40,11 +65,27 @@ void run_memory(MemoryArgs& args) {
                 m.n_head, m.vocab_size, static_cast<long long>(m.parameter_count()), B, T,
                 budget ? ", budget " : "", budget ? format_bytes(budget).c_str() : "");
     std::printf("%s", describe_device_memory(target).c_str());
-    std::printf("%s", format_memory_table(m, B, T, modes, budget, target).c_str());
+    std::optional<Profile> unit;  // profiled once, for every planned mode
+    std::vector<MemoryRow> rows;
+    for (MemoryMode mode : modes) {
+        if (!is_planned(mode)) {
+            rows.push_back(fixed_memory_row(m, B, T, mode, budget, target));
+            continue;
+        }
+        if (!unit) {
+            RunConfig at_one = config;
+            at_one.training.batch_size = 1;
+            unit = unit_batch_profile(config, profiling_tokens(at_one));
+        }
+        rows.push_back(planned_memory_row(config, *unit, mode, budget, target));
+    }
+    std::printf("%s", format_memory_rows(rows, target).c_str());
     std::printf("\ntape: saved activations (kept / compressed at their bound / nothing when recomputed); "
                 "materialize: full-size buffers for what is decompressed or recomputed; transients: op outputs "
                 "backward does not need and backward's gradient buffers%s\n",
-                budget ? "; max_batch: largest batch whose total fits the budget" : "");
+                budget ? "; max_batch: largest batch whose total fits the budget (planned modes: the largest the "
+                         "planner fits, from the profiler's slice at batch 1)"
+                       : "");
 }
 }  // namespace
 
@@ -57,7 +98,8 @@ void add_memory_command(CLI::App& app) {
     add_device_option(*cmd, args->device, "training.device; sizes are computed, so no GPU is needed");
     add_dtype_option(*cmd, args->dtype, "model.dtype");
     cmd->add_option("--modes", args->modes,
-                    "fixed modes to show (default: " + join_memory_mode_names(fixed_memory_modes()) + ")")
+                    "modes to show (default: " + join_memory_mode_names(fixed_memory_modes()) +
+                        "; adacc and recompute-opt need --memory-budget)")
         ->delimiter(',');
     cmd->callback([args] { run_memory(*args); });
 }

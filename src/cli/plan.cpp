@@ -4,7 +4,6 @@
 // plan per (layer class, tensor), the predicted memory and added time, and the solver's status.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <random>
 
 #include "src/adacc/adacc_regulator.h"
 #include "src/cli/commands.h"
@@ -20,21 +19,6 @@ struct PlanArgs {
     std::vector<std::string> overrides;
     bool no_compress = false;
 };
-
-// The batch training profiles with when data.train is readable, else seeded random tokens.
-std::vector<int> profiling_tokens(const RunConfig& config) {
-    if (!config.data.train.empty()) {
-        try {
-            return first_training_batch(config);
-        } catch (const UserError& e) {
-            std::fprintf(stderr, "plan: profiling on random tokens (%s)\n", e.what());
-        }
-    }
-    std::vector<int> tokens(static_cast<std::size_t>(config.training.batch_size) * config.training.seq_len);
-    std::mt19937 gen(static_cast<std::uint32_t>(config.training.seed));
-    for (auto& t : tokens) t = static_cast<int>(gen() % config.model.vocab_size);
-    return tokens;
-}
 
 void run_plan(PlanArgs& args) {
     // --memory-budget, --granularity and --profile stand for --set memory.budget / granularity /

@@ -102,8 +102,8 @@ void GPTModel::read_losses(std::size_t count, float* host) const {
 }
 
 // Per parameter tensor, drawn on the host and copied in: memory beyond the arena is one tensor's.
-void GPTModel::init_weights(std::uint64_t seed) {
-    const int L = config().n_layer;
+void GPTModel::init_weights(std::uint64_t seed, int residual_layers) {
+    const int L = residual_layers > 0 ? residual_layers : config().n_layer;
     const ParameterLayout& pl = layout();
     std::vector<float> host;
     for (int id = 0; id < kNumParamTensors; ++id) {

@@ -97,8 +97,11 @@ public:
     void set_plan(const ActivationPlan& plan, const CodecParams& codec_params);
 
     // GPT-2 init: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L), zero biases,
-    // unit layernorm weights, zero padded embedding rows. Deterministic in `seed`.
-    void init_weights(std::uint64_t seed);
+    // unit layernorm weights, zero padded embedding rows. Deterministic in `seed`. Each value
+    // depends only on (seed, tensor, index), so a model of fewer layers gets exactly the first
+    // layers of a deeper one when `residual_layers` names the deeper one's depth (the profiler's
+    // slice); 0 means this model's own n_layer.
+    void init_weights(std::uint64_t seed, int residual_layers = 0);
     void zero_grads();
 
     // Forward pass over tokens (B x T host ints, row-major, copied to the backend), saving

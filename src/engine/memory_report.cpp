@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -37,14 +38,12 @@ int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t
         [&](int B) { return memory_for_mode(config, B, T, mode, target).total() <= budget; }, max_batch);
 }
 
-namespace {
-std::string breakdown(const ModelMemory& m) {
+std::string format_arenas(const ModelMemory& m) {
     return "parameters " + format_bytes(m.parameters) + ", gradients " + format_bytes(m.gradients) +
            ", optimizer state " + format_bytes(m.optimizer_state) + ", tape " + format_bytes(m.tape) +
            ", workspace " + format_bytes(m.workspace()) + " (of which logits " + format_bytes(m.logits) + ")" +
            (m.backend ? ", backend " + format_bytes(m.backend) : std::string()) + ", total " + format_bytes(m.total());
 }
-}  // namespace
 
 void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget, const ComputeTarget& target) {
     const ModelMemory m = memory_for_mode(config, B, T, mode, target);
@@ -56,7 +55,7 @@ void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::u
                 (b > 0 ? "largest batch " + std::to_string(b) : std::string("does not fit even at batch 1"));
     }
     throw UserError("memory.budget " + format_bytes(budget) + " is too small for batch " + std::to_string(B) +
-                    " x seq " + std::to_string(T) + " in mode " + memory_mode_name(mode) + ": " + breakdown(m) +
+                    " x seq " + std::to_string(T) + " in mode " + memory_mode_name(mode) + ": " + format_arenas(m) +
                     ".\nAt seq " + std::to_string(T) + " this budget fits:" + fits +
                     "\nLower training.batch_size, choose another memory.mode, or raise memory.budget.");
 }
@@ -91,7 +90,7 @@ void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mod
     const std::string where = target.device == Device::cpu ? "this machine has " : "the GPU has ";
     throw UserError("this run needs " + format_bytes(total) + " (batch " + std::to_string(B) + " x seq " +
                     std::to_string(T) + ", mode " + memory_mode_name(mode) + ": " +
-                    breakdown(memory_for_mode(config, B, T, mode, target)) + ") but " + where +
+                    format_arenas(memory_for_mode(config, B, T, mode, target)) + ") but " + where +
                     format_bytes(machine) + (target.device == Device::cpu ? " of memory; " : " free; ") +
                     (fits > 0 ? "the largest batch that fits in mode " + std::string(memory_mode_name(mode)) + " is " +
                                     std::to_string(fits) + " (--set training.batch_size=" + std::to_string(fits) + ")"
@@ -99,31 +98,64 @@ void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mod
                     "; or choose a memory.mode that keeps less (`adacc memory` compares them)");
 }
 
-std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
-                                std::uint64_t budget, const ComputeTarget& target) {
+void check_model_fits_machine(const GPTConfig& config, int T, const ComputeTarget& target) {
+    const std::uint64_t machine = device_memory_bytes(target.device);
+    const ModelMemory least = memory_for_mode(config, 1, T, MemoryMode::full, target);
+    if (least.total() <= machine) return;
+    throw UserError("this model (" + std::to_string(config.parameter_count()) + " parameters) needs " +
+                    format_bytes(least.total()) + " even at batch 1 x seq " + std::to_string(T) +
+                    " with full recomputation (" + format_arenas(least) + "; parameters, gradients and AdamW state "
+                    "alone are " + format_bytes(least.static_bytes()) + "), but " +
+                    (target.device == Device::cpu ? "this machine has " : "the GPU has ") + format_bytes(machine) +
+                    " of memory: no memory mode can train it here; choose a smaller model (`adacc memory` shows "
+                    "every arena without allocating)");
+}
+
+MemoryRow fixed_memory_row(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget,
+                           const ComputeTarget& target) {
+    MemoryRow row;
+    row.mode = mode;
+    row.memory = memory_for_mode(config, B, T, mode, target);
+    if (budget) row.max_batch = largest_batch(config, T, mode, budget, 1 << 16, target);
+    return row;
+}
+
+std::string format_memory_rows(const std::vector<MemoryRow>& rows, const ComputeTarget& target) {
     std::string out;
     char line[512];
     // The backend's fixed memory gets a column where there is any (CUDA), so the row adds up.
     const bool backend_column = device_traits(target).resident_bytes > 0;
-    std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n", "mode", "params", "grads",
+    const bool batch_column = std::any_of(rows.begin(), rows.end(), [](const MemoryRow& r) { return r.max_batch >= 0; });
+    std::snprintf(line, sizeof line, "%-13s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n", "mode", "params", "grads",
                   "adamw", "tape", "materialize", "transients", "logits", backend_column ? "      backend" : "", "total",
-                  budget ? "   max_batch" : "");
+                  batch_column ? "   max_batch" : "");
     out += line;
-    for (MemoryMode mode : modes) {
-        const ModelMemory m = memory_for_mode(config, B, T, mode, target);
-        std::string max_batch;
-        if (budget) max_batch = "   " + std::to_string(largest_batch(config, T, mode, budget, 1 << 16, target));
+    for (const MemoryRow& row : rows) {
+        const std::string max_batch = batch_column ? "   " + std::to_string(row.max_batch) : std::string();
+        if (!row.memory) {
+            std::snprintf(line, sizeof line, "%-13s %-*s%s\n", memory_mode_name(row.mode),
+                          12 * 8 + 7 + (backend_column ? 13 : 0), ("  " + row.note).c_str(), max_batch.c_str());
+            out += line;
+            continue;
+        }
+        const ModelMemory& m = *row.memory;
         char backend[32] = "";
         if (backend_column) std::snprintf(backend, sizeof backend, " %12s", format_bytes(m.backend).c_str());
-        std::snprintf(line, sizeof line, "%-10s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n", memory_mode_name(mode),
+        std::snprintf(line, sizeof line, "%-13s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n", memory_mode_name(row.mode),
                       format_bytes(m.parameters + m.working_weights).c_str(), format_bytes(m.gradients).c_str(),
                       format_bytes(m.optimizer_state).c_str(), format_bytes(m.tape).c_str(),
                       format_bytes(m.materialize).c_str(), format_bytes(m.transients).c_str(),
-                      format_bytes(m.logits).c_str(), backend, format_bytes(m.total()).c_str(),
-                      max_batch.c_str());
+                      format_bytes(m.logits).c_str(), backend, format_bytes(m.total()).c_str(), max_batch.c_str());
         out += line;
     }
     return out;
+}
+
+std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
+                                std::uint64_t budget, const ComputeTarget& target) {
+    std::vector<MemoryRow> rows;
+    for (MemoryMode mode : modes) rows.push_back(fixed_memory_row(config, B, T, mode, budget, target));
+    return format_memory_rows(rows, target);
 }
 
 std::string describe_device_memory(const ComputeTarget& target) {

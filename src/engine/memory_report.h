@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch = 
 int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch = 1 << 16,
                   const ComputeTarget& target = {});
 
+// One line: every arena of `memory` and the total ("parameters 1.2 GiB, gradients ..., total ...").
+std::string format_arenas(const ModelMemory& memory);
+
 // Throws UserError when the total for (B, T, mode) exceeds `budget`, with the arena breakdown
 // and, for every mode, the largest batch that would fit.
 void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget,
@@ -47,7 +51,30 @@ std::uint64_t device_memory_bytes(Device device);
 void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total,
                            const ComputeTarget& target = {});
 
-// One row per mode: every arena, the total, and the largest batch under `budget` (when > 0).
+// Throws UserError when the model does not fit `target`'s memory even at batch 1 x seq T with full
+// recomputation (about the least any plan needs: the static arenas, one x per layer, the logits),
+// naming that total, its static part and the device's memory. Planned modes call it before they
+// profile.
+void check_model_fits_machine(const GPTConfig& config, int T, const ComputeTarget& target = {});
+
+// One row of the `adacc memory` table: a mode's arenas at the config's batch (none when that
+// batch has no plan within the budget: `note` says why) and its largest batch under the budget
+// (-1: no budget given).
+struct MemoryRow {
+    MemoryMode mode = MemoryMode::none;
+    std::optional<ModelMemory> memory;
+    int max_batch = -1;
+    std::string note;
+};
+
+// The row of fixed mode `mode` (memory_for_mode and largest_batch; budget 0: no max_batch).
+MemoryRow fixed_memory_row(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget,
+                           const ComputeTarget& target = {});
+
+// The table: one line per row with every arena, the total, and max_batch when any row has one.
+std::string format_memory_rows(const std::vector<MemoryRow>& rows, const ComputeTarget& target = {});
+
+// format_memory_rows of fixed_memory_row for each of `modes`.
 std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
                                 std::uint64_t budget, const ComputeTarget& target = {});
 // One line: the device and dtype, its backend's fixed memory, and bytes per parameter (weights,

@@ -15,14 +15,14 @@ ModelArenas::ModelArenas(Backend& backend, const ModelLayout& layout)
     : params(backend, layout.memory().parameters), working(backend, layout.memory().working_weights),
       grads(backend, layout.memory().gradients),
       adam_m(backend, layout.memory().optimizer_state / 2), adam_v(backend, layout.memory().optimizer_state / 2),
-      workspace(backend, layout.memory().workspace()), tape(backend, layout.memory().tape) {
+      workspace(backend, layout.memory().workspace()), tape(backend, layout.memory().tape, layout.max_tape_entries()) {
     carve(layout);
 }
 
 void ModelArenas::reshape(Backend& backend, const ModelLayout& layout) {
     workspace.reset();
-    tape = TapeAllocator(backend, 0);
-    tape = TapeAllocator(backend, layout.memory().tape);
+    tape = TapeAllocator(backend, 0, 0);
+    tape = TapeAllocator(backend, layout.memory().tape, layout.max_tape_entries());
     workspace = Arena(backend, layout.memory().workspace());
     carve(layout);
 }

@@ -9,11 +9,10 @@ namespace adacc {
 
 std::size_t tape_aligned(std::size_t bytes) { return align_up(bytes, 64); }
 
-TapeAllocator::TapeAllocator(Backend& backend, std::size_t capacity_bytes)
+TapeAllocator::TapeAllocator(Backend& backend, std::size_t capacity_bytes, std::size_t max_slots)
     : capacity_(tape_aligned(capacity_bytes)), buffer_(backend, capacity_) {
     base_ = buffer_.as<unsigned char>();
-    // Room for every slot of a step, so pushing never reallocates inside a training step.
-    slots_.reserve(4096);
+    slots_.reserve(max_slots);
 }
 
 void TapeAllocator::account(const TapeSlot& slot, long sign) {
@@ -38,7 +37,7 @@ void TapeAllocator::check_fits(int layer, TensorKind kind, std::size_t bytes) co
 
 void* TapeAllocator::push(int layer, TensorKind kind, Policy policy, std::size_t bytes, std::size_t full_bytes) {
     check_fits(layer, kind, bytes);
-    if (slots_.size() == slots_.capacity()) throw std::runtime_error("tape: more slots than reserved");
+    if (slots_.size() == slots_.capacity()) throw std::runtime_error("tape: more slots than the " + std::to_string(slots_.capacity()) + " reserved");
     TapeSlot slot{layer, kind, policy, usage_.used, bytes, full_bytes};
     slots_.push_back(slot);
     usage_.used += tape_aligned(bytes);

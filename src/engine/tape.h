@@ -37,8 +37,9 @@ struct TapeUsage {
 
 class TapeAllocator {
 public:
-    // Capacity rounded up to 64 bytes, in `backend`'s memory.
-    TapeAllocator(Backend& backend, std::size_t capacity_bytes);
+    // Capacity rounded up to 64 bytes, in `backend`'s memory; room for `max_slots` slot records
+    // (a step's tape entries, ModelLayout::max_tape_entries), so pushing never reallocates.
+    TapeAllocator(Backend& backend, std::size_t capacity_bytes, std::size_t max_slots);
 
     struct Mark {
         std::size_t used = 0, slots = 0;

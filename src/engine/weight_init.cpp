@@ -19,13 +19,17 @@ void scale_outlier_channels(const GPTConfig& config, const ParameterLayout& layo
 }
 
 void init_run_weights(GPTModel& model, const RunConfig& config) {
-    model.init_weights(config.training.seed);
-    if (config.stress.outlier_channels == 0) return;
+    init_weights_with_stress(model, config.training.seed, config.stress, config.model.n_layer);
+}
+
+void init_weights_with_stress(GPTModel& model, std::uint64_t seed, const StressSection& stress, int depth) {
+    model.init_weights(seed, depth);
+    if (stress.outlier_channels == 0) return;
     std::vector<float> staging;
     const float* host = model.host_readable(ModelArena::parameters, staging);
     std::vector<float> params(host, host + model.num_params());
-    scale_outlier_channels(model.config(), model.layout(), params.data(), config.stress.outlier_channels,
-                           config.stress.outlier_scale);
+    scale_outlier_channels(model.config(), model.layout(), params.data(), stress.outlier_channels,
+                           stress.outlier_scale);
     model.write_arena(ModelArena::parameters, 0, params.size(), params.data());
 }
 

@@ -14,6 +14,11 @@ namespace adacc {
 
 void init_run_weights(GPTModel& model, const RunConfig& config);
 
+// The same initialisation from its parts: GPT-2's from `seed` for a model `depth` layers deep, then
+// `stress`'s outlier channels. `model` may be a slice of that model's first layers (the
+// profiler's): it gets exactly those layers' weights.
+void init_weights_with_stress(GPTModel& model, std::uint64_t seed, const StressSection& stress, int depth);
+
 // The same weights as host floats in ParameterLayout order (a model of one token is built for it).
 std::vector<float> initial_parameters(const RunConfig& config);
 

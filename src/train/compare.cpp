@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "src/config/config.h"
 #include "src/common/units.h"
@@ -141,37 +142,21 @@ std::string format_recovery(const std::vector<CompareRow>& rows) {
     return out;
 }
 
-// Largest batch a planned mode fits under the budget: a profile at batch 1, rescaled, and the
-// planner's feasibility at each candidate batch (doubling, then bisection).
-int largest_planned_batch(const RunConfig& config, MemoryMode mode, std::uint64_t budget) {
-    const int T = config.training.seq_len;
-    RunConfig at_one = config;
-    at_one.training.batch_size = 1;
-    const std::vector<int> tokens = first_training_batch(at_one);
-    const std::vector<float> weights = initial_parameters(config);
-    const Profile base = profile_block(config.model, 1, 1, T, tokens, weights.data(), config.training.seed, {});
-    const RegulatorOptions options = regulator_options(config, mode);
-    auto fits = [&](int B) {
-        try {
-            plan_adacc(config.model, B, T, rescale_profile(base, config.model, B), budget, options.allow_compress,
-                       options.planner, options.codecs);
-            return true;
-        } catch (const UserError&) {
-            return false;
-        }
-    };
-    return largest_fitting_batch(fits);
-}
-
 std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::vector<MemoryMode>& modes,
                                           std::uint64_t budget) {
     const int T = config.training.seq_len;
     std::vector<MaxBatchRow> rows;
     int none_batch = 0;
+    std::optional<Profile> unit;  // profiled once, for every planned mode
     for (MemoryMode mode : modes) {
         MaxBatchRow row;
         row.mode = mode;
-        row.max_batch = is_planned(mode) ? largest_planned_batch(config, mode, budget)
+        if (is_planned(mode) && !unit) {
+            RunConfig at_one = config;
+            at_one.training.batch_size = 1;
+            unit = unit_batch_profile(config, first_training_batch(at_one));
+        }
+        row.max_batch = is_planned(mode) ? largest_planned_batch(config, *unit, mode, budget, compute_target(config))
                                          : largest_batch(config.model, T, mode, budget, 1 << 16,
                                                          compute_target(config));
         if (row.max_batch > 0) {

@@ -1,5 +1,7 @@
 #include "src/train/token_loader.h"
 
+#include <cstdio>
+#include <random>
 #include <string>
 
 #include "data/token_shard.h"
@@ -29,6 +31,20 @@ std::vector<int> first_training_batch(const RunConfig& config) {
         targets(inputs.size());
     data.next_batch(inputs, targets);
     return inputs;
+}
+
+std::vector<int> profiling_tokens(const RunConfig& config) {
+    if (!config.data.train.empty()) {
+        try {
+            return first_training_batch(config);
+        } catch (const UserError& e) {
+            std::fprintf(stderr, "profiling on random tokens (%s)\n", e.what());
+        }
+    }
+    std::vector<int> tokens(static_cast<std::size_t>(config.training.batch_size) * config.training.seq_len);
+    std::mt19937 gen(static_cast<std::uint32_t>(config.training.seed));
+    for (auto& t : tokens) t = static_cast<int>(gen() % config.model.vocab_size);
+    return tokens;
 }
 
 }  // namespace adacc

@@ -19,4 +19,9 @@ DataLoader open_token_loader(const RunConfig& config, TokenSplit split, bool shu
 // The first batch of data.train in order (B*T input ids): the tokens planned modes profile with.
 std::vector<int> first_training_batch(const RunConfig& config);
 
+// The batch `adacc plan` and `adacc memory` profile with: first_training_batch when data.train
+// is readable, else training.batch_size x seq_len tokens drawn from training.seed (saying so on
+// stderr, with the reason), so a plan needs no data.
+std::vector<int> profiling_tokens(const RunConfig& config);
+
 }  // namespace adacc

@@ -110,15 +110,15 @@ void Trainer::make_model(int B, int T) {
     if (!budget)
         throw UserError("memory.mode " + config_.memory.mode + " plans for a memory budget: set memory.budget " +
                         "(or --memory-budget SIZE)");
+    check_model_fits_machine(config_.model, T, target);  // before even the profiler's slice is built
     RegulatorOptions options = regulator_options(config_, mode);
     options.save_profile = run_dir_ / "profile.json";
     // Profile on the first training batch, from a loader of its own so training's position is untouched.
     regulator_ = std::make_unique<AdaccRegulator>(config_, budget, options, first_training_batch(config_), nullptr);
     std::printf("%s\n", regulator_->describe().c_str());
     const auto& planned = regulator_->plan();
-    // A planned mode's budget may exceed the machine; its batch is then compared with full's.
-    check_physical_memory(config_.model, B, T, MemoryMode::full,
-                          GPTModel::plan_memory(config_.model, B, T, planned.plan, planned.codec_params).total());
+    // A planned mode's budget may exceed the machine: what counts is the plan's total.
+    check_plan_fits_machine(config_, mode, planned, regulator_->profile(), target);
     model_ = std::make_unique<GPTModel>(config_.model, B, T, planned.plan, planned.codec_params);
 }
 
