@@ -1,5 +1,6 @@
 #include "models/gpt_config.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace adacc {
@@ -20,6 +21,12 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
     return true;
 }
 
+int GPTConfig::classifier_rows(int N, std::size_t element_bytes) const {
+    if (classifier_chunk > 0) return std::min(N, classifier_chunk);
+    const std::size_t fit = kAutoClassifierChunkBytes / (static_cast<std::size_t>(padded_vocab_size()) * element_bytes);
+    return static_cast<int>(std::clamp<std::size_t>(fit, 1, static_cast<std::size_t>(N)));
+}
+
 std::optional<std::string> GPTConfig::validate() const {
     auto positive = [](int v) { return v > 0; };
     if (!positive(n_layer)) return "model.n_layer must be >= 1 (got " + std::to_string(n_layer) + ")";
@@ -31,6 +38,8 @@ std::optional<std::string> GPTConfig::validate() const {
     if (vocab_size < 2 || vocab_size > 65536)
         return "model.vocab_size must be in [2, 65536] (tokens are stored as uint16; got " +
                std::to_string(vocab_size) + ")";
+    if (classifier_chunk < 0)
+        return "model.classifier_chunk must be >= 0 tokens (0: auto; got " + std::to_string(classifier_chunk) + ")";
     if (!positive(max_seq_len))
         return "model.max_seq_len must be >= 1 (got " + std::to_string(max_seq_len) + ")";
     if (!(dropout >= 0.0f && dropout < 1.0f))

@@ -14,6 +14,10 @@ namespace adacc {
 // sizes then stay exact in 64-bit integers.
 inline constexpr std::int64_t kMaxParameters = std::int64_t{1} << 50;
 
+// model.classifier_chunk = 0: chunks of at most this many bytes of logits (1334 tokens of GPT-2's
+// vocab in fp32, one T = 1024 sequence and a third).
+constexpr std::size_t kAutoClassifierChunkBytes = 256u << 20;
+
 struct GPTConfig {
     int n_layer = 12;
     int n_embd = 768;           // C, the hidden size
@@ -21,10 +25,19 @@ struct GPTConfig {
     int vocab_size = 50257;     // V, real tokens
     int max_seq_len = 1024;     // learned position embeddings cover this many positions
     float dropout = 0.0f;       // embedding, attention and residual dropout probability
+    // Tokens per chunk of the classifier (final matmul, log-softmax, loss and dlogits), so the
+    // N x Vp logits of a training model never exist whole; 0 = auto (classifier_rows).
+    int classifier_chunk = 0;
 
     // Vocab padded to a multiple of 128 (50257 -> 50304) for aligned matmuls; the padded logits
     // are excluded from the loss and the padded embedding rows stay zero.
     int padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
+
+    // Rows of logits a training model holds for N tokens with `element_bytes` per logit: N when
+    // they fit in one chunk, else the chunk: classifier_chunk, or for 0 the most rows whose logits
+    // take at most kAutoClassifierChunkBytes (a chunk that size keeps the GEMM large, at least
+    // one row).
+    int classifier_rows(int N, std::size_t element_bytes) const;
 
     // Number of trainable parameters, padded embedding rows included (as llm.c counts them):
     // Vp*C + maxT*C + L*(12*C*C + 13*C) + 2*C.

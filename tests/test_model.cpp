@@ -225,6 +225,68 @@ TEST_F(Golden, TenStepAdamWTrajectoryMatchesJax) {
     EXPECT_LT(max_abs, 5e-3);
 }
 
+// ---- chunked classifier ------------------------------------------------------------------
+
+// The classifier over chunks of tokens (model.classifier_chunk; a chunk that does not divide
+// B x T, so the last is short) gives the loss and every parameter gradient of the whole-logits
+// path within 1e-6 relative L2 per tensor (only the summation order of dwte over chunks
+// differs), with dropout on, over two micro-batches, and keeps only one chunk of logits.
+TEST(ChunkedClassifier, LossAndEveryGradientEqualTheWholeLogits) {
+    const int B = 3, T = 16, N = B * T, micro = 2;
+    GPTConfig whole = micro_config(0.1f), chunked = whole;
+    chunked.classifier_chunk = 10;
+    const auto tokens = random_tokens(micro * N, 97, 8), targets = random_tokens(micro * N, 97, 9);
+    GPTModel a(whole, B, T), b(chunked, B, T);
+    ASSERT_EQ(a.memory_layout().classifier_rows(), N);
+    ASSERT_EQ(b.memory_layout().classifier_rows(), 10);
+    EXPECT_EQ(b.memory().logits + (N - 10) * whole.padded_vocab_size() * sizeof(float), a.memory().logits);
+    float loss[2] = {};
+    GPTModel* models[2] = {&a, &b};
+    for (int i = 0; i < 2; ++i) {
+        GPTModel& m = *models[i];
+        m.init_weights(4);
+        for (int k = 0; k < micro; ++k) {
+            m.forward_step(tokens.data() + k * N, targets.data() + k * N, B, T, DropoutContext{3, 1, std::uint64_t(k), true},
+                           1.0f / (micro * N), double(micro) * N, k > 0);
+            m.backward(tokens.data() + k * N, B, T, k > 0);
+        }
+        loss[i] = m.read_step().loss;
+    }
+    EXPECT_NEAR(loss[1], loss[0], 1e-6 * std::fabs(loss[0]));
+    for (const ParamTensorInfo& t : a.layout().tensors()) {
+        double diff2 = 0, ref2 = 0;
+        for (std::size_t j = t.offset; j < t.offset + t.numel; ++j) {
+            diff2 += std::pow(double(a.grads()[j]) - b.grads()[j], 2);
+            ref2 += std::pow(double(a.grads()[j]), 2);
+        }
+        EXPECT_LE(std::sqrt(diff2 / std::max(ref2, 1e-30)), 1e-6) << t.name;
+    }
+    // Validation-style forwards (no dloss) give the same loss chunk by chunk, and the logits are
+    // not kept whole: reading them is refused.
+    EXPECT_NEAR(b.forward(tokens.data(), targets.data(), B, T, DropoutContext{0, 0, 0, false}, 0.0f),
+                a.forward(tokens.data(), targets.data(), B, T, DropoutContext{0, 0, 0, false}, 0.0f), 1e-6);
+    std::vector<float> row(whole.padded_vocab_size() * N);
+    EXPECT_THROW(b.read_logits(0, N, row.data()), std::logic_error);
+    // A backward whose accumulate flag differs from the forward's is refused, not silently wrong.
+    b.forward(tokens.data(), targets.data(), B, T, DropoutContext{0, 0, 0, false}, 1.0f / N);
+    EXPECT_THROW(b.backward(tokens.data(), B, T, /*accumulate=*/true), std::logic_error);
+}
+
+// Auto chunks (classifier_chunk = 0) hold at most kAutoClassifierChunkBytes of logits, and
+// models whose logits fit that keep them whole.
+TEST(ChunkedClassifier, AutoChunksHoldAtMost256MiBOfLogits) {
+    const GPTConfig gpt2 = *gpt_preset("gpt-117m");
+    const std::size_t row = gpt2.padded_vocab_size() * sizeof(float);
+    EXPECT_EQ(gpt2.classifier_rows(1024, sizeof(float)), 1024);
+    EXPECT_EQ(gpt2.classifier_rows(8 * 1024, sizeof(float)), static_cast<int>(kAutoClassifierChunkBytes / row));
+    EXPECT_LE(gpt2.classifier_rows(8 * 1024, sizeof(float)) * row, kAutoClassifierChunkBytes);
+    EXPECT_EQ(gpt2.classifier_rows(8 * 1024, 2), static_cast<int>(kAutoClassifierChunkBytes / (row / 2)));
+    GPTConfig fixed = gpt2;
+    fixed.classifier_chunk = 100;
+    EXPECT_EQ(fixed.classifier_rows(8 * 1024, sizeof(float)), 100);
+    EXPECT_EQ(fixed.classifier_rows(50, sizeof(float)), 50);
+}
+
 // ---- training behaviour ---------------------------------------------------------------------
 
 // k micro-batches of B rows accumulate the same gradient as one batch of k*B rows: relative L2

@@ -365,6 +365,10 @@ const std::vector<KeySpec>& registry() {
                                                   "positions the position embedding covers"),
         field<&R::model, &GPTConfig::dropout>("model", "dropout", below_one(),
                                               "embedding, attention and residual dropout probability"),
+        field<&R::model, &GPTConfig::classifier_chunk>(
+            "model", "classifier_chunk", at_least(0),
+            "tokens per classifier chunk, so training never holds the N x Vp logits whole (0: auto, chunks of at "
+            "most 256 MiB of logits)"),
         dtype_key(),
 
         field<&R::training, &TrainingSection::batch_size>("training", "batch_size", at_least(1),

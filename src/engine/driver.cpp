@@ -194,9 +194,9 @@ void Driver::forward_block(int layer, int B, int T) {
 }
 
 void Driver::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
-                     float dloss) {
+                     float dloss, bool accumulate) {
     const GPTConfig& cfg = layout_->config();
-    const int N = B * T, C = cfg.n_embd, L = cfg.n_layer, V = cfg.vocab_size, Vp = cfg.padded_vocab_size();
+    const int N = B * T, C = cfg.n_embd, L = cfg.n_layer;
     const WorkspaceViews& w = arenas_.views;
     const DType a = layout_->device_traits().activation;
     const bool inference = layout_->use() == ModelUse::inference;
@@ -235,11 +235,48 @@ void Driver::forward(const int* tokens, const int* targets, int B, int T, const 
     }
     k_.layernorm_forward(ctx_, lnf_, lnf_mean_, lnf_rstd_, final_x_, master(ParamId::lnfw), master(ParamId::lnfb), N,
                          C);
-    k_.matmul_forward(ctx_, w.logits, lnf_, matmul_weight(ParamId::wte), nullptr, N, C, Vp);
+    classifier_forward(targets, N, dloss, accumulate);
+}
+
+namespace {
+// Rows [row, ...) of a row-major activation of `cols` columns.
+Act rows_from(Act a, std::size_t row, std::size_t cols) {
+    return Act(static_cast<unsigned char*>(a.data()) + row * cols * dtype_size(a.dtype()), a.dtype());
+}
+}  // namespace
+
+// logits = lnf @ wte^T, then with targets the loss and, when dloss != 0, dlogits in place (the
+// fused classifier). Over chunks of layout_->classifier_rows() tokens when the N x Vp logits do
+// not fit whole: each chunk's dlogits are consumed at once — dlnf into dc_a (where backward's
+// final layernorm reads it) and the chunk's share of dwte into the gradients (accumulate false:
+// the first chunk overwrites them, as backward's classifier matmul would) — so backward starts at
+// the final layernorm, and only one chunk of logits ever exists.
+void Driver::classifier_forward(const int* targets, int N, float dloss, bool accumulate) {
+    const GPTConfig& cfg = layout_->config();
+    const int C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size(), rows = layout_->classifier_rows();
+    const WorkspaceViews& w = arenas_.views;
     has_dlogits_ = false;
-    if (!targets) return;
-    k_.fused_classifier(ctx_, w.logits, w.losses, targets, N, V, Vp, dloss);
+    classifier_in_forward_ = N > rows;
+    if (!classifier_in_forward_) {
+        k_.matmul_forward(ctx_, w.logits, lnf_, matmul_weight(ParamId::wte), nullptr, N, C, Vp);
+        if (!targets) return;
+        k_.fused_classifier(ctx_, w.logits, w.losses, targets, N, V, Vp, dloss);
+        has_dlogits_ = dloss != 0.0f;
+        return;
+    }
+    if (!targets) throw std::logic_error("a chunked classifier keeps no logits: forward needs targets");
+    float* dwte = layout_->parameters().at(arenas_.grads.as<float>(), ParamId::wte);
+    for (int row = 0; row < N; row += rows) {
+        const int n = std::min(rows, N - row);
+        const Act lnf = rows_from(lnf_, row, C);
+        k_.matmul_forward(ctx_, w.logits, lnf, matmul_weight(ParamId::wte), nullptr, n, C, Vp);
+        k_.fused_classifier(ctx_, w.logits, w.losses + row, targets + row, n, V, Vp, dloss);
+        if (dloss == 0.0f) continue;
+        k_.matmul_backward(ctx_, rows_from(w.dc_a, row, C), dwte, nullptr, w.logits, lnf,
+                           matmul_weight(ParamId::wte), n, C, Vp, accumulate || row > 0);
+    }
     has_dlogits_ = dloss != 0.0f;
+    classifier_accumulated_ = accumulate;
 }
 
 // ---- backward -------------------------------------------------------------------------------
@@ -370,9 +407,15 @@ void Driver::backward(const int* tokens, int B, int T, bool accumulate) {
     TapeAllocator& tape = arenas_.tape;
 
     if (!accumulate) zero_non_matmul_grads();
-    // Classifier (tied head): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf; then the final layernorm.
-    k_.matmul_backward(ctx_, w.dc_a, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_, matmul_weight(ParamId::wte),
-                       N, C, Vp, accumulate);
+    // Classifier (tied head): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf (done chunk by chunk
+    // in forward when the logits were chunked); then the final layernorm.
+    if (!classifier_in_forward_)
+        k_.matmul_backward(ctx_, w.dc_a, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_,
+                           matmul_weight(ParamId::wte), N, C, Vp, accumulate);
+    else if (classifier_accumulated_ != accumulate)
+        throw std::logic_error("a chunked classifier's forward wrote dwte with accumulate = " +
+                               std::string(classifier_accumulated_ ? "true" : "false") +
+                               " but backward was called with the other: pass forward_step the flag backward gets");
     backend_.memset(w.dres.data(), 0, dtype_size(w.dres.dtype()) * N * C);
     k_.layernorm_backward(ctx_, w.dres, pl.at(grads, ParamId::lnfw), pl.at(grads, ParamId::lnfb), w.dc_a, final_x_,
                           master(ParamId::lnfw), lnf_mean_, lnf_rstd_, N, C);

@@ -33,8 +33,11 @@ public:
     void rebind(const ModelLayout& layout);
 
     // Forward over token ids in backend memory (B x T); with targets (or null), the fused
-    // classifier writes per-token losses and, with dloss != 0, dlogits.
-    void forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss);
+    // classifier writes per-token losses and, with dloss != 0, dlogits. A chunked classifier
+    // (classifier_forward) also writes the classifier's gradients then, with `accumulate` as the
+    // following backward must get it.
+    void forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss,
+                 bool accumulate);
     // Backward of the last forward (which must have had targets and dloss != 0), same tokens.
     void backward(const int* tokens, int B, int T, bool accumulate);
 
@@ -58,6 +61,7 @@ private:
     void* push_scheduled(int layer, TensorKind kind);
 
     void forward_block(int layer, int B, int T);
+    void classifier_forward(const int* targets, int N, float dloss, bool accumulate);
     void place_output(int layer, TensorKind kind, int B, int T);
     void compress_output(int layer, TensorKind kind, int B, int T);
     void report_compressed(int layer, TensorKind kind, Codec codec, const void* blob, int B, int T);
@@ -80,6 +84,8 @@ private:
     float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
     unsigned char* emb_mask_ = nullptr;
     bool has_dlogits_ = false;
+    bool classifier_in_forward_ = false;  // the last forward ran the classifier's backward chunk by chunk
+    bool classifier_accumulated_ = false; // ... with this accumulate flag
     bool dropout_active_ = false;  // the last forward applied dropout
     DropoutContext dropout_;       // the last forward's, to regenerate its masks
     ModelObserver* observer_ = nullptr;

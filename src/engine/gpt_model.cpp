@@ -85,6 +85,10 @@ void GPTModel::read_logits(std::size_t row, std::size_t rows, float* host) const
     const std::size_t Vp = static_cast<std::size_t>(config().padded_vocab_size());
     if (row + rows > static_cast<std::size_t>(max_batch()) * max_seq_len())
         throw std::out_of_range("read_logits: beyond B x T rows");
+    if (row + rows > static_cast<std::size_t>(layout_->classifier_rows()))
+        throw std::logic_error("read_logits: this training model holds its logits a chunk of " +
+                               std::to_string(layout_->classifier_rows()) +
+                               " rows at a time (model.classifier_chunk); read logits from an inference model");
     const Act logits = arenas_.views.logits;
     if (logits.dtype() == DType::f32) {
         backend_->copy_to_host(host, logits.as<float>() + row * Vp, rows * Vp * sizeof(float));
@@ -147,17 +151,17 @@ const int* GPTModel::tokens_for_kernels(const int* tokens, const int** targets, 
 }
 
 void GPTModel::run_forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
-                           float dloss) {
+                           float dloss, bool accumulate) {
     const int* device_targets = targets;
     const int* device_tokens = tokens_for_kernels(tokens, &device_targets, B, T);
-    driver_.forward(device_tokens, device_targets, B, T, dropout, dloss);
+    driver_.forward(device_tokens, device_targets, B, T, dropout, dloss, accumulate);
 }
 
 // The mean loss is forward_step's sum over this one pass, read back.
 float GPTModel::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
                         float dloss) {
     if (!targets) {
-        run_forward(tokens, nullptr, B, T, dropout, dloss);
+        run_forward(tokens, nullptr, B, T, dropout, dloss, false);
         return 0.0f;
     }
     forward_step(tokens, targets, B, T, dropout, dloss, static_cast<double>(B) * T, false);
@@ -168,7 +172,7 @@ float GPTModel::forward(const int* tokens, const int* targets, int B, int T, con
 
 void GPTModel::forward_step(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
                             float dloss, double loss_divisor, bool accumulate_loss) {
-    run_forward(tokens, targets, B, T, dropout, dloss);
+    run_forward(tokens, targets, B, T, dropout, dloss, accumulate_loss);
     backend_->kernels().loss_accumulate(backend_->context(), arenas_.views.loss_total, arenas_.views.losses, B * T,
                                         loss_divisor, accumulate_loss);
 }

@@ -108,11 +108,15 @@ public:
     // activations on the tape per the plan (nothing is saved by an inference model).
     // With targets, returns the mean loss over B*T tokens; with dloss != 0 the logits are turned
     // into dlogits scaled by dloss (ready for backward()), otherwise they stay logits
-    // (read_logits). Without targets returns 0.
+    // (read_logits). Without targets returns 0. A training model whose B x T logits exceed one
+    // classifier chunk (GPTConfig::classifier_rows) keeps none: with dloss != 0 it computes the
+    // classifier's gradients here, as a step's first micro-batch does, so backward must get
+    // accumulate = false (forward_step takes the flag for later micro-batches).
     float forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss);
     // A training step's forward (targets and dloss required): the same pass, but nothing is read
     // back; its per-token losses, summed and divided by loss_divisor, are added to the step's loss
-    // in backend memory (accumulate_loss false: the step's first micro-batch starts the sum).
+    // in backend memory (accumulate_loss false: the step's first micro-batch starts the sum; the
+    // flag must be the one backward then gets, which a chunked classifier applies here).
     void forward_step(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss,
                       double loss_divisor, bool accumulate_loss);
     // The step's loss and gradient norm in one copy back (waits for everything queued).
@@ -137,7 +141,8 @@ private:
     // copied into the workspace's staging buffers. Returns the tokens' pointer (targets via *targets).
     const int* tokens_for_kernels(const int* tokens, const int** targets, int B, int T);
     // The forward pass itself (tokens staged, the driver's walk), shared by forward and forward_step.
-    void run_forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss);
+    void run_forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss,
+                     bool accumulate);
 
     Backend* backend_;
     std::unique_ptr<ModelLayout> layout_;  // behind a pointer: the driver keeps its address across set_plan

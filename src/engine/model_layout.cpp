@@ -74,7 +74,9 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
         w.discard = c.take(2 * N * F);
     }
     w.transients = c.bytes - w.materialize;
-    w.logits = c.take(N * cfg.padded_vocab_size() * A);
+    // A training model holds the classifier's logits a chunk at a time; inference reads them whole.
+    w.classifier_rows = inference ? N : static_cast<std::size_t>(cfg.classifier_rows(static_cast<int>(N), A));
+    w.logits = c.take(w.classifier_rows * cfg.padded_vocab_size() * A);
     w.losses = c.take(N * F);
     w.scalars = c.take(2 * F);
     if (stage_tokens) {

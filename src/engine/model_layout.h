@@ -59,6 +59,7 @@ struct WorkspaceLayout {
     std::size_t dres = 0, dc_a = 0, dc_b = 0, dqkv = 0, dfc = 0, datt = 0, discard = 0;  // training only
     std::size_t codec_scratch = 0, codec_scratch_bytes = 0;
     std::size_t logits = 0, losses = 0;
+    std::size_t classifier_rows = 0;  // rows of logits held (B x T, or a chunk of them)
     std::size_t scalars = 0;  // two floats: the summed loss (loss_accumulate) and the gradient norm (global_norm)
     std::size_t tokens = 0, targets = 0;  // staged token ids (backends the host cannot address)
     std::size_t materialize = 0, transients = 0, logits_bytes = 0, total = 0;
@@ -82,6 +83,8 @@ public:
     const DeviceTraits& device_traits() const { return traits_; }
     bool stage_tokens() const { return traits_.stage_tokens; }
     int max_batch() const { return B_; }
+    // Rows of logits the workspace holds: the classifier runs over chunks of this many tokens.
+    int classifier_rows() const { return static_cast<int>(workspace_.classifier_rows); }
     int max_seq_len() const { return T_; }
     const ModelMemory& memory() const { return memory_; }
     const WorkspaceLayout& workspace() const { return workspace_; }
