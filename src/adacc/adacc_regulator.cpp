@@ -91,6 +91,8 @@ void raise_to_samples(Profile& profile, const std::vector<CodecSample>& samples)
                 m.compressed_bytes = std::max(m.compressed_bytes, s.bytes);
                 m.outlier_fraction = std::max(m.outlier_fraction, s.outlier_fraction);
                 m.relative_error = std::max(m.relative_error, s.relative_error);
+                // The slice's deepest layer stands for the layers beyond it.
+                if (!m.layer_errors.empty()) m.layer_errors.back() = std::max(m.layer_errors.back(), s.relative_error);
             }
         }
 }

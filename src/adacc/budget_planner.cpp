@@ -45,13 +45,15 @@ std::size_t compressed_bound(const GPTConfig& config, const TensorInfo& t, Codec
 // admitted candidate matches or beats in bytes, time and error at once (see CodecChoice).
 std::vector<CompressOption> compress_options(const GPTConfig& config, const TensorInfo& info, int B, int T,
                                              const TensorProfile& measured, const CodecParams& params,
-                                             const CodecChoice& choice) {
+                                             const CodecChoice& choice, int layer) {
     std::vector<CompressOption> admitted;
     for (Codec codec : candidate_codecs(info.kind, choice.candidates)) {
         const CodecMeasurement* m = measured.find(codec);
-        if (m == nullptr || m->relative_error > choice.max_error) continue;
+        if (m == nullptr) continue;
+        const double error = layer_error(*m, layer);
+        if (error > choice.max_error) continue;
         admitted.push_back({codec, tape_aligned(compressed_bound(config, info, codec, B, T, params)),
-                            m->compress_ms + m->decompress_ms, m->relative_error});
+                            m->compress_ms + m->decompress_ms, error});
     }
     auto as_good = [](const CompressOption& a, const CompressOption& b) {  // a is no worse than b anywhere
         return a.bytes <= b.bytes && a.ms <= b.ms && a.relative_error <= b.relative_error;
@@ -66,19 +68,43 @@ std::vector<CompressOption> compress_options(const GPTConfig& config, const Tens
     return kept;
 }
 
-// `problem` with codec `codec` removed from every tensor's compress options.
-BlockProblem without_codec(BlockProblem problem, Codec codec) {
-    for (PlanTensor& t : problem.tensors)
-        std::erase_if(t.compress_options, [&](const CompressOption& o) { return o.codec == codec; });
-    return problem;
+// `classes` with codec `codec` removed from every tensor's compress options.
+LayerClasses without_codec(LayerClasses classes, Codec codec) {
+    for (BlockProblem& problem : classes.problems)
+        for (PlanTensor& t : problem.tensors)
+            std::erase_if(t.compress_options, [&](const CompressOption& o) { return o.codec == codec; });
+    return classes;
 }
 
-ActivationPlan to_activation_plan(const BlockGraph& block, int n_layer, const std::vector<TensorKind>& kinds,
-                                  const BlockProblem& problem, const PlanResult& result) {
+bool same_options(const BlockProblem& a, const BlockProblem& b) {
+    for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+        const auto &x = a.tensors[i].compress_options, &y = b.tensors[i].compress_options;
+        if (x.size() != y.size()) return false;
+        for (std::size_t o = 0; o < x.size(); ++o)
+            if (x[o].codec != y[o].codec) return false;
+    }
+    return true;
+}
+
+// The solver numbers layers class by class; the model numbers them 0 .. L-1. Class c's answers
+// go to its layers in increasing order.
+std::vector<BlockPlan> in_model_order(const LayerClasses& classes, const std::vector<BlockPlan>& by_class) {
+    std::vector<BlockPlan> out(classes.layer_class.size());
+    std::size_t next = 0;
+    for (int c = 0; c < static_cast<int>(classes.problems.size()); ++c)
+        for (std::size_t l = 0; l < out.size(); ++l)
+            if (classes.layer_class[l] == c) out[l] = by_class[next++];
+    return out;
+}
+
+ActivationPlan to_activation_plan(const BlockGraph& block, const std::vector<TensorKind>& kinds,
+                                  const LayerClasses& classes, const std::vector<BlockPlan>& per_layer) {
+    const int n_layer = static_cast<int>(per_layer.size());
     ActivationPlan plan(block, n_layer);
     for (int l = 0; l < n_layer; ++l)
         for (std::size_t i = 0; i < kinds.size(); ++i) {
-            const Decision& d = result.per_layer[l][i];
+            const BlockProblem& problem = classes.problems[classes.layer_class[l]];
+            const Decision& d = per_layer[l][i];
             switch (d.policy) {
                 case Policy::keep: break;
                 case Policy::recompute: plan.set(l, kinds[i], {Policy::recompute}); break;
@@ -114,7 +140,8 @@ CodecParams codec_params_for(const Profile& profile, const GPTConfig& config) {
 }
 
 BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
-                                 const CodecChoice& codecs, std::vector<TensorKind>* kinds_out, DType activation) {
+                                 const CodecChoice& codecs, std::vector<TensorKind>* kinds_out, DType activation,
+                                 int layer) {
     const BlockGraph block(config, B, T, activation);
     const CodecParams params = codec_params_for(profile, config);
     BlockProblem problem;
@@ -145,11 +172,32 @@ BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Pr
             for (TensorKind in : inputs) t.inputs.push_back(index_of(in));
             const TensorProfile* measured = profile.find(k);
             if (allow_compress && !info.tiny && measured != nullptr)
-                t.compress_options = compress_options(config, info, B, T, *measured, params, codecs);
+                t.compress_options = compress_options(config, info, B, T, *measured, params, codecs, layer);
             add(k, t);
         }
     if (kinds_out) *kinds_out = kinds;
     return problem;
+}
+
+LayerClasses layer_classes(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
+                           const CodecChoice& codecs, DType activation) {
+    LayerClasses out;
+    out.layer_class.assign(config.n_layer, 0);
+    // Only the profiled layers differ (layers beyond the slice take its deepest layer's figures).
+    int profiled = 1;
+    for (const auto& t : profile.tensors)
+        for (const auto& m : t.codecs) profiled = std::max(profiled, static_cast<int>(m.layer_errors.size()));
+    std::vector<int> class_of_profiled;
+    for (int p = 0; p < profiled; ++p) {
+        BlockProblem problem = build_block_problem(config, B, T, profile, allow_compress, codecs, nullptr, activation,
+                                                   profiled > 1 ? p : -1);
+        int c = 0;
+        while (c < static_cast<int>(out.problems.size()) && !same_options(out.problems[c], problem)) ++c;
+        if (c == static_cast<int>(out.problems.size())) out.problems.push_back(std::move(problem));
+        class_of_profiled.push_back(c);
+    }
+    for (int l = 0; l < config.n_layer; ++l) out.layer_class[l] = class_of_profiled[profiled_layer(l, profiled)];
+    return out;
 }
 
 AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profile, std::uint64_t budget_bytes,
@@ -158,7 +206,8 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
     const DType activation = device_traits(target).activation;
     const BlockGraph block(config, B, T, activation);
     AdaccPlan out{ActivationPlan(block, config.n_layer), codec_params_for(profile, config), {}, {}, {}, {}, target};
-    out.problem = build_block_problem(config, B, T, profile, allow_compress, codecs, &out.kinds, activation);
+    build_block_problem(config, B, T, profile, allow_compress, codecs, &out.kinds, activation);
+    out.classes = layer_classes(config, B, T, profile, allow_compress, codecs, activation);
     auto memory_of = [&](const ActivationPlan& plan) {
         return GPTModel::plan_memory(config, B, T, plan, out.codec_params, ModelUse::training, target);
     };
@@ -168,57 +217,75 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
     // blocks (embedding mask, final layernorm) and the workspace. Measured from the model's own
     // accounting: a keep-all plan's tape minus its block slots.
     const ModelMemory keep_all = memory_of(out.plan);
-    std::size_t block_bytes = 0;
-    for (const auto& t : out.problem.tensors) block_bytes += t.bytes;
+    std::size_t block_bytes = 0;  // the same in every class: only compress options differ
+    for (const auto& t : out.classes.problems.front().tensors) block_bytes += t.bytes;
     const std::size_t tape_outside_blocks = keep_all.tape - block_bytes * config.n_layer;
     const std::size_t static_bytes = keep_all.static_bytes();
 
-    // Solves `problem`: first assuming every plannable tensor needs a workspace buffer and the
-    // codecs their scratch (the most any plan of it needs), then with the workspace the last
+    // Solves `layer_classes`: first assuming every plannable tensor needs a workspace buffer and
+    // the codecs their scratch (the most any plan of it needs), then with the workspace the last
     // answer really needs. (Only the outlier codec has scratch, so the widest compresses with it
-    // where it is an option.) False when no answer fits as allocated; `infeasible` then says why.
+    // where it is an option.) `out` takes an answer that fits as allocated and beats the one it
+    // holds; when none fits, `infeasible` says why.
     std::string infeasible;
-    auto solve = [&](const BlockProblem& problem) {
-        const std::vector<LayerClass> classes{{problem, config.n_layer}};
+    bool have_plan = false;
+    auto solve = [&](const LayerClasses& layer_classes) {
+        std::vector<LayerClass> classes;
+        for (const BlockProblem& problem : layer_classes.problems) classes.push_back({problem, 0});
+        for (int c : layer_classes.layer_class) ++classes[c].layer_count;
         ActivationPlan widest(block, config.n_layer);
-        for (std::size_t i = 0; i < out.kinds.size(); ++i) {
-            const auto& compress = problem.tensors[i].compress_options;
-            if (compress.empty()) {
-                for (int l = 0; l < config.n_layer; ++l) widest.set(l, out.kinds[i], {Policy::recompute});
-                continue;
+        for (int l = 0; l < config.n_layer; ++l)
+            for (std::size_t i = 0; i < out.kinds.size(); ++i) {
+                const auto& compress = classes[layer_classes.layer_class[l]].problem.tensors[i].compress_options;
+                if (compress.empty()) {
+                    widest.set(l, out.kinds[i], {Policy::recompute});
+                    continue;
+                }
+                Codec codec = compress.front().codec;
+                for (const CompressOption& o : compress)
+                    if (o.codec == Codec::outlier_int4) codec = o.codec;
+                widest.set(l, out.kinds[i], {Policy::compress, codec});
             }
-            Codec codec = compress.front().codec;
-            for (const CompressOption& o : compress)
-                if (o.codec == Codec::outlier_int4) codec = o.codec;
-            for (int l = 0; l < config.n_layer; ++l) widest.set(l, out.kinds[i], {Policy::compress, codec});
-        }
         std::size_t workspace = memory_of(widest).workspace();
-        bool have_plan = false;
+        double last_ms = 0;
         for (int round = 0; round < 4; ++round) {
             PlanResult result = planner.solve(classes, static_bytes, workspace + tape_outside_blocks, budget_bytes);
             if (result.status == PlanResult::infeasible) {
-                if (!have_plan) infeasible = result.message;
+                if (!have_plan && round == 0) infeasible = result.message;
                 break;
             }
-            const ActivationPlan plan = to_activation_plan(block, config.n_layer, out.kinds, problem, result);
+            result.per_layer = in_model_order(layer_classes, result.per_layer);
+            const ActivationPlan plan = to_activation_plan(block, out.kinds, layer_classes, result.per_layer);
             const ModelMemory memory = memory_of(plan);
             if (memory.total() > budget_bytes) break;  // the answer would not fit as allocated: keep the last one
-            if (have_plan && result.objective_ms >= out.result.objective_ms) break;
-            out.plan = plan;
-            out.result = result;
-            out.memory = memory;
-            out.problem = problem;
-            have_plan = true;
+            if (round > 0 && result.objective_ms >= last_ms) break;
+            last_ms = result.objective_ms;
+            if (!have_plan || result.objective_ms < out.result.objective_ms) {
+                out.plan = plan;
+                out.result = result;
+                out.memory = memory;
+                out.classes = layer_classes;
+                have_plan = true;
+            }
             if (memory.workspace() >= workspace) break;  // consistent: nothing more to gain
             workspace = memory.workspace();
         }
         if (!have_plan && infeasible.empty())
             infeasible = "no plan fits memory.budget " + format_bytes(budget_bytes) + " once the workspace is counted";
-        return have_plan;
     };
-    // When the outlier codec's scratch is what does not fit, the plans without it still may: so a
-    // budget recompute-opt meets, adacc meets too.
-    if (!solve(out.problem) && !solve(without_codec(out.problem, Codec::outlier_int4)))
+    // Candidates: the layer classes, and one plan replicated over every layer (every layer at the
+    // worst profiled layer's errors). The workspace is outside the MILP — every tensor kind
+    // materialised in any layer takes a buffer — so mixing plans can cost workspace a replicated
+    // plan does not pay; the better answer is kept. When the outlier codec's scratch is what does
+    // not fit, the plans without it still may: so a budget recompute-opt meets, adacc meets too.
+    std::vector<LayerClasses> candidates{out.classes};
+    if (out.classes.problems.size() > 1)
+        candidates.push_back({{build_block_problem(config, B, T, profile, allow_compress, codecs, nullptr, activation)},
+                              std::vector<int>(config.n_layer, 0)});
+    for (const LayerClasses& c : candidates) solve(c);
+    if (!have_plan)
+        for (const LayerClasses& c : candidates) solve(without_codec(c, Codec::outlier_int4));
+    if (!have_plan)
         throw SettingError("memory.budget", infeasible + "; raise memory.budget or lower training.batch_size");
     return out;
 }
@@ -242,17 +309,22 @@ namespace {
 
 // What the planner made of codec `codec` on planned tensor i (see format_plan).
 std::string codec_verdict(const AdaccPlan& plan, std::size_t i, const CodecMeasurement& m, const CodecChoice& codecs) {
-    const auto& options = plan.problem.tensors[i].compress_options;
-    for (std::size_t o = 0; o < options.size(); ++o) {
-        if (options[o].codec != m.codec) continue;
-        for (const BlockPlan& layer : plan.result.per_layer)
-            if (layer[i].policy == Policy::compress && layer[i].option == static_cast<int>(o)) return "chosen";
-        return "option";
+    bool option = false, any_options = false;
+    for (std::size_t l = 0; l < plan.result.per_layer.size(); ++l) {
+        const Decision& d = plan.result.per_layer[l][i];
+        const auto& options = plan.problem_of(static_cast<int>(l)).tensors[i].compress_options;
+        any_options = any_options || !options.empty();
+        for (std::size_t o = 0; o < options.size(); ++o) {
+            if (options[o].codec != m.codec) continue;
+            if (d.policy == Policy::compress && d.option == static_cast<int>(o)) return "chosen";
+            option = true;
+        }
     }
+    if (option) return "option";
     const auto candidates = candidate_codecs(plan.kinds[i], codecs.candidates);
     if (std::find(candidates.begin(), candidates.end(), m.codec) == candidates.end()) return "not a candidate";
     if (m.relative_error > codecs.max_error) return "over tolerance";
-    return options.empty() ? "not compressed" : "dominated";  // recompute-opt compresses nothing
+    return any_options ? "dominated" : "not compressed";  // recompute-opt compresses nothing
 }
 
 }  // namespace
@@ -268,7 +340,9 @@ std::string format_plan(const AdaccPlan& plan, const Profile& profile, const Cod
     };
     std::vector<Group> groups;
     for (int l = 0; l < config.n_layer; ++l) {
-        if (!groups.empty() && groups.back().decisions == r.per_layer[l]) {
+        // Equal decisions in another class may index other codecs: a class change starts a group.
+        if (!groups.empty() && groups.back().decisions == r.per_layer[l] &&
+            plan.classes.layer_class[groups.back().last] == plan.classes.layer_class[l]) {
             groups.back().last = l;
             continue;
         }
@@ -277,20 +351,20 @@ std::string format_plan(const AdaccPlan& plan, const Profile& profile, const Cod
     auto layers_text = [](const Group& g) {
         return g.first == g.last ? std::to_string(g.first) : std::to_string(g.first) + "-" + std::to_string(g.last);
     };
-    auto stored_bytes = [&](std::size_t i, const Decision& d) -> std::size_t {
+    auto stored_bytes = [&](const Group& g, std::size_t i, const Decision& d) -> std::size_t {
         if (d.policy == Policy::keep) return block.tensor(plan.kinds[i]).bytes();
         if (d.policy == Policy::recompute) return 0;
-        return plan.problem.tensors[i].compress_options[d.option].bytes;
+        return plan.problem_of(g.first).tensors[i].compress_options[d.option].bytes;
     };
-    auto option = [&](std::size_t i, const Decision& d) -> const CompressOption* {
-        return d.policy == Policy::compress ? &plan.problem.tensors[i].compress_options[d.option] : nullptr;
+    auto option = [&](const Group& g, std::size_t i, const Decision& d) -> const CompressOption* {
+        return d.policy == Policy::compress ? &plan.problem_of(g.first).tensors[i].compress_options[d.option] : nullptr;
     };
-    auto codec_text = [&](std::size_t i, const Decision& d) -> std::string {
-        const CompressOption* o = option(i, d);
+    auto codec_text = [&](const Group& g, std::size_t i, const Decision& d) -> std::string {
+        const CompressOption* o = option(g, i, d);
         return o ? codec_name(o->codec) : "";
     };
-    auto error_text = [&](std::size_t i, const Decision& d) -> std::string {
-        const CompressOption* o = option(i, d);
+    auto error_text = [&](const Group& g, std::size_t i, const Decision& d) -> std::string {
+        const CompressOption* o = option(g, i, d);
         if (!o || codec_is_lossless(o->codec)) return o ? "0" : "";
         char buf[32];
         std::snprintf(buf, sizeof buf, "%.4f", o->relative_error);
@@ -312,8 +386,8 @@ std::string format_plan(const AdaccPlan& plan, const Profile& profile, const Cod
                 const Decision& d = groups[g].decisions[i];
                 nlohmann::json row{{"layer_class", g},          {"layers", layers_text(groups[g])},
                                    {"tensor", tensor_kind_name(k)}, {"decision", policy_name(d.policy)},
-                                   {"codec", codec_text(i, d)},  {"bytes", stored_bytes(i, d)}};
-                if (const CompressOption* o = option(i, d)) row["relative_error"] = o->relative_error;
+                                   {"codec", codec_text(groups[g], i, d)},  {"bytes", stored_bytes(groups[g], i, d)}};
+                if (const CompressOption* o = option(groups[g], i, d)) row["relative_error"] = o->relative_error;
                 j["decisions"].push_back(row);
             }
         j["codecs"] = nlohmann::json::array();
@@ -345,7 +419,7 @@ std::string format_plan(const AdaccPlan& plan, const Profile& profile, const Cod
             const Decision& d = groups[g].decisions[i];
             std::snprintf(line, sizeof line, "%-8zu %-10s %-10s %-11s %-13s %9s %12s\n", g,
                           layers_text(groups[g]).c_str(), tensor_kind_name(k), policy_name(d.policy),
-                          codec_text(i, d).c_str(), error_text(i, d).c_str(), format_bytes(stored_bytes(i, d)).c_str());
+                          codec_text(groups[g], i, d).c_str(), error_text(groups[g], i, d).c_str(), format_bytes(stored_bytes(groups[g], i, d)).c_str());
             out += line;
         }
     std::snprintf(line, sizeof line, "\ncodecs measured (memory.codecs = %s, memory.max_codec_error = %.4g):\n",

@@ -30,13 +30,24 @@ struct CodecChoice {
 };
 CodecChoice codec_choice(const MemorySection& memory);  // SettingError on an unknown memory.codecs
 
+// Layers whose problems admit the same compress options form a class (the profiled layers'
+// errors differ: layer 0 reads the embeddings, deeper layers the residual stream). `problems[c]`
+// is class c's block problem and layer_class[l] model layer l's class.
+struct LayerClasses {
+    std::vector<BlockProblem> problems;
+    std::vector<int> layer_class;
+};
+
 struct AdaccPlan {
     ActivationPlan plan;
     CodecParams codec_params;
     PlanResult result;              // the solver's answer (status, solve_ms, objective, ...)
     ModelMemory memory;             // every arena under this plan, as the model will allocate it
     std::vector<TensorKind> kinds;  // the block's planned tensors, in problem order
-    BlockProblem problem;           // what was solved (result's decisions index its compress options)
+    // What was solved: one problem per layer class and each model layer's class; the decisions of
+    // result.per_layer (in model layer order) index the compress options of their layer's class.
+    LayerClasses classes;
+    const BlockProblem& problem_of(int layer) const { return classes.problems[classes.layer_class[layer]]; }
     ComputeTarget target;           // whose arenas `memory` counts (device, activation dtype)
 };
 
@@ -56,12 +67,18 @@ int largest_planned_batch(const GPTConfig& config, const Profile& profile, std::
                           bool allow_compress, const PlannerOptions& options, const CodecChoice& codecs = {},
                           const ComputeTarget& target = {}, int max_batch = 1 << 16);
 
-// The block problem for (config, B, T) from a profile: compress options per `codecs`, slot sizes
-// at the bounds of codec_params_for(profile), tensors in `activation`'s element type (exposed for
-// tests and `adacc plan`).
+// The block problem for (config, B, T) from a profile: compress options per `codecs` admitted by
+// their error in model layer `layer` (-1: the largest error over layers), slot sizes at the bounds
+// of codec_params_for(profile), tensors in `activation`'s element type (exposed for tests and
+// `adacc plan`).
 BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
                                  const CodecChoice& codecs = {}, std::vector<TensorKind>* kinds = nullptr,
-                                 DType activation = DType::f32);
+                                 DType activation = DType::f32, int layer = -1);
+
+// The layer classes of (config, B, T): one block problem per distinct set of admitted compress
+// options among the profiled layers (model layers beyond the slice join its deepest layer's).
+LayerClasses layer_classes(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
+                           const CodecChoice& codecs, DType activation);
 
 // `adacc plan`'s output: per (layer class, tensor) the decision, codec, its error and bytes;
 // predicted tape bytes and added time; solver status and time; then every codec the profile

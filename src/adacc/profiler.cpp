@@ -51,7 +51,10 @@ CodecMeasurement measure_codec(const GPTModel& model, TensorKind kind, Codec cod
         if (!codec_is_lossless(codec)) {  // bitpack: no error, no outliers
             const CodecStats stats = k.codec_error(ctx, data.as<float>(), decoded.as<float>(), numel);
             m.relative_error = std::max(m.relative_error, stats.relative_l2);
+            m.layer_errors.push_back(stats.relative_l2);
             m.outlier_fraction = std::max(m.outlier_fraction, double(outliers) / static_cast<double>(cols));
+        } else {
+            m.layer_errors.push_back(0.0);
         }
     }
     return m;
@@ -104,6 +107,13 @@ bool profile_slice_fits(const GPTConfig& config, int B, int T, std::uint64_t byt
     const GPTConfig slice = profile_slice(config);
     const ActivationPlan keep_all(BlockGraph(slice, B, T), slice.n_layer);
     return GPTModel::plan_memory(slice, B, T, keep_all).total() <= bytes;
+}
+
+int profiled_layer(int layer, int layers_profiled) { return std::min(layer, std::max(layers_profiled, 1) - 1); }
+
+double layer_error(const CodecMeasurement& m, int layer) {
+    if (layer < 0 || m.layer_errors.empty()) return m.relative_error;
+    return m.layer_errors[profiled_layer(layer, static_cast<int>(m.layer_errors.size()))];
 }
 
 const CodecMeasurement* TensorProfile::find(Codec wanted) const {
@@ -199,6 +209,7 @@ nlohmann::json Profile::to_json() const {
             codecs.push_back({{"codec", codec_name(m.codec)}, {"codec_id", static_cast<int>(m.codec)},
                               {"compressed_bytes", m.compressed_bytes}, {"compressed_bound", m.compressed_bound},
                               {"outlier_fraction", m.outlier_fraction}, {"relative_error", m.relative_error},
+                              {"layer_errors", m.layer_errors},
                               {"compress_ms", m.compress_ms}, {"decompress_ms", m.decompress_ms}});
         j["tensors"].push_back(
             {{"name", t.name}, {"kind", static_cast<int>(t.kind)}, {"bytes", t.bytes}, {"codecs", codecs}});
@@ -230,6 +241,7 @@ Profile Profile::from_json(const nlohmann::json& j) {
             m.compressed_bound = c.at("compressed_bound");
             m.outlier_fraction = c.at("outlier_fraction");
             m.relative_error = c.at("relative_error");
+            m.layer_errors = c.value("layer_errors", std::vector<double>{});  // absent before per-layer classes
             m.compress_ms = c.at("compress_ms");
             m.decompress_ms = c.at("decompress_ms");
             tp.codecs.push_back(m);

@@ -27,6 +27,7 @@ struct CodecMeasurement {
     std::size_t compressed_bound = 0;  // the codec's upper bound (what the tape reserves)
     double outlier_fraction = 0;       // largest over layers (outlier codec)
     double relative_error = 0;         // largest over layers (0 for masks)
+    std::vector<double> layer_errors;  // per profiled layer (the slice's); empty: relative_error for all
     double compress_ms = 0;            // per layer, mean over layers
     double decompress_ms = 0;
 };
@@ -39,6 +40,13 @@ struct TensorProfile {
 
     const CodecMeasurement* find(Codec codec) const;  // null when it was not measured
 };
+
+// The profiled layer whose figures stand for model layer `layer`: itself within the slice, the
+// slice's last (deepest) layer beyond it. `layers_profiled` <= 0 means one.
+int profiled_layer(int layer, int layers_profiled);
+
+// `m`'s relative error in model layer `layer` (-1: the largest over layers).
+double layer_error(const CodecMeasurement& m, int layer);
 
 struct Profile {
     int batch = 0, seq = 0;            // the batch the numbers describe
