@@ -6,8 +6,8 @@ namespace {
 const char* const kTensorNames[kNumTapeTensorKinds] = {
     "x",    "ln1",      "ln1_mean", "ln1_rstd", "qkv",    "att",       "att_mask",
     "atty", "attproj",  "res1_mask", "x2",      "ln2",    "ln2_mean",  "ln2_rstd",
-    "fch",  "fch_gelu", "fcproj",   "res2_mask", "out",   "emb_mask",  "lnf",
-    "lnf_mean", "lnf_rstd",
+    "fch",  "fch_gelu", "fcproj",   "res2_mask", "out",   "att_lse",   "emb_mask",
+    "lnf",  "lnf_mean", "lnf_rstd",
 };
 }  // namespace
 
@@ -26,7 +26,8 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
         std::size_t numel;
         bool saved, tiny;
     };
-    const bool d = has_dropout_;
+    const bool d = has_dropout_, fused = cfg.attention == AttentionImpl::fused;
+    const std::size_t matrix = fused ? 0 : TT;  // the attention matrices' elements
     const DType A = activation, S = DType::f32, M = DType::u8;  // activations, layernorm statistics, masks
     const Spec specs[kNumTensorKinds] = {
         {A, N * C, true, false},       // x
@@ -34,8 +35,8 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
         {S, N, true, true},            // ln1_mean
         {S, N, true, true},            // ln1_rstd
         {A, N * 3 * C, true, false},   // qkv
-        {A, TT, true, false},          // att
-        {M, d ? TT : 0, d, false},     // att_mask
+        {A, matrix, !fused, false},    // att
+        {M, d ? matrix : 0, d && !fused, false},  // att_mask
         {A, N * C, true, false},       // atty
         {A, N * C, false, false},      // attproj
         {M, d ? N * C : 0, d, false},  // res1_mask
@@ -48,6 +49,7 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
         {A, N * C, false, false},      // fcproj
         {M, d ? N * C : 0, d, false},  // res2_mask
         {A, N * C, false, false},      // out (saved as the next block's x)
+        {S, fused ? N * H : 0, fused, true},  // att_lse
     };
     for (int i = 0; i < kNumTensorKinds; ++i)
         tensors_.push_back({static_cast<K>(i), kTensorNames[i], specs[i].dtype, specs[i].numel, specs[i].saved,
@@ -65,11 +67,15 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
     ops_.push_back({"ln1", OpKind::layernorm, {K::x}, {K::ln1, K::ln1_mean, K::ln1_rstd}, ParamId::ln1w,
                     ParamId::ln1b, 0, 0, 8.0 * n * c});
     matmul("qkv", K::ln1, K::qkv, ParamId::qkvw, ParamId::qkvb, Ci, 3 * Ci);
-    ops_.push_back({"att_softmax", OpKind::attention_softmax, {K::qkv}, {K::att}, {}, {}, 0, 0, attn_flops / 2});
-    mask("att_dropout_mask", K::att_mask);
-    ops_.push_back({"att_value", OpKind::attention_value,
-                    d ? std::vector<K>{K::att, K::att_mask, K::qkv} : std::vector<K>{K::att, K::qkv},
-                    {K::atty}, {}, {}, 0, 0, attn_flops / 2});
+    if (fused) {
+        ops_.push_back({"attention", OpKind::attention_fused, {K::qkv}, {K::atty, K::att_lse}, {}, {}, 0, 0, attn_flops});
+    } else {
+        ops_.push_back({"att_softmax", OpKind::attention_softmax, {K::qkv}, {K::att}, {}, {}, 0, 0, attn_flops / 2});
+        mask("att_dropout_mask", K::att_mask);
+        ops_.push_back({"att_value", OpKind::attention_value,
+                        d ? std::vector<K>{K::att, K::att_mask, K::qkv} : std::vector<K>{K::att, K::qkv},
+                        {K::atty}, {}, {}, 0, 0, attn_flops / 2});
+    }
     matmul("attproj", K::atty, K::attproj, ParamId::attprojw, ParamId::attprojb, Ci, Ci);
     mask("res1_dropout_mask", K::res1_mask);
     ops_.push_back({"residual1", OpKind::residual_dropout,

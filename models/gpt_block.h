@@ -38,14 +38,15 @@ enum class TensorKind : int {
     fcproj,     // transient
     res2_mask,
     out,        // block output = next block's x
+    att_lse,    // fused attention: log of each probability row's softmax denominator, B x H x T fp32
     // Tensors outside the blocks (on the tape, never in BlockGraph's lists or a plan):
     emb_mask,   // embedding dropout mask, N x C bytes
     lnf,        // final layernorm output, N x C
     lnf_mean,
     lnf_rstd,
 };
-constexpr int kNumTensorKinds = 19;      // the block's tensors: x .. out (BlockGraph::tensors())
-constexpr int kNumTapeTensorKinds = 23;  // every TensorKind, the ones outside the blocks included
+constexpr int kNumTensorKinds = 20;      // the block's tensors: x .. att_lse (BlockGraph::tensors())
+constexpr int kNumTapeTensorKinds = 24;  // every TensorKind, the ones outside the blocks included
 
 // The B x H x T x T tensors (softmax probabilities and their dropout mask): rows = N * H, cols = T.
 constexpr bool is_attention_matrix(TensorKind k) { return k == TensorKind::att || k == TensorKind::att_mask; }
@@ -56,6 +57,7 @@ enum class OpKind : std::uint8_t {
     attention_softmax,  // inputs {qkv}; outputs {att}
     dropout_mask,       // inputs {}; outputs {mask}
     attention_value,    // inputs {att, att_mask?, qkv}; outputs {atty}
+    attention_fused,    // inputs {qkv}; outputs {atty, att_lse} (dropout from the RNG, no mask tensor)
     residual_dropout,   // inputs {residual, branch, mask?}; outputs {sum}
     gelu,               // inputs {x}; outputs {y}
 };
@@ -84,7 +86,8 @@ struct OpInfo {
 class BlockGraph {
 public:
     // Dropout masks exist only when config.dropout > 0; without dropout they are absent from
-    // the op and tensor lists (nothing to save, nothing to plan). Activations are of type
+    // the op and tensor lists (nothing to save, nothing to plan). With config.attention = fused
+    // the attention matrices (att, att_mask) are absent the same way and att_lse is saved. Activations are of type
     // `activation` (the model's dtype); layernorm statistics are fp32 and masks bytes in every dtype.
     BlockGraph(const GPTConfig& config, int B, int T, DType activation = DType::f32);
 

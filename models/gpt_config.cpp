@@ -21,6 +21,20 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
     return true;
 }
 
+namespace {
+constexpr const char* kAttentionNames[] = {"materialized", "fused"};
+}
+
+const char* attention_impl_name(AttentionImpl impl) { return kAttentionNames[static_cast<int>(impl)]; }
+
+std::vector<std::string> attention_impl_names() { return {std::begin(kAttentionNames), std::end(kAttentionNames)}; }
+
+std::optional<AttentionImpl> parse_attention_impl(const std::string& name) {
+    for (int i = 0; i < 2; ++i)
+        if (name == kAttentionNames[i]) return static_cast<AttentionImpl>(i);
+    return std::nullopt;
+}
+
 int GPTConfig::classifier_rows(int N, std::size_t element_bytes) const {
     if (classifier_chunk > 0) return std::min(N, classifier_chunk);
     const std::size_t fit = kAutoClassifierChunkBytes / (static_cast<std::size_t>(padded_vocab_size()) * element_bytes);

@@ -14,6 +14,14 @@ namespace adacc {
 // sizes then stay exact in 64-bit integers.
 inline constexpr std::int64_t kMaxParameters = std::int64_t{1} << 50;
 
+// How the block computes causal attention (model.attention): `materialized` forms the B x H x T x T
+// probabilities (saved, compressed or recomputed by the plan); `fused` never does — forward keeps
+// one logsumexp per row and backward recomputes the probabilities (FlashAttention's algorithm).
+enum class AttentionImpl : std::uint8_t { materialized, fused };
+const char* attention_impl_name(AttentionImpl impl);
+std::vector<std::string> attention_impl_names();
+std::optional<AttentionImpl> parse_attention_impl(const std::string& name);
+
 // model.classifier_chunk = 0: chunks of at most this many bytes of logits (1334 tokens of GPT-2's
 // vocab in fp32, one T = 1024 sequence and a third).
 constexpr std::size_t kAutoClassifierChunkBytes = 256u << 20;
@@ -28,6 +36,7 @@ struct GPTConfig {
     // Tokens per chunk of the classifier (final matmul, log-softmax, loss and dlogits), so the
     // N x Vp logits of a training model never exist whole; 0 = auto (classifier_rows).
     int classifier_chunk = 0;
+    AttentionImpl attention = AttentionImpl::materialized;
 
     // Vocab padded to a multiple of 128 (50257 -> 50304) for aligned matmuls; the padded logits
     // are excluded from the loss and the padded embedding rows stay zero.

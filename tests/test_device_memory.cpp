@@ -36,9 +36,10 @@ TEST(DeviceMemory, CudaArenasFollowTheFormulas) {
             EXPECT_EQ(cuda.tape, cpu.tape);
             EXPECT_EQ(cuda.materialize, cpu.materialize);
             EXPECT_EQ(cuda.transients, cpu.transients);
-            // logits (N x Vp fp32), per-token losses and the loss and norm scalars (one 64-byte
-            // aligned slot), plus the staged token ids and targets.
-            EXPECT_EQ(cuda.logits, N * cfg.padded_vocab_size() * 4 + N * 4 + 64 + 2 * N * sizeof(int));
+            // logits (one classifier chunk: GPTConfig::classifier_rows of the N tokens x Vp fp32), per-token losses and
+            // the loss and norm scalars (one 64-byte aligned slot), plus the staged token ids and targets.
+            EXPECT_EQ(cuda.logits, cfg.classifier_rows(static_cast<int>(N), 4) * cfg.padded_vocab_size() * 4 + N * 4 + 64 +
+                                       2 * N * sizeof(int));
             EXPECT_EQ(cuda.backend, cuda::kBlasWorkspaceBytes + cuda::kReductionScratchBytes);
             EXPECT_EQ(cuda.total(), cpu.total() + 2 * N * sizeof(int) + cuda.backend);
         }
@@ -65,7 +66,8 @@ TEST(DeviceMemory, Bf16ArenasFollowTheFormulas) {
         const std::size_t tape_elements =
             cfg.n_layer * (16 * N * C + static_cast<std::size_t>(B) * cfg.n_head * T * T) + 2 * N * C;
         EXPECT_EQ(f32.tape - b16.tape, 2 * tape_elements) << preset;
-        EXPECT_EQ(b16.logits, N * cfg.padded_vocab_size() * 2 + N * 4 + 64 + 2 * N * sizeof(int));
+        EXPECT_EQ(b16.logits, cfg.classifier_rows(static_cast<int>(N), 2) * cfg.padded_vocab_size() * 2 + N * 4 + 64 +
+                                  2 * N * sizeof(int));
         EXPECT_EQ(f32.working_weights, 0u);
     }
 }

@@ -167,6 +167,65 @@ void check_attention(const Shape& s, std::mt19937& gen, bool with_dropout) {
 TEST_P(KernelGradTest, Attention) { check_attention(GetParam(), gen, false); }
 TEST_P(KernelGradTest, AttentionWithDropout) { check_attention(GetParam(), gen, true); }
 
+// Fused attention (attention_fused.cpp) as one function of qkv, with and without dropout: its
+// backward against finite differences of its own forward, and both against the materialized
+// kernels fed the dropout mask the same key draws (relative L2 1e-5: only rounding order
+// differs, the online softmax's rescaling among it); lse against a float64 log-sum-exp.
+void check_fused_attention(const Shape& s, std::mt19937& gen, bool with_dropout) {
+    const auto [B, T, C, NH] = s;
+    const int N = B * T, hs = C / NH;
+    const float p = with_dropout ? 0.3f : 0.0f;
+    const unsigned long long key = rng_key(1, 2, 3, 4, 5);
+    Vec qkv = random_vec(N * 3 * C, gen), w = random_vec(N * C, gen);
+    Vec lse(static_cast<std::size_t>(B) * NH * T);
+    auto fwd = [&] {
+        Vec out(N * C);
+        attention_fused_forward(kCtx, out.data(), lse.data(), qkv.data(), B, T, C, NH, p, key);
+        return out;
+    };
+    const Vec atty = fwd();
+    Vec dqkv(qkv.size(), 7.0f);  // every entry must be written
+    attention_fused_backward(kCtx, dqkv.data(), w.data(), qkv.data(), atty.data(), lse.data(), B, T, C, NH, p, key);
+    EXPECT_LT(relative_error(dqkv, finite_difference(qkv, fwd, w)), kTolerance);
+
+    std::vector<unsigned char> mask(static_cast<std::size_t>(B) * NH * T * T);
+    dropout_mask(kCtx, mask.data(), static_cast<long>(mask.size()), p, key);
+    const unsigned char* m = with_dropout ? mask.data() : nullptr;
+    Vec att(mask.size()), ref_atty(N * C), datt(att.size()), ref_dqkv(qkv.size());
+    attention_softmax_forward(kCtx, att.data(), qkv.data(), B, T, C, NH);
+    attention_value_forward(kCtx, ref_atty.data(), att.data(), m, p, qkv.data(), B, T, C, NH);
+    attention_value_backward(kCtx, datt.data(), ref_dqkv.data(), w.data(), att.data(), m, p, qkv.data(), B, T, C, NH);
+    attention_softmax_backward(kCtx, ref_dqkv.data(), datt.data(), att.data(), qkv.data(), B, T, C, NH);
+    EXPECT_LT(relative_error(atty, ref_atty), 1e-5);
+    EXPECT_LT(relative_error(dqkv, ref_dqkv), 1e-5);
+
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < NH; ++h)
+            for (int t = 0; t < T; ++t) {
+                std::vector<double> scores;
+                double most = -INFINITY;
+                for (int j = 0; j <= t; ++j) {
+                    double sc = 0;
+                    for (int i = 0; i < hs; ++i)
+                        sc += double(qkv[(static_cast<std::size_t>(b) * T + t) * 3 * C + h * hs + i]) *
+                              qkv[(static_cast<std::size_t>(b) * T + j) * 3 * C + C + h * hs + i];
+                    scores.push_back(sc / std::sqrt(double(hs)));
+                    most = std::max(most, scores.back());
+                }
+                double sum = 0;
+                for (double sc : scores) sum += std::exp(sc - most);
+                EXPECT_NEAR(lse[(static_cast<std::size_t>(b) * NH + h) * T + t], most + std::log(sum), 1e-5);
+            }
+}
+
+TEST_P(KernelGradTest, FusedAttention) { check_fused_attention(GetParam(), gen, false); }
+TEST_P(KernelGradTest, FusedAttentionWithDropout) { check_fused_attention(GetParam(), gen, true); }
+// T = 130: three key tiles of 64, so the online softmax rescales its running sums.
+TEST(FusedAttention, RescalesAcrossKeyTiles) {
+    std::mt19937 gen(77);
+    check_fused_attention({1, 130, 8, 2}, gen, true);
+}
+
 TEST_P(KernelGradTest, Gelu) {
     const auto [B, T, C, NH] = GetParam();
     const long n = static_cast<long>(B) * T * C * 4;

@@ -536,7 +536,7 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
         }
     };
     for (const TensorInfo& t : g.tensors()) {
-        if (t.kind == TensorKind::out) continue;  // it is the next block's x
+        if (t.kind == TensorKind::out || t.numel == 0) continue;  // out is the next block's x; absent tensors
         const bool transient = !t.saved;
         if (transient && collapse) continue;
         PlanTensor pt;

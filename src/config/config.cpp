@@ -311,6 +311,22 @@ KeySpec preset_key() {
 }
 
 // model.dtype lives outside GPTConfig (run_config.h says why).
+KeySpec attention_key() {
+    return KeySpec{
+        "model",
+        "attention",
+        ValueKind::string,
+        [](const RunConfig& config) { return ConfigValue{std::string(attention_impl_name(config.model.attention))}; },
+        [](RunConfig& config, const ConfigValue& value) -> std::optional<std::string> {
+            config.model.attention = *parse_attention_impl(std::get<std::string>(value));
+            return std::nullopt;
+        },
+        one_of(attention_impl_names()),
+        "causal attention: materialized (the T x T probabilities, planned like any tensor) or fused (never "
+        "stored: one logsumexp per row, recomputed in backward)",
+    };
+}
+
 KeySpec dtype_key() {
     return KeySpec{
         "model",
@@ -369,6 +385,7 @@ const std::vector<KeySpec>& registry() {
             "model", "classifier_chunk", at_least(0),
             "tokens per classifier chunk, so training never holds the N x Vp logits whole (0: auto, chunks of at "
             "most 256 MiB of logits)"),
+        attention_key(),
         dtype_key(),
 
         field<&R::training, &TrainingSection::batch_size>("training", "batch_size", at_least(1),

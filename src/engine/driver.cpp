@@ -108,6 +108,11 @@ void Driver::run_op(const OpInfo& op, int layer, int B, int T) {
             k_.attention_value_forward(ctx_, out(0), view(TensorKind::att), mask_view(TensorKind::att_mask), p,
                                        view(TensorKind::qkv), B, T, C, NH);
             break;
+        case OpKind::attention_fused:
+            // Dropout keyed as att_mask's, so its draws are the materialized path's mask bits.
+            k_.attention_fused_forward(ctx_, out(0), out(1).as<float>(), in(0), B, T, C, NH, p,
+                                       dropout_key(layer, TensorKind::att_mask));
+            break;
         case OpKind::residual_dropout:
             k_.residual_dropout_forward(ctx_, out(0), in(0), in(1),
                                         op.inputs.size() > 2 ? mask_view(op.inputs[2]) : nullptr, p,
@@ -332,7 +337,7 @@ void Driver::materialize_block(int layer, int B, int T) {
                 view_slot(t) = buffer(t);
             } else {
                 view_slot(t) = discard;
-                discard += static_cast<std::size_t>(B) * T;  // only layernorm statistics land here
+                discard += layout_->numel(t, B, T);  // layernorm statistics (N) or att_lse (N x H)
             }
         }
         run_op(op, layer, B, T);
@@ -371,6 +376,11 @@ void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumul
         case OpKind::attention_value:
             k_.attention_value_backward(ctx_, w.datt, w.dqkv, grad_buffer(TensorKind::atty), att,
                                         mask_view(TensorKind::att_mask), p, qkv, B, T, C, NH);
+            break;
+        case OpKind::attention_fused:
+            k_.attention_fused_backward(ctx_, w.dqkv, grad_buffer(TensorKind::atty), qkv, view(TensorKind::atty),
+                                        view(TensorKind::att_lse).as<float>(), B, T, C, NH, p,
+                                        dropout_key(layer, TensorKind::att_mask));
             break;
         case OpKind::residual_dropout:
             // The residual input's gradient is the output's (same buffer, dres); only the branch needs work.

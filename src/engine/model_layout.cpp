@@ -71,7 +71,8 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
         w.dqkv = c.take(N * 3 * C * A);
         w.dfc = c.take(N * 4 * C * A);
         w.datt = c.take(block.tensor(TensorKind::att).bytes());
-        w.discard = c.take(2 * N * F);
+        // A re-run op's kept outputs: a layernorm's two statistics, or fused attention's lse.
+        w.discard = c.take(std::max(2 * N, block.tensor(TensorKind::att_lse).numel) * F);
     }
     w.transients = c.bytes - w.materialize;
     // A training model holds the classifier's logits a chunk at a time; inference reads them whole.
