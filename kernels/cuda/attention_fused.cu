@@ -46,6 +46,15 @@ __device__ inline void load_lane(float (&out)[kMaxChannelsPerLane], const E* x, 
     }
 }
 
+// Stores the lane's channels of `v` (times `scale`) into a row of hs values at `x`.
+template <typename E>
+__device__ inline void store_lane(E* x, const float (&v)[kMaxChannelsPerLane], float scale, int hs, int lane) {
+    for (int c = 0; c < kMaxChannelsPerLane; ++c) {
+        const int i = lane + 32 * c;
+        if (i < hs) x[i] = from_f32<E>(v[c] * scale);
+    }
+}
+
 template <typename E>
 __device__ inline float warp_dot(const float (&a)[kMaxChannelsPerLane], const E* x, int hs, int lane) {
     float s = 0.0f;
@@ -78,11 +87,7 @@ __global__ void fused_forward_kernel(E* atty, float* lse, const E* qkv, Geometry
         }
         m = m_new;
     }
-    E* out = atty + g.y_at(b, t, h);
-    for (int c = 0; c < kMaxChannelsPerLane; ++c) {
-        const int i = lane + 32 * c;
-        if (i < g.hs) out[i] = from_f32<E>(y[c] / l);
-    }
+    store_lane(atty + g.y_at(b, t, h), y, 1.0f / l, g.hs, lane);
     if (lane == 0) lse[row] = m + logf(l);
 }
 
@@ -108,11 +113,7 @@ __global__ void fused_backward_dq_kernel(E* dqkv, const E* datty, const E* qkv, 
             if (i < g.hs) dq[c] += ds * to_f32(k[i]);
         }
     }
-    E* out = dqkv + g.qkv_at(b, t, h);
-    for (int c = 0; c < kMaxChannelsPerLane; ++c) {
-        const int i = lane + 32 * c;
-        if (i < g.hs) out[i] = from_f32<E>(dq[c]);
-    }
+    store_lane(dqkv + g.qkv_at(b, t, h), dq, 1.0f, g.hs, lane);
 }
 
 // dk and dv of key row j: over queries t >= j, dk += ds_t q_t and dv += p_t keep_t dy_t.
@@ -144,13 +145,8 @@ __global__ void fused_backward_dkv_kernel(E* dqkv, const E* datty, const E* qkv,
             dv[c] += prob * keep * dyl[c];
         }
     }
-    E* out = dqkv + g.qkv_at(b, j, h) + g.C;
-    for (int c = 0; c < kMaxChannelsPerLane; ++c) {
-        const int i = lane + 32 * c;
-        if (i >= g.hs) continue;
-        out[i] = from_f32<E>(dk[c]);
-        out[i + g.C] = from_f32<E>(dv[c]);
-    }
+    store_lane(dqkv + g.qkv_at(b, j, h) + g.C, dk, 1.0f, g.hs, lane);
+    store_lane(dqkv + g.qkv_at(b, j, h) + 2 * g.C, dv, 1.0f, g.hs, lane);
 }
 
 Geometry geometry(const char* kernel, int B, int T, int C, int NH) {
