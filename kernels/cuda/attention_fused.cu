@@ -32,6 +32,17 @@ struct Geometry {
     __device__ long y_at(int b, int t, int h) const { return (static_cast<long>(b) * T + t) * C + h * hs; }
 };
 
+// The row this warp owns: its index (b*NH + h)*T + t, that split, and the thread's lane.
+struct WarpRow {
+    long row;
+    int b, h, t, lane;
+};
+__device__ inline WarpRow warp_row(const Geometry& g) {
+    const long row = static_cast<long>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    return {row, static_cast<int>(row / g.T / g.NH), static_cast<int>(row / g.T % g.NH), static_cast<int>(row % g.T),
+            static_cast<int>(threadIdx.x % 32)};
+}
+
 __device__ inline float keep_factor(unsigned long long key, long row, int T, int t2, float p) {
     if (p <= 0.0f) return 1.0f;
     return rng_uniform(key, static_cast<std::uint64_t>(row * T + t2)) >= p ? 1.0f / (1.0f - p) : 0.0f;
@@ -67,10 +78,8 @@ __device__ inline float warp_dot(const float (&a)[kMaxChannelsPerLane], const E*
 
 template <typename E>
 __global__ void fused_forward_kernel(E* atty, float* lse, const E* qkv, Geometry g, float p, unsigned long long key) {
-    const long row = static_cast<long>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    const auto [row, b, h, t, lane] = warp_row(g);
     if (row >= g.rows()) return;  // whole warps only
-    const int lane = threadIdx.x % 32, t = static_cast<int>(row % g.T), h = static_cast<int>(row / g.T % g.NH),
-              b = static_cast<int>(row / g.T / g.NH);
     float q[kMaxChannelsPerLane], y[kMaxChannelsPerLane] = {};
     load_lane(q, qkv + g.qkv_at(b, t, h), g.hs, lane);
     float m = -INFINITY, l = 0.0f;
@@ -95,10 +104,8 @@ __global__ void fused_forward_kernel(E* atty, float* lse, const E* qkv, Geometry
 template <typename E>
 __global__ void fused_backward_dq_kernel(E* dqkv, const E* datty, const E* qkv, const E* atty, const float* lse,
                                          Geometry g, float p, unsigned long long key) {
-    const long row = static_cast<long>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    const auto [row, b, h, t, lane] = warp_row(g);
     if (row >= g.rows()) return;
-    const int lane = threadIdx.x % 32, t = static_cast<int>(row % g.T), h = static_cast<int>(row / g.T % g.NH),
-              b = static_cast<int>(row / g.T / g.NH);
     float q[kMaxChannelsPerLane], dy[kMaxChannelsPerLane], dq[kMaxChannelsPerLane] = {};
     load_lane(q, qkv + g.qkv_at(b, t, h), g.hs, lane);
     load_lane(dy, datty + g.y_at(b, t, h), g.hs, lane);
@@ -120,10 +127,8 @@ __global__ void fused_backward_dq_kernel(E* dqkv, const E* datty, const E* qkv, 
 template <typename E>
 __global__ void fused_backward_dkv_kernel(E* dqkv, const E* datty, const E* qkv, const E* atty, const float* lse,
                                           Geometry g, float p, unsigned long long key) {
-    const long krow = static_cast<long>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    const auto [krow, b, h, j, lane] = warp_row(g);  // a key row
     if (krow >= g.rows()) return;
-    const int lane = threadIdx.x % 32, j = static_cast<int>(krow % g.T), h = static_cast<int>(krow / g.T % g.NH),
-              b = static_cast<int>(krow / g.T / g.NH);
     float k[kMaxChannelsPerLane], v[kMaxChannelsPerLane], dk[kMaxChannelsPerLane] = {}, dv[kMaxChannelsPerLane] = {};
     load_lane(k, qkv + g.qkv_at(b, j, h) + g.C, g.hs, lane);
     load_lane(v, qkv + g.qkv_at(b, j, h) + 2 * g.C, g.hs, lane);

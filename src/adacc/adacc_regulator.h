@@ -39,7 +39,8 @@ RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode);
 RegulatorOptions planning_options(const RunConfig& config, MemoryMode mode);
 
 // The profile batch searches plan from: the profiler's slice at batch 1 x training.seq_len on the
-// CPU, from the run's initial weights (training.seed, [stress]) on `tokens` (at least seq_len).
+// CPU, from the run's initial weights (training.seed, [stress]) on the first seq_len of `tokens`
+// (a training batch will do).
 Profile unit_batch_profile(const RunConfig& config, const std::vector<int>& tokens);
 
 // The largest batch planned mode `mode` fits within `budget` on `target` at training.seq_len, by

@@ -72,11 +72,7 @@ void run_memory(MemoryArgs& args) {
             rows.push_back(fixed_memory_row(m, B, T, mode, budget, target));
             continue;
         }
-        if (!unit) {
-            RunConfig at_one = config;
-            at_one.training.batch_size = 1;
-            unit = unit_batch_profile(config, profiling_tokens(at_one));
-        }
+        if (!unit) unit = unit_batch_profile(config, profiling_tokens(config));
         rows.push_back(planned_memory_row(config, *unit, mode, budget, target));
     }
     std::printf("%s", format_memory_rows(rows, target).c_str());

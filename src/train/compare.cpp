@@ -151,11 +151,7 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
     for (MemoryMode mode : modes) {
         MaxBatchRow row;
         row.mode = mode;
-        if (is_planned(mode) && !unit) {
-            RunConfig at_one = config;
-            at_one.training.batch_size = 1;
-            unit = unit_batch_profile(config, first_training_batch(at_one));
-        }
+        if (is_planned(mode) && !unit) unit = unit_batch_profile(config, first_training_batch(config));
         row.max_batch = is_planned(mode) ? largest_planned_batch(config, *unit, mode, budget, compute_target(config))
                                          : largest_batch(config.model, T, mode, budget, 1 << 16,
                                                          compute_target(config));
