@@ -34,7 +34,7 @@ struct GPTConfig {
     int max_seq_len = 1024;     // learned position embeddings cover this many positions
     float dropout = 0.0f;       // embedding, attention and residual dropout probability
     // Tokens per chunk of the classifier (final matmul, log-softmax, loss and dlogits), so the
-    // N x Vp logits of a training model never exist whole; 0 = auto (classifier_rows).
+    // N x Vp logits never exist whole, in training or inference; 0 = auto (classifier_rows).
     int classifier_chunk = 0;
     AttentionImpl attention = AttentionImpl::materialized;
 
@@ -42,7 +42,7 @@ struct GPTConfig {
     // are excluded from the loss and the padded embedding rows stay zero.
     int padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
 
-    // Rows of logits a training model holds for N tokens with `element_bytes` per logit: N when
+    // Rows of logits a model holds for N tokens with `element_bytes` per logit: N when
     // they fit in one chunk, else the chunk: classifier_chunk, or for 0 the most rows whose logits
     // take at most kAutoClassifierChunkBytes (a chunk that size keeps the GEMM large, at least
     // one row).

@@ -65,6 +65,30 @@ TEST(AdaccPlan, FitsTheBudgetAsAllocated) {
     }
 }
 
+// On a GPU target the backend's fixed memory (cuBLASLt workspace, reduction scratch: 48 MiB, far
+// more than this model) counts against the budget: with just enough budget for compressing
+// everything, the planner finds that plan (once, it planned as if the 48 MiB were free, and at
+// such budgets gave up: every answer overflowed as allocated).
+TEST(AdaccPlan, CountsTheGpuBackendsFixedMemory) {
+    const GPTConfig cfg = small_model();
+    const int B = 4, T = 32;
+    const Profile profile = compress_favouring_profile(cfg, B, T);
+    const BlockGraph block(cfg, B, T);
+    ActivationPlan everything_compressed(block, cfg.n_layer);
+    for (int l = 0; l < cfg.n_layer; ++l)
+        for (const auto& t : block.tensors()) everything_compressed.set(l, t.kind, {Policy::compress, adacc_codec(t.kind)});
+    for (DType dtype : {DType::f32, DType::bf16}) {
+        const ComputeTarget gpu{Device::cuda, dtype};
+        const ModelMemory compressed = GPTModel::plan_memory(cfg, B, T, everything_compressed,
+                                                             codec_params_for(profile, cfg), ModelUse::training, gpu);
+        ASSERT_GT(compressed.backend, compressed.static_bytes());
+        const std::uint64_t budget = compressed.total() + 4096;
+        const AdaccPlan plan = plan_adacc(cfg, B, T, profile, budget, true, {}, {}, gpu);
+        EXPECT_LE(plan.memory.total(), budget);
+        EXPECT_EQ(plan.memory.backend, compressed.backend);
+    }
+}
+
 TEST(AdaccPlan, InfeasibleBudgetNamesTheSmallestPlan) {
     const GPTConfig cfg = small_model();
     const Profile profile = compress_favouring_profile(cfg, 4, 32);

@@ -48,6 +48,9 @@ public:
     void synchronize() override {}
     bool host_addressable() const override { return false; }
     std::size_t free_memory() const override { return std::size_t{1} << 40; }
+    std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) override {
+        return cpu_backend().make_interval_timer(max_intervals);
+    }
 
     std::size_t to_device = 0, to_host = 0;
 };

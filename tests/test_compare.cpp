@@ -70,6 +70,13 @@ void expect_compare_matches_training(RunConfig config, MemoryMode mode, std::uin
     ASSERT_EQ(rows.size(), 1u);
     ASSERT_TRUE(rows[0].ran) << memory_mode_name(mode);
     EXPECT_EQ(rows[0].loss, last_training_loss(config.logging.run_dir)) << memory_mode_name(mode);
+    EXPECT_TRUE(rows[0].gradients.has_value());
+    // --no-fidelity: the same steps, without the gradients' extra passes.
+    options.fidelity = false;
+    const auto quick = run_comparison(config, options);
+    ASSERT_EQ(quick.size(), 1u);
+    EXPECT_EQ(quick[0].loss, rows[0].loss) << memory_mode_name(mode);
+    EXPECT_FALSE(quick[0].gradients.has_value());
 }
 
 TEST(Compare, StepsAreTrainingSteps) {

@@ -351,6 +351,45 @@ TEST(ChunkedClassifier, AutoChunksHoldAtMost256MiBOfLogits) {
     EXPECT_EQ(fixed.classifier_rows(50, sizeof(float)), 50);
 }
 
+// An inference model (eval, sampling) with chunked logits computes the rows it is asked for, a
+// chunk at a time: every row, and a range that starts and ends inside chunks, equal the
+// whole-logits model's within 1e-6 relative (the same dot products; Eigen may block the rows
+// differently); the losses of a forward with targets are computed chunk by chunk too; and the
+// logits buffer holds one chunk.
+::testing::AssertionResult elementwise_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                                             double abs) {
+    if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes differ";
+    for (std::size_t i = 0; i < got.size(); ++i)
+        if (std::fabs(double(got[i]) - want[i]) > rel * std::fabs(double(want[i])) + abs)
+            return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
+    return ::testing::AssertionSuccess();
+}
+
+TEST(ChunkedClassifier, InferenceReadsEveryRowChunkByChunk) {
+    const int B = 3, T = 16, N = B * T;
+    GPTConfig whole = micro_config(0.0f), chunked = whole;
+    chunked.classifier_chunk = 10;
+    GPTModel a = GPTModel::for_inference(whole, B, T), b = GPTModel::for_inference(chunked, B, T);
+    const std::size_t Vp = whole.padded_vocab_size();
+    EXPECT_EQ(b.memory().logits + (N - 10) * Vp * sizeof(float), a.memory().logits);
+    a.init_weights(4);
+    b.init_weights(4);
+    const auto tokens = random_tokens(N, 97, 8), targets = random_tokens(N, 97, 9);
+    for (GPTModel* m : {&a, &b}) m->forward(tokens.data(), nullptr, B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+    std::vector<float> want(N * Vp), got(N * Vp);
+    a.read_logits(0, N, want.data());
+    b.read_logits(0, N, got.data());
+    EXPECT_TRUE(elementwise_close(got, want, 1e-6, 1e-7)) << "every row";
+    std::vector<float> part(23 * Vp);
+    b.read_logits(7, 23, part.data());  // rows 7..29: inside chunks 0 and 2
+    EXPECT_TRUE(elementwise_close(part, std::vector<float>(want.begin() + 7 * Vp, want.begin() + 30 * Vp), 1e-6, 1e-7))
+        << "rows 7 to 29";
+    const float loss_a = a.forward(tokens.data(), targets.data(), B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+    const float loss_b = b.forward(tokens.data(), targets.data(), B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+    EXPECT_NEAR(loss_b, loss_a, 1e-6 * std::fabs(loss_a));
+    EXPECT_THROW(b.read_logits(N - 1, 2, part.data()), std::out_of_range);
+}
+
 // ---- training behaviour ---------------------------------------------------------------------
 
 // k micro-batches of B rows accumulate the same gradient as one batch of k*B rows: relative L2

@@ -95,8 +95,8 @@ std::size_t codec_outlier_count(const KernelContext& ctx, Codec codec, const voi
     return codec == Codec::bitpack ? 0 : codec_outlier_channels(blob);  // bitpack blobs have no header
 }
 
-CodecStats codec_error(const KernelContext& ctx, const float* original, const float* decoded, std::size_t n) {
-    return measure_error(original, decoded, n);
+CodecStats codec_error(const KernelContext& ctx, ConstAct original, ConstAct decoded, std::size_t n) {
+    return measure_error(original.as<float>(), decoded.as<float>(), n);
 }
 
 }  // namespace adacc::cpu

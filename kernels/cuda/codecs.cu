@@ -1,7 +1,8 @@
 // The codec kernels of kernels/ops.inc on CUDA (twin: kernels/cpu/codecs.cpp): compress and
 // decompress pick the activations' element type (float or bf16, for the INT4 codecs) once and
 // dispatch to one file per family (codec_*.cu, shared pieces in codecs.cuh), the outlier count
-// reads a blob's header back, and the error measurement (fp32) is a two-pass reduction.
+// reads a blob's header back, and the error measurement (float or bf16, in double) is a two-pass
+// reduction.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -48,11 +49,12 @@ __device__ inline void block_error_sums(double err2, double ref2, double max_err
 
 // Pass 1 (kErrorThreads per block): block b's sums over its grid-stride share of the elements,
 // in double as on the CPU: partials[3b .. 3b + 2] = sum (x - x^)^2, sum x^2, max |x - x^|.
-__global__ void error_partials_kernel(const float* original, const float* decoded, std::size_t n, double* partials) {
+template <typename T>
+__global__ void error_partials_kernel(const T* original, const T* decoded, std::size_t n, double* partials) {
     double err2 = 0.0, ref2 = 0.0, max_err = 0.0;
     const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
     for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const double x = original[i], d = x - static_cast<double>(decoded[i]);
+        const double x = to_f32(original[i]), d = x - static_cast<double>(to_f32(decoded[i]));
         err2 = fma(d, d, err2);
         ref2 = fma(x, x, ref2);
         max_err = fmax(max_err, fabs(d));
@@ -120,8 +122,9 @@ std::size_t codec_outlier_count(const KernelContext& ctx, Codec codec, const voi
     return h.codec == static_cast<std::uint8_t>(Codec::outlier_int4) ? h.outlier_channels : 0;
 }
 
-CodecStats codec_error(const KernelContext& ctx, const float* original, const float* decoded, std::size_t n) {
+CodecStats codec_error(const KernelContext& ctx, ConstAct original, ConstAct decoded, std::size_t n) {
     CodecStats stats;
+    const DType dtype = activation_type("codec_error", {original, decoded});
     if (n == 0) return stats;  // nothing to compare: no error (the CPU's sums are 0 too)
     const unsigned blocks = std::min<std::size_t>(ceil_div(n, kErrorThreads), kErrorBlocks);
     const std::size_t need = sizeof(double) * (3 * std::size_t{blocks} + 3);
@@ -129,7 +132,11 @@ CodecStats codec_error(const KernelContext& ctx, const float* original, const fl
         throw std::invalid_argument("codec_error: the reduction scratch is missing or too small");
     auto* partials = static_cast<double*>(ctx.reduction_scratch);
     double* result = partials + 3 * blocks;
-    ADACC_LAUNCH(error_partials_kernel, blocks, kErrorThreads, 0, ctx.stream)(original, decoded, n, partials);
+    with_activation_type(dtype, "codec_error", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        ADACC_LAUNCH(error_partials_kernel<T>, blocks, kErrorThreads, 0, ctx.stream)(
+            device_ptr<T>(original), device_ptr<T>(decoded), n, partials);
+    });
     check_launch("codec_error (partials)");
     ADACC_LAUNCH(error_finish_kernel, 1, kErrorThreads, 0, ctx.stream)(partials, blocks, result);
     check_launch("codec_error (finish)");

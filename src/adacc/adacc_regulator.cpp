@@ -6,21 +6,12 @@
 
 #include "src/common/units.h"
 #include "src/common/errors.h"
+#include "src/config/config.h"
 #include "src/engine/memory_report.h"
 
 namespace adacc {
 
 RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode) {
-    // The profiler, the monitor and re-planning run on the CPU backend only, so far.
-    if (parse_device(config.training.device) != Device::cpu)
-        throw SettingError("training.device", std::string("memory.mode ") + memory_mode_name(mode) +
-                                                  " plans on the CPU backend only so far (profiling and re-planning "
-                                                  "on the GPU are not built yet); on cuda use memory.mode none, "
-                                                  "full, selective or quant, or use training.device = \"cpu\"");
-    return planning_options(config, mode);
-}
-
-RegulatorOptions planning_options(const RunConfig& config, MemoryMode mode) {
     RegulatorOptions options;
     options.allow_compress = mode == MemoryMode::adacc;
     options.planner.granularity = parse_plan_granularity(config.memory.granularity);
@@ -34,12 +25,12 @@ RegulatorOptions planning_options(const RunConfig& config, MemoryMode mode) {
 
 Profile unit_batch_profile(const RunConfig& config, const std::vector<int>& tokens) {
     const ProfileWeights source{nullptr, config.training.seed, config.stress};
-    return profile_block(config.model, 1, 1, config.training.seq_len, tokens, source, {});
+    return profile_block(config.model, 1, 1, config.training.seq_len, tokens, source, ComputeTarget{});
 }
 
 int largest_planned_batch(const RunConfig& config, const Profile& unit, MemoryMode mode, std::uint64_t budget,
                           const ComputeTarget& target) {
-    const RegulatorOptions options = planning_options(config, mode);
+    const RegulatorOptions options = regulator_options(config, mode);
     return largest_planned_batch(config.model, unit, budget, options.allow_compress, options.planner, options.codecs,
                                  target);
 }
@@ -64,16 +55,17 @@ void check_plan_fits_machine(const RunConfig& config, MemoryMode mode, const Ada
 
 namespace {
 // The batch the profiler's slice runs at: B when the slice, keeping everything, fits both the
-// budget and this machine, else the largest batch that does (times and sizes are scaled linearly
-// to B). The budget binds the profiling too: a run never holds more than it was given.
-int profiling_batch(const GPTConfig& config, int B, int T, std::uint64_t budget) {
-    const std::uint64_t room = std::min<std::uint64_t>(budget, device_memory_bytes(Device::cpu));
-    const int batch = largest_fitting_batch([&](int b) { return profile_slice_fits(config, b, T, room); }, B);
+// budget and the target's memory, else the largest batch that does (times and sizes are scaled
+// linearly to B). The budget binds the profiling too: a run never holds more than it was given.
+int profiling_batch(const GPTConfig& config, int B, int T, std::uint64_t budget, const ComputeTarget& target) {
+    const std::uint64_t room = std::min<std::uint64_t>(budget, device_memory_bytes(target.device));
+    const int batch =
+        largest_fitting_batch([&](int b) { return profile_slice_fits(config, b, T, room, target); }, B);
     if (batch == 0)
         throw UserError("the profiler's slice of this model (" + std::to_string(profile_slice(config).n_layer) +
                         " blocks at n_embd " + std::to_string(config.n_embd) + ", the embeddings and the classifier) " +
                         "does not fit " + format_bytes(room) + " at batch 1 x seq " + std::to_string(T) +
-                        " (the budget or this machine's memory, whichever is less): raise memory.budget or lower "
+                        " (the budget or the device's memory, whichever is less): raise memory.budget or lower "
                         "training.seq_len");
     return batch;
 }
@@ -100,7 +92,7 @@ void raise_to_samples(Profile& profile, const std::vector<CodecSample>& samples)
 
 AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_bytes, RegulatorOptions options,
                                const std::vector<int>& tokens, const float* weights)
-    : config_(config), budget_(budget_bytes), options_(std::move(options)),
+    : config_(config), target_(compute_target(config)), budget_(budget_bytes), options_(std::move(options)),
       plan_{ActivationPlan(BlockGraph(config.model, 1, 1), config.model.n_layer), {}, {}, {}, {}, {}, {}},
       monitor_(options_.monitor) {
     const int B = config.training.batch_size, T = config.training.seq_len;
@@ -111,7 +103,7 @@ AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_byt
                             std::to_string(profile_.batch) + " x seq " + std::to_string(profile_.seq) + ", not " +
                             std::to_string(B) + " x " + std::to_string(T) + ": omit --profile to profile again");
     }
-    measured_batch_ = profile_.tensors.empty() ? profiling_batch(config.model, B, T, budget_bytes)
+    measured_batch_ = profile_.tensors.empty() ? profiling_batch(config.model, B, T, budget_bytes, target_)
                                                : profile_.measured_batch;
     tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(std::min(measured_batch_, B)) * T);
     solve(weights, {});
@@ -127,7 +119,7 @@ void AdaccRegulator::solve(const float* weights, const std::vector<CodecSample>&
     const bool have_profile = !profile_.tensors.empty();
     if (!have_profile || weights) {
         const ProfileWeights source{weights, config_.training.seed, config_.stress};
-        Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens_, source, {});
+        Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens_, source, target_);
         if (have_profile) {
             fresh.op_ms = profile_.op_ms;
             for (auto& t : fresh.tensors)
@@ -145,7 +137,7 @@ void AdaccRegulator::solve(const float* weights, const std::vector<CodecSample>&
     }
     last_profile_ms_ = ms_since(start);
     plan_ = plan_adacc(config_.model, B, T, profile_, budget_, options_.allow_compress, options_.planner,
-                       options_.codecs);
+                       options_.codecs, target_);
 }
 
 // Per (kind, codec) the plan compresses with, the profiled statistics the plan was solved with.

@@ -30,17 +30,17 @@ struct RegulatorOptions {
 };
 
 // The options of planned mode `mode` (adacc or recompute-opt) as the config's [memory] section
-// sets them: memory.granularity, memory.profile, memory.monitor_max_interval and
-// memory.min_replan_steps. Training, `adacc plan` and `adacc compare` all start from it; where to
-// save the profile is the caller's (the trainer writes it into the run folder).
+// sets them: memory.granularity, memory.profile, memory.codecs, memory.max_codec_error,
+// memory.monitor_max_interval and memory.min_replan_steps (SettingError on a bad memory.codecs).
+// Training, `adacc plan`, `adacc memory` and `adacc compare` all start from it; where to save the
+// profile is the caller's (the trainer writes it into the run folder).
 RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode);
-// The same options without regulator_options' device check: what planning alone needs (batch
-// searches for `adacc memory` and `adacc compare`, for any target).
-RegulatorOptions planning_options(const RunConfig& config, MemoryMode mode);
 
-// The profile batch searches plan from: the profiler's slice at batch 1 x training.seq_len on the
-// CPU, from the run's initial weights (training.seed, [stress]) on the first seq_len of `tokens`
-// (a training batch will do).
+// The profile batch searches plan from: the profiler's slice at batch 1 x training.seq_len, from
+// the run's initial weights (training.seed, [stress]) on the first seq_len of `tokens` (a training
+// batch will do). It runs on the CPU in fp32 whatever training.device says, so `adacc memory
+// --device cuda` needs no GPU: sizes and errors are what the search needs, and the planner sizes
+// every tensor for the target itself.
 Profile unit_batch_profile(const RunConfig& config, const std::vector<int>& tokens);
 
 // The largest batch planned mode `mode` fits within `budget` on `target` at training.seq_len, by
@@ -87,6 +87,7 @@ private:
     std::vector<CodecSample> baseline() const;
 
     RunConfig config_;
+    ComputeTarget target_;  // where the training model runs: the profiler's slice runs there too
     std::uint64_t budget_;
     RegulatorOptions options_;
     int measured_batch_ = 0;

@@ -220,7 +220,7 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
     std::size_t block_bytes = 0;  // the same in every class: only compress options differ
     for (const auto& t : out.classes.problems.front().tensors) block_bytes += t.bytes;
     const std::size_t tape_outside_blocks = keep_all.tape - block_bytes * config.n_layer;
-    const std::size_t static_bytes = keep_all.static_bytes();
+    const std::size_t static_bytes = keep_all.static_bytes() + keep_all.backend;  // a GPU backend's fixed memory too
 
     // Solves `layer_classes`: first assuming every plannable tensor needs a workspace buffer and
     // the codecs their scratch (the most any plan of it needs), then with the workspace the last

@@ -22,8 +22,7 @@ void CodecSampler::tensor_compressed(Backend& backend, const CompressedTensor& t
     const KernelTable& k = backend.kernels();
     const KernelContext& ctx = backend.context();
     k.codec_decompress(ctx, t.codec, t.blob, t.rows, t.cols, t.decode_buffer);
-    const CodecStats stats = k.codec_error(ctx, static_cast<const float*>(t.original), t.decode_buffer,
-                                           t.rows * t.cols);
+    const CodecStats stats = k.codec_error(ctx, t.original, t.decode_buffer, t.rows * t.cols);
     entry->relative_error = std::max(entry->relative_error, stats.relative_l2);
     const std::size_t outliers = k.codec_outlier_count(ctx, t.codec, t.blob);
     entry->outlier_fraction = std::max(entry->outlier_fraction, double(outliers) / double(t.cols));

@@ -1,7 +1,7 @@
 #include "src/adacc/profiler.h"
 
 #include <algorithm>
-#include <chrono>
+#include <memory>
 #include <cstring>
 #include <fstream>
 
@@ -14,12 +14,9 @@ namespace adacc {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-
 // Compresses and decompresses tensor `kind` of every layer with `codec`, from the tape of a
-// kept-everything forward, timing both and measuring size, error and outliers; the blob, the
-// decoded copy and the codec's scratch are backend memory of their own.
+// kept-everything forward, timing both on the backend's queue and measuring size, error and
+// outliers; the blob, the decoded copy and the codec's scratch are backend memory of their own.
 CodecMeasurement measure_codec(const GPTModel& model, TensorKind kind, Codec codec, int B, int T,
                                const CodecParams& params) {
     const TensorInfo& info = model.block().tensor(kind);
@@ -36,20 +33,23 @@ CodecMeasurement measure_codec(const GPTModel& model, TensorKind kind, Codec cod
     ctx.scratch_bytes = scratch.bytes();
     const KernelTable& k = backend.kernels();
     const int L = model.config().n_layer;
+    const std::unique_ptr<IntervalTimer> timer = backend.make_interval_timer(2);
     for (int l = 0; l < L; ++l) {
         const ConstAct data(model.tape().data(*model.tape().find(l, kind)), info.dtype);
-        auto t0 = Clock::now();
+        const Act decoded_data(decoded.data(), data.dtype());
+        timer->start();
         k.codec_compress(ctx, codec, data, rows, cols, params, blob.data());
-        backend.synchronize();
-        m.compress_ms += ms_since(t0) / L;
-        t0 = Clock::now();
-        k.codec_decompress(ctx, codec, blob.data(), rows, cols, Act(decoded.data(), data.dtype()));
-        backend.synchronize();
-        m.decompress_ms += ms_since(t0) / L;
+        timer->stop();
+        timer->start();
+        k.codec_decompress(ctx, codec, blob.data(), rows, cols, decoded_data);
+        timer->stop();
+        const std::vector<double> ms = timer->take_ms();
+        m.compress_ms += ms[0] / L;
+        m.decompress_ms += ms[1] / L;
         const std::size_t outliers = k.codec_outlier_count(ctx, codec, blob.data());
         m.compressed_bytes = std::max(m.compressed_bytes, codec_bytes(codec, rows, cols, params, outliers));
         if (!codec_is_lossless(codec)) {  // bitpack: no error, no outliers
-            const CodecStats stats = k.codec_error(ctx, data.as<float>(), decoded.as<float>(), numel);
+            const CodecStats stats = k.codec_error(ctx, data, decoded_data, numel);
             m.relative_error = std::max(m.relative_error, stats.relative_l2);
             m.layer_errors.push_back(stats.relative_l2);
             m.outlier_fraction = std::max(m.outlier_fraction, double(outliers) / static_cast<double>(cols));
@@ -103,10 +103,10 @@ GPTConfig profile_slice(const GPTConfig& config) {
     return slice;
 }
 
-bool profile_slice_fits(const GPTConfig& config, int B, int T, std::uint64_t bytes) {
+bool profile_slice_fits(const GPTConfig& config, int B, int T, std::uint64_t bytes, const ComputeTarget& target) {
     const GPTConfig slice = profile_slice(config);
     const ActivationPlan keep_all(BlockGraph(slice, B, T), slice.n_layer);
-    return GPTModel::plan_memory(slice, B, T, keep_all).total() <= bytes;
+    return GPTModel::plan_memory(slice, B, T, keep_all, {}, ModelUse::training, target).total() <= bytes;
 }
 
 int profiled_layer(int layer, int layers_profiled) { return std::min(layer, std::max(layers_profiled, 1) - 1); }
@@ -129,10 +129,12 @@ const TensorProfile* Profile::find(TensorKind kind) const {
 }
 
 Profile profile_block(const GPTConfig& config, int batch, int measured_batch, int T, const std::vector<int>& tokens,
-                      const ProfileWeights& weights, const CodecParams& codec_params, int repeats) {
+                      const ProfileWeights& weights, const ComputeTarget& target, const CodecParams& codec_params,
+                      int repeats) {
     const int Bm = measured_batch;
     const GPTConfig slice = profile_slice(config);
-    GPTModel model(slice, Bm, T);
+    GPTModel model(slice, Bm, T, ActivationPlan(BlockGraph(slice, Bm, T), slice.n_layer), {}, ModelUse::training,
+                   backend_for(target.device), target.activation);
     load_weights(model, config, weights);
     const DropoutContext dropout{weights.seed, 1, 0, true};
     model.forward(tokens.data(), tokens.data(), Bm, T, dropout, 0.0f);  // warm-up: threads, caches, first touch
@@ -151,7 +153,7 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
     const double scale = double(batch) / Bm;
     for (double& ms : profile.op_ms) ms = ms / repeats / slice.n_layer * scale;
 
-    const BlockGraph planned(config, batch, T);
+    const BlockGraph planned(config, batch, T, target.activation);
     for (const TensorInfo& t : model.block().tensors()) {
         if (!t.saved || t.tiny || t.kind == TensorKind::x || t.numel == 0) continue;
         TensorProfile p;
@@ -181,7 +183,7 @@ Profile rescale_profile(const Profile& profile, const GPTConfig& config, int bat
     for (auto& t : out.tensors) {
         const TensorInfo& info = planned.tensor(t.kind);
         const std::size_t rows = tensor_rows(config, t.kind, batch, profile.seq);
-        t.bytes = info.bytes();
+        t.bytes = t.bytes / profile.batch * batch;  // exact: every block tensor has B rows of a fixed size
         for (auto& m : t.codecs) {
             m.compressed_bytes = static_cast<std::size_t>(double(m.compressed_bytes) * scale);
             m.compressed_bound = codec_max_bytes(m.codec, rows, info.numel / rows, profile.codec_params);

@@ -16,6 +16,7 @@
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "src/config/run_config.h"
+#include "src/engine/device.h"
 #include "src/engine/gpt_model.h"
 
 namespace adacc {
@@ -35,7 +36,7 @@ struct CodecMeasurement {
 struct TensorProfile {
     TensorKind kind = TensorKind::x;
     std::string name;
-    std::size_t bytes = 0;                  // full size per layer at the planned batch
+    std::size_t bytes = 0;                  // full size per layer at the planned batch, in the profiled dtype
     std::vector<CodecMeasurement> codecs;   // every codec that can store it (codecs_that_store)
 
     const CodecMeasurement* find(Codec codec) const;  // null when it was not measured
@@ -70,9 +71,9 @@ constexpr int kProfiledLayers = 2;
 // The model the profiler runs for `config`: its first min(n_layer, kProfiledLayers) blocks.
 GPTConfig profile_slice(const GPTConfig& config);
 
-// Whether a profile's slice of (config, B, T) fits in `bytes` keeping everything (what the
-// profiler allocates). Training memory is not needed: it never runs backward.
-bool profile_slice_fits(const GPTConfig& config, int B, int T, std::uint64_t bytes);
+// Whether a profile's slice of (config, B, T) fits in `bytes` keeping everything, as `target`
+// allocates it (what the profiler allocates).
+bool profile_slice_fits(const GPTConfig& config, int B, int T, std::uint64_t bytes, const ComputeTarget& target);
 
 // The weights a profile measures: a model's parameters (ParameterLayout order of the whole
 // model; the slice's are copied out of them), or when null the run's initialisation from `seed`
@@ -88,11 +89,13 @@ struct ProfileWeights {
 Profile rescale_profile(const Profile& profile, const GPTConfig& config, int batch);
 
 // Runs `repeats` timed forwards of the slice of `config` with `weights` at measured_batch x T on
-// `tokens` (measured_batch * T of them), compresses every sliced layer's saved tensors with every
-// profiled codec, and scales times and sizes linearly from measured_batch to `batch`. Per-layer
-// figures are what one layer of the whole model costs (times: mean over the slice's layers;
-// sizes, errors, outliers: the largest).
+// `tokens` (measured_batch * T of them) on `target` (its backend and activation dtype: times are
+// the device's, on its queue; errors those of its dtype's tensors), compresses every sliced
+// layer's saved tensors with every profiled codec, and scales times and sizes linearly from
+// measured_batch to `batch`. Per-layer figures are what one layer of the whole model costs
+// (times: mean over the slice's layers; sizes, errors, outliers: the largest).
 Profile profile_block(const GPTConfig& config, int batch, int measured_batch, int T, const std::vector<int>& tokens,
-                      const ProfileWeights& weights, const CodecParams& codec_params, int repeats = 2);
+                      const ProfileWeights& weights, const ComputeTarget& target, const CodecParams& codec_params = {},
+                      int repeats = 2);
 
 }  // namespace adacc

@@ -1,5 +1,5 @@
 // adacc compare --config FILE --modes none,full,selective,quant --batch 1,2,4 --steps N
-//               [--format table|csv|json] [--output FILE] [--memory-budget SIZE [--max-batch]]
+//               [--format table|csv|json] [--output FILE] [--memory-budget SIZE [--max-batch]] [--no-fidelity]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -18,7 +18,7 @@ struct CompareArgs {
     std::vector<std::string> overrides, modes;
     std::vector<int> batches;
     int steps = 5, warmup = 1;
-    bool max_batch = false;
+    bool max_batch = false, no_fidelity = false;
 };
 
 void run_compare(CompareArgs& args) {
@@ -41,6 +41,7 @@ void run_compare(CompareArgs& args) {
     options.steps = args.steps;
     options.warmup = args.warmup;
     options.budget = budget;
+    options.fidelity = !args.no_fidelity;
     std::string text;
     if (args.max_batch) {
         if (!budget) throw UserError("--max-batch needs a budget: pass --memory-budget SIZE (e.g. 8GiB)");
@@ -73,6 +74,8 @@ void add_compare_command(CLI::App& app) {
     add_dtype_option(*cmd, args->dtype, "model.dtype");
     cmd->add_option("--memory-budget", args->budget, "memory budget: batches over it are reported, not run");
     cmd->add_flag("--max-batch", args->max_batch, "largest batch per mode under --memory-budget, verified by a step");
+    cmd->add_flag("--no-fidelity", args->no_fidelity,
+                  "skip grad_err / grad_cos (their extra forward and backward per mode, and none's, which must fit)");
     cmd->callback([args] { run_compare(*args); });
 }
 

@@ -29,7 +29,7 @@ struct MemoryArgs {
 MemoryRow planned_memory_row(const RunConfig& config, const Profile& unit, MemoryMode mode, std::uint64_t budget,
                              const ComputeTarget& target) {
     const int B = config.training.batch_size;
-    const RegulatorOptions options = planning_options(config, mode);
+    const RegulatorOptions options = regulator_options(config, mode);
     MemoryRow row;
     row.mode = mode;
     try {

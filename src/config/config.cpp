@@ -383,8 +383,8 @@ const std::vector<KeySpec>& registry() {
                                               "embedding, attention and residual dropout probability"),
         field<&R::model, &GPTConfig::classifier_chunk>(
             "model", "classifier_chunk", at_least(0),
-            "tokens per classifier chunk, so training never holds the N x Vp logits whole (0: auto, chunks of at "
-            "most 256 MiB of logits)"),
+            "tokens per classifier chunk, so training and eval never hold the N x Vp logits whole (0: auto, "
+            "chunks of at most 256 MiB of logits)"),
         attention_key(),
         dtype_key(),
 

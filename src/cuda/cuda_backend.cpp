@@ -6,7 +6,9 @@
 
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/blas_context.h"
 #include "kernels/cuda/device_sizes.h"
@@ -27,6 +29,41 @@ void check(cublasStatus_t status, const char* what) {
     if (status != CUBLAS_STATUS_SUCCESS)
         throw std::runtime_error(std::string(what) + ": cuBLASLt status " + std::to_string(static_cast<int>(status)));
 }
+
+// A pair of events per interval, created up front (creating one is not free) and recorded on the
+// backend's stream; nothing waits until take_ms.
+class EventTimer final : public IntervalTimer {
+public:
+    EventTimer(cudaStream_t stream, std::size_t max_intervals) : stream_(stream), events_(2 * max_intervals) {
+        for (cudaEvent_t& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
+    }
+    ~EventTimer() override {
+        for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    }
+    void start() override { record("interval timer start"); }
+    void stop() override { record("interval timer stop"); }
+    std::vector<double> take_ms() override {
+        std::vector<double> out;
+        if (recorded_ == 0) return out;
+        check(cudaEventSynchronize(events_[recorded_ - 1]), "cudaEventSynchronize");
+        for (std::size_t i = 0; i + 1 < recorded_; i += 2) {
+            float ms = 0;
+            check(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "cudaEventElapsedTime");
+            out.push_back(ms);
+        }
+        recorded_ = 0;
+        return out;
+    }
+
+private:
+    void record(const char* what) {
+        if (recorded_ == events_.size()) throw std::logic_error("interval timer: more intervals than it was made for");
+        check(cudaEventRecord(events_[recorded_++], stream_), what);
+    }
+    cudaStream_t stream_;
+    std::vector<cudaEvent_t> events_;
+    std::size_t recorded_ = 0;
+};
 
 class CudaBackend final : public Backend {
 public:
@@ -84,6 +121,9 @@ public:
         std::size_t free = 0, total = 0;
         check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
         return free;
+    }
+    std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) override {
+        return std::make_unique<EventTimer>(stream_, max_intervals);
     }
 
 private:

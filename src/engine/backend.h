@@ -7,7 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "kernels/kernel_context.h"
 #include "kernels/kernel_table.h"
@@ -15,6 +17,20 @@
 #include "src/engine/device.h"
 
 namespace adacc {
+
+// Times intervals of a backend's queue without waiting between them (the profiler's op and codec
+// times): on a GPU, CUDA events recorded in stream order and read once at the end, so a kernel's
+// time is not inflated by its launch or by a synchronisation; on the CPU, whose kernels are
+// synchronous, the steady clock.
+class IntervalTimer {
+public:
+    virtual ~IntervalTimer() = default;
+    virtual void start() = 0;  // opens an interval at this point of the queue
+    virtual void stop() = 0;   // closes it
+    // Every closed interval's length in ms, in order, waiting for the queue to reach the last
+    // stop; the timer is then empty again.
+    virtual std::vector<double> take_ms() = 0;
+};
 
 class Backend {
 public:
@@ -35,6 +51,8 @@ public:
     // Bytes this backend could still allocate (free device memory on a GPU), checked before a
     // model's arenas are allocated.
     virtual std::size_t free_memory() const = 0;
+    // A timer for up to `max_intervals` intervals between take_ms calls (more is a logic_error).
+    virtual std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) = 0;
 
     const KernelTable& kernels() const { return kernels_; }
     const KernelContext& context() const { return context_; }

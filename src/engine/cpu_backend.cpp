@@ -1,8 +1,10 @@
 // The CPU backend: host memory (64-byte aligned, so AVX-512 loads of any tensor start on a cache
 // line) and the OpenMP kernels of kernels/cpu/, which run synchronously.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "kernels/cpu/ops.h"
 #include "src/common/units.h"
@@ -12,6 +14,28 @@
 namespace adacc {
 
 namespace {
+
+// The CPU's kernels have returned when their call does, so the clock between calls is their time.
+class SteadyClockTimer final : public IntervalTimer {
+public:
+    explicit SteadyClockTimer(std::size_t max_intervals) : max_(max_intervals) { ms_.reserve(max_intervals); }
+    void start() override { start_ = std::chrono::steady_clock::now(); }
+    void stop() override {
+        if (ms_.size() == max_) throw std::logic_error("interval timer: more intervals than it was made for");
+        ms_.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count());
+    }
+    std::vector<double> take_ms() override {
+        std::vector<double> out = std::move(ms_);
+        ms_.clear();
+        ms_.reserve(max_);
+        return out;
+    }
+
+private:
+    std::size_t max_;
+    std::chrono::steady_clock::time_point start_;
+    std::vector<double> ms_;
+};
 
 class CpuBackend final : public Backend {
 public:
@@ -36,6 +60,9 @@ public:
     void synchronize() override {}
     bool host_addressable() const override { return true; }
     std::size_t free_memory() const override { return physical_memory_bytes(); }
+    std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) override {
+        return std::make_unique<SteadyClockTimer>(max_intervals);
+    }
 
 private:
     static constexpr std::size_t kAlignment = 64;

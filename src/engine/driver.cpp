@@ -1,6 +1,5 @@
 #include "src/engine/driver.h"
 
-#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -166,30 +165,45 @@ void Driver::report_compressed(int layer, TensorKind kind, Codec codec, const vo
     t.layer = layer;
     t.kind = kind;
     t.codec = codec;
-    t.original = view(kind).data();
+    t.original = view(kind);
     t.blob = blob;
     t.rows = layout_->rows(kind, B, T);
     t.cols = layout_->numel(kind, B, T) / t.rows;
     t.exact_bytes = codec_bytes(codec, t.rows, t.cols, layout_->codec_params(), k_.codec_outlier_count(ctx_, codec,
                                 blob));
-    t.decode_buffer = (is_attention_matrix(kind) ? arenas_.views.datt : arenas_.views.dfc).as<float>();  // the monitor runs fp32
+    t.decode_buffer = is_attention_matrix(kind) ? arenas_.views.datt : arenas_.views.dfc;  // in the model's dtype
     arenas_.tape.set_measured_bytes(t.exact_bytes);
     observer_->tensor_compressed(backend_, t);
 }
 
+void Driver::set_observer(ModelObserver* observer) {
+    observer_ = observer;
+    op_timer_.reset();
+    if (!observer || !observer->wants_op_times()) return;
+    // One interval per block op of every layer, made here so that forward allocates nothing.
+    const std::size_t intervals = layout_->block().ops().size() * layout_->config().n_layer;
+    op_timer_ = backend_.make_interval_timer(intervals);
+    timed_ops_.reserve(intervals);
+}
+
+// After a forward's blocks: the ops' times, read once (on a GPU, after the queue reached the last).
+void Driver::report_op_times() {
+    const std::vector<double> ms = op_timer_->take_ms();
+    for (std::size_t k = 0; k < ms.size(); ++k) observer_->op_timed(timed_ops_[k], ms[k]);
+    timed_ops_.clear();
+}
+
 void Driver::forward_block(int layer, int B, int T) {
     const auto& ops = layout_->block().ops();
-    const bool timed = observer_ && observer_->wants_op_times();
     for (std::size_t i = 0; i < ops.size(); ++i) {
         const OpInfo& op = ops[i];
         if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
         for (TensorKind t : op.outputs) place_output(layer, t, B, T);
-        const auto start = std::chrono::steady_clock::now();
+        if (op_timer_) op_timer_->start();
         run_op(op, layer, B, T);
-        if (timed) {
-            backend_.synchronize();
-            observer_->op_timed(i, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                                       .count());
+        if (op_timer_) {
+            op_timer_->stop();
+            timed_ops_.push_back(i);
         }
         if (layout_->use() == ModelUse::inference) continue;
         for (TensorKind t : op.outputs)
@@ -230,6 +244,7 @@ void Driver::forward(const int* tokens, const int* targets, int B, int T, const 
         view_slot(TensorKind::x) = view(TensorKind::out).data();
     }
     final_x_ = view(TensorKind::out);
+    if (op_timer_) report_op_times();
     if (inference) {
         lnf_ = w.lnf, lnf_mean_ = w.lnf_mean, lnf_rstd_ = w.lnf_rstd;
     } else {
@@ -255,21 +270,26 @@ Act rows_from(Act a, std::size_t row, std::size_t cols) {
 // not fit whole: each chunk's dlogits are consumed at once — dlnf into dc_a (where backward's
 // final layernorm reads it) and the chunk's share of dwte into the gradients (accumulate false:
 // the first chunk overwrites them, as backward's classifier matmul would) — so backward starts at
-// the final layernorm, and only one chunk of logits ever exists.
+// the final layernorm, and only one chunk of logits ever exists. An inference forward without
+// targets then computes no logits: read_logits computes the rows it is asked for
+// (classifier_logits), from the final layernorm's output, which stays in the workspace.
 void Driver::classifier_forward(const int* targets, int N, float dloss, bool accumulate) {
     const GPTConfig& cfg = layout_->config();
     const int C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size(), rows = layout_->classifier_rows();
     const WorkspaceViews& w = arenas_.views;
     has_dlogits_ = false;
-    classifier_in_forward_ = N > rows;
-    if (!classifier_in_forward_) {
+    classifier_chunked_ = N > rows;
+    if (!classifier_chunked_) {
         k_.matmul_forward(ctx_, w.logits, lnf_, matmul_weight(ParamId::wte), nullptr, N, C, Vp);
         if (!targets) return;
         k_.fused_classifier(ctx_, w.logits, w.losses, targets, N, V, Vp, dloss);
         has_dlogits_ = dloss != 0.0f;
         return;
     }
-    if (!targets) throw std::logic_error("a chunked classifier keeps no logits: forward needs targets");
+    if (!targets) {
+        if (layout_->use() == ModelUse::inference) return;
+        throw std::logic_error("a training model's chunked classifier keeps no logits: forward needs targets");
+    }
     float* dwte = layout_->parameters().at(arenas_.grads.as<float>(), ParamId::wte);
     for (int row = 0; row < N; row += rows) {
         const int n = std::min(rows, N - row);
@@ -282,6 +302,15 @@ void Driver::classifier_forward(const int* targets, int N, float dloss, bool acc
     }
     has_dlogits_ = dloss != 0.0f;
     classifier_accumulated_ = accumulate;
+}
+
+void Driver::classifier_logits(std::size_t row, int n) {
+    if (layout_->use() != ModelUse::inference)
+        throw std::logic_error("classifier_logits: a training model's final layernorm output is on its tape");
+    const GPTConfig& cfg = layout_->config();
+    if (n > layout_->classifier_rows()) throw std::logic_error("classifier_logits: more rows than the logits buffer");
+    k_.matmul_forward(ctx_, arenas_.views.logits, rows_from(lnf_, row, cfg.n_embd), matmul_weight(ParamId::wte),
+                      nullptr, n, cfg.n_embd, cfg.padded_vocab_size());
 }
 
 // ---- backward -------------------------------------------------------------------------------
@@ -419,7 +448,7 @@ void Driver::backward(const int* tokens, int B, int T, bool accumulate) {
     if (!accumulate) zero_non_matmul_grads();
     // Classifier (tied head): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf (done chunk by chunk
     // in forward when the logits were chunked); then the final layernorm.
-    if (!classifier_in_forward_)
+    if (!classifier_chunked_)
         k_.matmul_backward(ctx_, w.dc_a, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_,
                            matmul_weight(ParamId::wte), N, C, Vp, accumulate);
     else if (classifier_accumulated_ != accumulate)

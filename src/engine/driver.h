@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "src/engine/backend.h"
@@ -41,7 +42,14 @@ public:
     // Backward of the last forward (which must have had targets and dloss != 0), same tokens.
     void backward(const int* tokens, int B, int T, bool accumulate);
 
-    void set_observer(ModelObserver* observer) { observer_ = observer; }
+    void set_observer(ModelObserver* observer);
+
+    // Whether the last forward's logits are in the logits buffer whole (B x T rows), or were
+    // chunked (model.classifier_chunk): then an inference model computes the rows it is asked for
+    // with classifier_logits — rows [row, row + n) of the last forward, n <= classifier_rows, into
+    // the start of the logits buffer.
+    bool logits_whole() const { return !classifier_chunked_; }
+    void classifier_logits(std::size_t row, int n);
 
 private:
     // Block tensor `kind` where it is now, typed by its TensorInfo (activations in the model's
@@ -65,6 +73,7 @@ private:
     void place_output(int layer, TensorKind kind, int B, int T);
     void compress_output(int layer, TensorKind kind, int B, int T);
     void report_compressed(int layer, TensorKind kind, Codec codec, const void* blob, int B, int T);
+    void report_op_times();
     void materialize_block(int layer, int B, int T);
     void run_op(const OpInfo& op, int layer, int B, int T);
     void backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate);
@@ -84,11 +93,13 @@ private:
     float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
     unsigned char* emb_mask_ = nullptr;
     bool has_dlogits_ = false;
-    bool classifier_in_forward_ = false;  // the last forward ran the classifier's backward chunk by chunk
+    bool classifier_chunked_ = false;     // the last forward's classifier ran (or, inference, runs) chunk by chunk
     bool classifier_accumulated_ = false; // ... with this accumulate flag
     bool dropout_active_ = false;  // the last forward applied dropout
     DropoutContext dropout_;       // the last forward's, to regenerate its masks
     ModelObserver* observer_ = nullptr;
+    std::unique_ptr<IntervalTimer> op_timer_;  // when the observer wants op times
+    std::vector<std::size_t> timed_ops_;       // the op index of each of op_timer_'s intervals
 };
 
 }  // namespace adacc

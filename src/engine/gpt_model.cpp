@@ -81,14 +81,25 @@ const float* GPTModel::host_readable(ModelArena which, std::vector<float>& stagi
     return staging.data();
 }
 
-void GPTModel::read_logits(std::size_t row, std::size_t rows, float* host) const {
+void GPTModel::read_logits(std::size_t row, std::size_t rows, float* host) {
     const std::size_t Vp = static_cast<std::size_t>(config().padded_vocab_size());
     if (row + rows > static_cast<std::size_t>(max_batch()) * max_seq_len())
         throw std::out_of_range("read_logits: beyond B x T rows");
-    if (row + rows > static_cast<std::size_t>(layout_->classifier_rows()))
+    if (driver_.logits_whole()) return copy_logits(row, rows, host);
+    if (layout_->use() != ModelUse::inference)
         throw std::logic_error("read_logits: this training model holds its logits a chunk of " +
                                std::to_string(layout_->classifier_rows()) +
                                " rows at a time (model.classifier_chunk); read logits from an inference model");
+    const std::size_t chunk = static_cast<std::size_t>(layout_->classifier_rows());
+    for (std::size_t r = row; r < row + rows; r += chunk) {
+        const std::size_t n = std::min(chunk, row + rows - r);
+        driver_.classifier_logits(r, static_cast<int>(n));
+        copy_logits(0, n, host + (r - row) * Vp);
+    }
+}
+
+void GPTModel::copy_logits(std::size_t row, std::size_t rows, float* host) const {
+    const std::size_t Vp = static_cast<std::size_t>(config().padded_vocab_size());
     const Act logits = arenas_.views.logits;
     if (logits.dtype() == DType::f32) {
         backend_->copy_to_host(host, logits.as<float>() + row * Vp, rows * Vp * sizeof(float));

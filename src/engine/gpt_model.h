@@ -87,8 +87,10 @@ public:
     // host-addressable (the CPU's), else a copy made into `staging`.
     const float* host_readable(ModelArena arena, std::vector<float>& staging) const;
     // Rows [row, row + rows) of the last forward's logits (Vp floats each) into host memory
-    // (bf16 logits converted).
-    void read_logits(std::size_t row, std::size_t rows, float* host) const;
+    // (bf16 logits converted). When B x T logits exceed one classifier chunk, an inference model
+    // computes the rows asked for here, a chunk at a time, so its logits never exist whole
+    // (eval and sampling read few rows); a training model refuses (its logits are gone).
+    void read_logits(std::size_t row, std::size_t rows, float* host);
     // The last forward's per-token losses (count <= B*T) into host memory.
     void read_losses(std::size_t count, float* host) const;
 
@@ -137,6 +139,8 @@ public:
 
 private:
     const Arena& arena(ModelArena which) const;
+    // Rows [row, row + rows) of the logits buffer into host memory.
+    void copy_logits(std::size_t row, std::size_t rows, float* host) const;
     // Token ids as the kernels read them: the host's arrays on a host-addressable backend, else
     // copied into the workspace's staging buffers. Returns the tokens' pointer (targets via *targets).
     const int* tokens_for_kernels(const int* tokens, const int** targets, int B, int T);

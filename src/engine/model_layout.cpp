@@ -75,8 +75,8 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
         w.discard = c.take(std::max(2 * N, block.tensor(TensorKind::att_lse).numel) * F);
     }
     w.transients = c.bytes - w.materialize;
-    // A training model holds the classifier's logits a chunk at a time; inference reads them whole.
-    w.classifier_rows = inference ? N : static_cast<std::size_t>(cfg.classifier_rows(static_cast<int>(N), A));
+    // The classifier's logits are held a chunk at a time (inference computes the rows it reads).
+    w.classifier_rows = static_cast<std::size_t>(cfg.classifier_rows(static_cast<int>(N), A));
     w.logits = c.take(w.classifier_rows * cfg.padded_vocab_size() * A);
     w.losses = c.take(N * F);
     w.scalars = c.take(2 * F);

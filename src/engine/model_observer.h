@@ -5,6 +5,7 @@
 
 #include <cstddef>
 
+#include "kernels/activation.h"
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 
@@ -17,11 +18,11 @@ struct CompressedTensor {
     int layer = 0;
     TensorKind kind = TensorKind::x;
     Codec codec = Codec::group_int4;
-    const void* original = nullptr;  // the tensor as the op wrote it (fp32, or mask bytes)
+    ConstAct original;               // the tensor as the op wrote it (the model's dtype, or mask bytes)
     const void* blob = nullptr;      // its blob, in its tape slot
     std::size_t rows = 0, cols = 0;
     std::size_t exact_bytes = 0;     // the blob's exact size (read from its header)
-    float* decode_buffer = nullptr;  // idle workspace of >= rows * cols floats the observer may decode into
+    Act decode_buffer;               // idle workspace of >= rows * cols activations to decode into
 };
 
 class ModelObserver {
@@ -29,8 +30,9 @@ public:
     virtual ~ModelObserver() = default;
     // At the start of every forward.
     virtual void forward_started() {}
-    // Op timing: when true, every block op of a forward is timed (wall clock on the CPU, after
-    // the backend synchronised) and reported through op_timed.
+    // Op timing: when true (asked when the observer is set), every block op of a forward is timed
+    // on the backend's queue (IntervalTimer: CUDA events on a GPU, the steady clock on the CPU)
+    // and reported through op_timed after the forward's last block.
     virtual bool wants_op_times() const { return false; }
     virtual void op_timed(std::size_t op_index, double ms) {}
     // Codec sampling: when true, every compression in forward measures its blob's exact size (the

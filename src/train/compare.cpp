@@ -52,6 +52,17 @@ RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const
     return result;
 }
 
+// The gradients of `plan` at the initial weights against none's (`reference`, computed here
+// when still empty).
+GradientFidelity fidelity_to_none(const RunConfig& at_batch, const ActivationPlan& plan, const CodecParams& codec_params,
+                                  MemoryMode mode, std::vector<float>& reference) {
+    const int B = at_batch.training.batch_size, T = at_batch.training.seq_len;
+    if (reference.empty())
+        reference = gradients_at_init(at_batch, plan_for_mode(at_batch.model, B, T, MemoryMode::none), {});
+    const std::vector<float> grads = mode == MemoryMode::none ? reference : gradients_at_init(at_batch, plan, codec_params);
+    return compare_gradients(grads, reference, ParameterLayout(at_batch.model));
+}
+
 }  // namespace
 
 std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOptions& options) {
@@ -62,7 +73,6 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
         RunConfig at_batch = config;
         at_batch.training.batch_size = B;
         std::optional<double> none_loss;
-        const ParameterLayout layout(config.model);
         std::vector<float> reference;  // none's gradients at this batch, computed once when first needed
         for (MemoryMode mode : options.modes) {
             CompareRow row;
@@ -106,11 +116,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
                 row.tokens_per_s = r.median_step_ms > 0 ? tokens / (r.median_step_ms / 1e3) : 0;
                 row.loss = r.last_loss;
                 if (mode == MemoryMode::none) none_loss = row.loss;
-                if (reference.empty())
-                    reference = gradients_at_init(at_batch, plan_for_mode(config.model, B, T, MemoryMode::none), {});
-                const std::vector<float> grads =
-                    mode == MemoryMode::none ? reference : gradients_at_init(at_batch, plan, codec_params);
-                row.gradients = compare_gradients(grads, reference, layout);
+                if (options.fidelity) row.gradients = fidelity_to_none(at_batch, plan, codec_params, mode, reference);
             }
             rows.push_back(row);
         }

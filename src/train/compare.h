@@ -38,6 +38,9 @@ struct CompareOptions {
     int steps = 5;
     int warmup = 1;                   // steps left out of the median
     std::uint64_t budget = 0;         // 0: none
+    // The gradients' fidelity to none's (one extra forward and backward per mode, and none's at
+    // every batch: off where none cannot be allocated, a model far beyond none's largest batch).
+    bool fidelity = true;
 };
 
 std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOptions& options);

@@ -41,7 +41,7 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
                  const std::optional<WeightsFile>& init_from)
     : config_(config), run_dir_(config.logging.run_dir) {
     if (config_.training.threads > 0) configure_cpu_threads(config_.training.threads);
-    // A device that cannot run this config (no GPU; a mode that plans on the CPU only) fails
+    // A device that cannot run this config (no GPU) or a planned mode's bad [memory] options fail
     // before the run folder is touched.
     if (const MemoryMode mode = parse_memory_mode(config_.memory.mode); is_planned(mode)) regulator_options(config_, mode);
     backend_for(parse_device(config_.training.device));
@@ -119,7 +119,8 @@ void Trainer::make_model(int B, int T) {
     const auto& planned = regulator_->plan();
     // A planned mode's budget may exceed the machine: what counts is the plan's total.
     check_plan_fits_machine(config_, mode, planned, regulator_->profile(), target);
-    model_ = std::make_unique<GPTModel>(config_.model, B, T, planned.plan, planned.codec_params);
+    model_ = std::make_unique<GPTModel>(config_.model, B, T, planned.plan, planned.codec_params, ModelUse::training,
+                                        backend_for(target.device), target.activation);
 }
 
 void Trainer::log_replan(const ReplanEvent& e) {

@@ -211,7 +211,7 @@ std::vector<T> cuda_decompress(const CudaTestContext& ctx, Codec codec, const vo
     return ::testing::AssertionSuccess();
 }
 
-void expect_error_matches(const CudaTestContext& ctx, const float* d_original, const float* d_decoded, const Vec& x,
+void expect_error_matches(const CudaTestContext& ctx, ConstAct d_original, ConstAct d_decoded, const Vec& x,
                           const Vec& y, const std::string& what) {
     const CodecStats want = cpu::measure_error(x.data(), y.data(), x.size());
     const CodecStats got = cuda::codec_error(ctx.get(), d_original, d_decoded, x.size());
@@ -543,9 +543,15 @@ TEST(CudaCodecs, ErrorMatchesTheCpu) {
         for (std::size_t i = 0; i < n; ++i) y[i] += 0.01f * normal(key, i);
         DeviceArray<float> dx(x), dy(y);
         expect_error_matches(ctx, dx.get(), dy.get(), x, y, "n=" + std::to_string(n));
+        // bf16 tensors (what a bf16 model's monitor samples): the CPU's sums of their exact values.
+        const Bf16s xb = rounded_to_bf16(x), yb = rounded_to_bf16(y);
+        DeviceArray<bf16> dxb(xb), dyb(yb);
+        expect_error_matches(ctx, dxb.get(), dyb.get(), as_floats(xb), as_floats(yb), "bf16 n=" + std::to_string(n));
     }
     const Vec zeros(10, 0.0f), ones(10, 1.0f);
     DeviceArray<float> dz(zeros), d1(ones);
+    DeviceArray<bf16> d1b(rounded_to_bf16(ones));
+    EXPECT_THROW(cuda::codec_error(ctx.get(), d1.get(), d1b.get(), 10), std::invalid_argument) << "mixed dtypes";
     EXPECT_EQ(cuda::codec_error(ctx.get(), dz.get(), dz.get(), 10).relative_l2, 0.0);
     EXPECT_TRUE(std::isinf(cuda::codec_error(ctx.get(), dz.get(), d1.get(), 10).relative_l2));
     EXPECT_EQ(cuda::codec_error(ctx.get(), d1.get(), d1.get(), 10).relative_l2, 0.0);

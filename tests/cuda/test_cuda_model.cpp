@@ -139,6 +139,27 @@ TEST(CudaModel, ChunkedClassifierMatchesTheCpuBackend) {
     EXPECT_TRUE(all_close(grads[0], grads[1], kRel, kAbs));
 }
 
+// An inference model with chunked logits on CUDA (read_logits computes the rows asked for, a
+// chunk of 5 at a time) gives the CPU's whole logits, fp32 at the fp32 tolerance.
+TEST(CudaModel, ChunkedInferenceLogitsMatchTheCpuBackend) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    const int B = 2, T = 7, N = B * T;
+    GPTConfig whole = odd_config(), chunked = whole;
+    chunked.classifier_chunk = 5;
+    const auto tokens = random_tokens(N, whole.vocab_size, 1);
+    std::vector<float> logits[2];
+    GPTModel cuda = GPTModel::for_inference(chunked, B, T, cuda_backend()), cpu = GPTModel::for_inference(whole, B, T);
+    ASSERT_EQ(cuda.memory_layout().classifier_rows(), 5);
+    GPTModel* models[2] = {&cuda, &cpu};
+    for (int i = 0; i < 2; ++i) {
+        models[i]->init_weights(5);
+        models[i]->forward(tokens.data(), nullptr, B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+        logits[i].resize(static_cast<std::size_t>(N) * whole.padded_vocab_size());
+        models[i]->read_logits(0, N, logits[i].data());
+    }
+    EXPECT_TRUE(all_close(logits[0], logits[1], kRel, kAbs));
+}
+
 // The INT4 codecs write the CPU's bytes for the same input (test_cuda_codecs.cpp). Inputs that
 // differ between backends in their last bits could round to a neighbouring INT4 level; these
 // shapes and seeds do not hit that, so quant agrees at the fp32 tolerance. (At another shape a

@@ -176,6 +176,12 @@ using std::isfinite;
 using std::isinf;
 using std::isnan;
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+// CUDA's min and max are global overloads in device code (floats too, so a float argument never
+// truncates to the int overload here).
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline float max(float a, float b) { return std::fmax(a, b); }
 template <typename T>
 T __ldg(const T* p) { return *p; }
 
