@@ -73,14 +73,9 @@ TEST(AdaccPlan, CountsTheGpuBackendsFixedMemory) {
     const GPTConfig cfg = small_model();
     const int B = 4, T = 32;
     const Profile profile = compress_favouring_profile(cfg, B, T);
-    const BlockGraph block(cfg, B, T);
-    ActivationPlan everything_compressed(block, cfg.n_layer);
-    for (int l = 0; l < cfg.n_layer; ++l)
-        for (const auto& t : block.tensors()) everything_compressed.set(l, t.kind, {Policy::compress, adacc_codec(t.kind)});
     for (DType dtype : {DType::f32, DType::bf16}) {
         const ComputeTarget gpu{Device::cuda, dtype};
-        const ModelMemory compressed = GPTModel::plan_memory(cfg, B, T, everything_compressed,
-                                                             codec_params_for(profile, cfg), ModelUse::training, gpu);
+        const ModelMemory compressed = test::everything_compressed_memory(cfg, B, T, profile, gpu);
         ASSERT_GT(compressed.backend, compressed.static_bytes());
         const std::uint64_t budget = compressed.total() + 4096;
         const AdaccPlan plan = plan_adacc(cfg, B, T, profile, budget, true, {}, {}, gpu);
@@ -141,13 +136,7 @@ TEST(AdaccTraining, MonitorReplansWhenOutliersAppear) {
     const Profile profile = compress_favouring_profile(cfg, B, T);
     profile.save(dir / "profile.json");
     // The budget of compressing everything with the Adacc codecs: the plan must compress ln2.
-    const BlockGraph block(cfg, B, T);
-    ActivationPlan everything_compressed(block, cfg.n_layer);
-    for (int l = 0; l < cfg.n_layer; ++l)
-        for (const auto& t : block.tensors())
-            everything_compressed.set(l, t.kind, {Policy::compress, adacc_codec(t.kind)});
-    const std::uint64_t budget =
-        GPTModel::plan_memory(cfg, B, T, everything_compressed, codec_params_for(profile, cfg)).total() + 4096;
+    const std::uint64_t budget = test::everything_compressed_memory(cfg, B, T, profile).total() + 4096;
 
     RunConfig config;
     config.model = cfg;

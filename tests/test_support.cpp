@@ -14,9 +14,20 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "src/adacc/budget_planner.h"
+
 extern char** environ;
 
 namespace adacc::test {
+
+ModelMemory everything_compressed_memory(const GPTConfig& config, int B, int T, const Profile& profile,
+                                         const ComputeTarget& target) {
+    const BlockGraph block(config, B, T);
+    ActivationPlan plan(block, config.n_layer);
+    for (int l = 0; l < config.n_layer; ++l)
+        for (const auto& t : block.tensors()) plan.set(l, t.kind, {Policy::compress, adacc_codec(t.kind)});
+    return GPTModel::plan_memory(config, B, T, plan, codec_params_for(profile, config), ModelUse::training, target);
+}
 
 std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
     std::mt19937 gen(seed);

@@ -6,10 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "src/adacc/profiler.h"
+#include "src/engine/gpt_model.h"
+
 namespace adacc::test {
 
 // n token ids uniform in [0, vocab) from a fixed seed (std::mt19937: the same ids on every machine).
 std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed);
+
+// Every arena of a training model of (config, B, T) whose every saved tensor, in every layer, is
+// compressed by the Adacc paper's codec for it (codec parameters from `profile`), as `target`
+// allocates it: 4 KiB more is a budget under which the planner must compress nearly everything.
+ModelMemory everything_compressed_memory(const GPTConfig& config, int B, int T, const Profile& profile,
+                                         const ComputeTarget& target = {});
 
 // ../shared/data beside the checkout; empty path when it is not there (tests then GTEST_SKIP).
 std::filesystem::path shared_data_dir();

@@ -94,6 +94,15 @@ __device__ inline float warp_dot(const float (&a)[kMaxChannelsPerLane], const E*
     return warp_sum(s);
 }
 
+// Keys j0 .. j0 + n - 1 of one (b, h) (`keys`: its k of row 0) and their values into the
+// block's tiles, ready for every warp to read.
+template <typename E>
+__device__ inline void load_keys_and_values(float* ks, float* vs, const E* keys, const Geometry& g, int j0, int n) {
+    load_tile(ks, keys, 3L * g.C, j0, n, g.hs);
+    load_tile(vs, keys + g.C, 3L * g.C, j0, n, g.hs);
+    __syncthreads();
+}
+
 template <typename E>
 __global__ void fused_forward_kernel(E* atty, float* lse, const E* qkv, Geometry g, float p, unsigned long long key) {
     ADACC_DYNAMIC_SHARED(float, shared);
@@ -105,9 +114,7 @@ __global__ void fused_forward_kernel(E* atty, float* lse, const E* qkv, Geometry
     const E* keys = qkv + g.qkv_at(r.b, 0, r.h) + g.C;
     for (int j0 = 0; j0 <= r.last; j0 += kTile) {
         const int n = min(kTile, r.last + 1 - j0);
-        load_tile(ks, keys, 3L * g.C, j0, n, g.hs);
-        load_tile(vs, keys + g.C, 3L * g.C, j0, n, g.hs);
-        __syncthreads();
+        load_keys_and_values(ks, vs, keys, g, j0, n);
         for (int j = 0; r.active && j < n && j0 + j <= r.t; ++j) {
             const float s = warp_dot(q, ks + j * g.hs, g.hs, r.lane) * g.scale;
             const float m_new = fmaxf(m, s);
@@ -146,9 +153,7 @@ __global__ void fused_backward_dq_kernel(E* dqkv, const E* datty, const E* qkv, 
     const E* keys = qkv + g.qkv_at(r.b, 0, r.h) + g.C;
     for (int j0 = 0; j0 <= r.last; j0 += kTile) {
         const int n = min(kTile, r.last + 1 - j0);
-        load_tile(ks, keys, 3L * g.C, j0, n, g.hs);
-        load_tile(vs, keys + g.C, 3L * g.C, j0, n, g.hs);
-        __syncthreads();
+        load_keys_and_values(ks, vs, keys, g, j0, n);
         for (int j = 0; r.active && j < n && j0 + j <= r.t; ++j) {
             const float* k = ks + j * g.hs;
             const float prob = expf(warp_dot(q, k, g.hs, r.lane) * g.scale - row_lse);

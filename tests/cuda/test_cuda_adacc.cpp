@@ -12,11 +12,9 @@
 #include <vector>
 
 #include "data/token_shard.h"
-#include "src/adacc/budget_planner.h"
 #include "src/adacc/profiler.h"
 #include "src/config/config.h"
 #include "src/engine/backend.h"
-#include "src/engine/weight_init.h"
 #include "src/train/trainer.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/test_support.h"
@@ -100,16 +98,8 @@ struct RunRecord {
 // do not re-plan (memory.max_codec_error 0.3), so every re-plan is the injection's.
 RunRecord train_adacc(const std::filesystem::path& dir, const std::string& name, const ComputeTarget& target) {
     const GPTConfig cfg = planned_model();
-    const BlockGraph block(cfg, kB, kT);
-    ActivationPlan everything_compressed(block, cfg.n_layer);
-    for (int l = 0; l < cfg.n_layer; ++l)
-        for (const auto& t : block.tensors())
-            everything_compressed.set(l, t.kind, {Policy::compress, adacc_codec(t.kind)});
     const Profile profile = Profile::load(dir / "profile.json");
-    const std::uint64_t budget = GPTModel::plan_memory(cfg, kB, kT, everything_compressed,
-                                                       codec_params_for(profile, cfg), ModelUse::training, target)
-                                     .total() +
-                                 4096;
+    const std::uint64_t budget = everything_compressed_memory(cfg, kB, kT, profile, target).total() + 4096;
     RunConfig config;
     config.model = cfg;
     config.dtype = model_dtype_name(target.activation);
