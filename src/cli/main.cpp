@@ -1,6 +1,8 @@
 // adacc: the command line. Each subcommand registers itself (src/cli/); user errors
 // are printed as "error: ..." with exit status 2, never as a crash; an error about a config
-// setting gets the way to set it with this command (setting_advice).
+// setting gets the way to set it with this command (setting_advice). Started by an MPI launcher
+// (`mpirun -np N adacc train`), the process joins the job first (src/dist/process_group.h), and
+// a failure on any rank ends every rank.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -9,8 +11,40 @@
 #include "src/cli/commands.h"
 #include "src/engine/cpu_threads.h"
 #include "src/common/errors.h"
+#include "src/dist/process_group.h"
+
+namespace {
+
+// The command's outcome: its exit status and, for a failure, what to print on stderr.
+struct Outcome {
+    int status = 0;
+    std::string message;
+};
+
+Outcome run_command(CLI::App& app, int argc, char** argv) {
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        // --help and --version exit 0; every other parse error is bad user input: status 2,
+        // as documented (CLI11's own codes are 100+).
+        return {app.exit(e) == 0 ? 0 : 2, ""};
+    } catch (const adacc::EarlyExit& e) {
+        return {e.exit_status, ""};
+    } catch (const adacc::SettingError& e) {
+        const std::string advice = adacc::setting_advice(app, e.setting());
+        return {2, std::string("error: ") + e.what() + (advice.empty() ? "" : "; " + advice)};
+    } catch (const adacc::UserError& e) {
+        return {2, std::string("error: ") + e.what()};
+    } catch (const std::exception& e) {
+        return {3, std::string("internal error: ") + e.what()};
+    }
+    return {};
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+    adacc::join_process_group(&argc, &argv);
     adacc::configure_cpu_threads();
     CLI::App app{"adacc: GPT training with per-tensor activation memory management"};
     app.require_subcommand(1);
@@ -24,24 +58,18 @@ int main(int argc, char** argv) {
     adacc::add_config_command(app);
     adacc::add_plan_command(app);
     adacc::add_export_command(app);
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        // --help and --version exit 0; every other parse error is bad user input: status 2,
-        // as documented (CLI11's own codes are 100+).
-        return app.exit(e) == 0 ? 0 : 2;
-    } catch (const adacc::EarlyExit& e) {
-        return e.exit_status;
-    } catch (const adacc::SettingError& e) {
-        const std::string advice = adacc::setting_advice(app, e.setting());
-        std::fprintf(stderr, "error: %s%s\n", e.what(), advice.empty() ? "" : ("; " + advice).c_str());
-        return 2;
-    } catch (const adacc::UserError& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        return 2;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "internal error: %s\n", e.what());
-        return 3;
+    // Data parallelism is training's: any other command would run N times over.
+    if (adacc::process_group().world_size > 1 && (argc < 2 || std::string(argv[1]) != "train"))
+        adacc::abort_process_group("error: only `adacc train` runs as several processes; start this command without "
+                                   "mpirun / srun",
+                                   2);
+    const Outcome outcome = run_command(app, argc, argv);
+    // A failure on one rank of several ends them all (the others may be waiting for it in a
+    // collective), with its message.
+    if (!outcome.message.empty()) {
+        if (adacc::process_group().world_size > 1) adacc::abort_process_group(outcome.message, outcome.status);
+        std::fprintf(stderr, "%s\n", outcome.message.c_str());
     }
-    return 0;
+    adacc::leave_process_group();
+    return outcome.status;
 }

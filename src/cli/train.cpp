@@ -8,6 +8,7 @@
 #include "src/cli/commands.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/dist/process_group.h"
 #include "src/train/run_folder.h"
 #include "src/train/stop_signals.h"
 #include "src/train/trainer.h"
@@ -114,11 +115,14 @@ void run_train(TrainArgs& args) {
     std::unique_ptr<RunFolderLock> lock;
     std::optional<WeightsFile> init_from;
     RunConfig config;
+    // The run folder is rank 0's to lock and claim (the other ranks of a data-parallel job only
+    // read a checkpoint or weights from it).
+    const bool root = process_group().is_root();
     if (!args.resume.empty()) {
         if (!std::filesystem::is_directory(args.resume))
             throw UserError("--resume " + args.resume + ": no such run folder, so no complete checkpoint to resume; "
                             "pass the logging.run_dir of a run, or start a new run with --config FILE");
-        lock = std::make_unique<RunFolderLock>(args.resume);
+        if (root) lock = std::make_unique<RunFolderLock>(args.resume);
         config = resume_config(args, checkpoint);
     } else {
         config = load_config(args.config, args.overrides);
@@ -127,9 +131,11 @@ void run_train(TrainArgs& args) {
             check_weights_shape(*init_from, config.model);
             refuse_weights_inside_run_folder(*init_from, config.logging.run_dir);
         }
-        create_run_folder(config.logging.run_dir);
-        lock = std::make_unique<RunFolderLock>(config.logging.run_dir);
-        claim_run_folder_for_fresh_run(config.logging.run_dir, args.overwrite);
+        if (root) {
+            create_run_folder(config.logging.run_dir);
+            lock = std::make_unique<RunFolderLock>(config.logging.run_dir);
+            claim_run_folder_for_fresh_run(config.logging.run_dir, args.overwrite);
+        }
     }
     install_stop_signal_handlers();
     Trainer trainer(config, checkpoint, init_from);

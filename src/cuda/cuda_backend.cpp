@@ -1,5 +1,5 @@
-// The CUDA backend: device memory (one cudaMalloc per arena), copies through one stream, and the
-// kernels of kernels/cuda/ queued on it. Built with the host compiler against the CUDA runtime
+// The CUDA backend: device memory (one cudaMalloc per arena) on this rank's GPU, copies through one
+// stream, and the kernels of kernels/cuda/ queued on it. Built with the host compiler against the CUDA runtime
 // and cuBLASLt; the SIMT emulation (tests/simt/) compiles this same file against its host-memory
 // runtime, so the whole backend runs in CI without a GPU.
 #include <cuda_runtime.h>
@@ -15,6 +15,10 @@
 #include "kernels/cuda/ops.h"
 #include "src/common/errors.h"
 #include "src/cuda/cuda_device.h"
+#ifndef ADACC_SIMT_EMULATION
+#include "src/cuda/nccl_all_reduce.h"
+#endif
+#include "src/dist/process_group.h"
 #include "src/engine/backend.h"
 
 namespace adacc {
@@ -65,10 +69,18 @@ private:
     std::size_t recorded_ = 0;
 };
 
+// The GPU this process takes: its local rank's (one GPU per rank on each machine), modulo the
+// GPUs it sees; 0 for a single process.
+int cuda_device_index() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 0;
+    return process_group().local_rank % count;
+}
+
 class CudaBackend final : public Backend {
 public:
     CudaBackend() {
-        check(cudaSetDevice(0), "cudaSetDevice");
+        check(cudaSetDevice(cuda_device_index()), "cudaSetDevice");
         check(cudaStreamCreate(&stream_), "cudaStreamCreate");
         check(cublasLtCreate(&blas_.handle), "cublasLtCreate");
         blas_.workspace = allocate(cuda::kBlasWorkspaceBytes);
@@ -125,6 +137,9 @@ public:
     std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) override {
         return std::make_unique<EventTimer>(stream_, max_intervals);
     }
+#ifndef ADACC_SIMT_EMULATION  // the emulation has no NCCL: it sums through host memory
+    bool all_reduce_sum(float* data, std::size_t count) override { return nccl_all_reduce_sum(data, count, stream_); }
+#endif
 
 private:
     cudaStream_t stream_ = nullptr;
@@ -147,7 +162,7 @@ CudaDeviceInfo cuda_device_info() {
         return info;
     }
     cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    check(cudaGetDeviceProperties(&prop, cuda_device_index()), "cudaGetDeviceProperties");
     info.available = true;
     info.name = prop.name;
     info.compute_capability = prop.major * 10 + prop.minor;

@@ -1,5 +1,6 @@
-// The CUDA device this process would use (device 0), asked without creating the backend; a build
-// without CUDA (src/cuda/no_cuda_backend.cpp) reports none with the reason.
+// The CUDA device this process would use (its local rank's; device 0 for a single process), asked
+// without creating the backend; a build without CUDA (src/cuda/no_cuda_backend.cpp) reports none
+// with the reason.
 #pragma once
 
 #include <cstddef>

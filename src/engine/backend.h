@@ -53,6 +53,10 @@ public:
     virtual std::size_t free_memory() const = 0;
     // A timer for up to `max_intervals` intervals between take_ms calls (more is a logic_error).
     virtual std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) = 0;
+    // Queues the in-place sum of `count` floats of this backend's memory over the job's ranks
+    // (src/dist/process_group.h) with a collective library of its own (NCCL on a GPU); false,
+    // doing nothing, when it has none and the process group must sum through host memory.
+    virtual bool all_reduce_sum(float* data, std::size_t count) { return false; }
 
     const KernelTable& kernels() const { return kernels_; }
     const KernelContext& context() const { return context_; }
@@ -64,8 +68,8 @@ protected:
 
 // The process's CPU backend (OpenMP kernels of kernels/cpu/).
 Backend& cpu_backend();
-// The process's CUDA backend on device 0 (src/cuda/), created on first use; a UserError naming
-// the reason when there is no GPU or the build has no CUDA backend.
+// The process's CUDA backend on its local rank's GPU (src/cuda/), created on first use; a
+// UserError naming the reason when there is no GPU or the build has no CUDA backend.
 Backend& cuda_backend();
 Backend& backend_for(Device device);
 

@@ -6,6 +6,7 @@
 
 #include "data/token_shard.h"
 #include "src/common/errors.h"
+#include "src/dist/process_group.h"
 
 namespace adacc {
 
@@ -20,6 +21,8 @@ DataLoader open_token_loader(const RunConfig& config, TokenSplit split, bool shu
     options.batch_size = config.training.batch_size;
     options.seq_len = config.training.seq_len;
     options.shuffle = shuffle;
+    options.rank = process_group().rank;  // every rank its own batches (DataLoader: batches r, r + W, ...)
+    options.world_size = process_group().world_size;
     options.seed = config.training.seed;
     options.vocab_size = static_cast<std::uint32_t>(config.model.vocab_size);
     return DataLoader(expand_shard_pattern(pattern), options);

@@ -8,6 +8,7 @@
 #include "src/io/checkpoint.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
+#include "src/dist/process_group.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/weight_init.h"
 #include "src/train/run_folder.h"
@@ -45,8 +46,10 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     // before the run folder is touched.
     if (const MemoryMode mode = parse_memory_mode(config_.memory.mode); is_planned(mode)) regulator_options(config_, mode);
     backend_for(parse_device(config_.training.device));
-    create_run_folder(run_dir_);
-    {
+    // The run folder is rank 0's: the other ranks of a data-parallel job write nothing there.
+    const bool root = process_group().is_root();
+    if (root) {
+        create_run_folder(run_dir_);
         const std::string text = to_toml(config_);
         AtomicFileWriter out(run_dir_ / "config.toml");  // a full disk is an error, not an empty file
         out.write(text.data(), text.size());
@@ -59,7 +62,7 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     try {
         start(resume_checkpoint, init_from);
     } catch (...) {
-        if (!resume_checkpoint) remove_failed_start_files(run_dir_);
+        if (!resume_checkpoint && root) remove_failed_start_files(run_dir_);
         throw;
     }
 }
@@ -88,7 +91,8 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
     } else {
         init_run_weights(*model_, config_);
     }
-    metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", resume_checkpoint ? progress_.step : 0);
+    if (process_group().is_root())
+        metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", resume_checkpoint ? progress_.step : 0);
 }
 
 // Fixed modes take their plan from the mode; planned modes profile, solve for the budget and
@@ -123,33 +127,41 @@ void Trainer::make_model(int B, int T) {
                                         backend_for(target.device), target.activation);
 }
 
+void Trainer::write_metrics(const nlohmann::json& line) {
+    if (metrics_) metrics_->write(line);
+}
+
 void Trainer::log_replan(const ReplanEvent& e) {
     std::printf("step %6d | replan: %s -> %s plan in %.1f ms (profile %.1f ms), predicted total %s\n", e.step,
                 e.reason.c_str(), plan_status_name(e.status), e.solve_ms, e.profile_ms,
                 format_bytes(e.predicted_total_bytes).c_str());
-    metrics_->write({{"step", e.step}, {"event", "replan"}, {"reason", e.reason}, {"status", plan_status_name(e.status)},
+    write_metrics({{"step", e.step}, {"event", "replan"}, {"reason", e.reason}, {"status", plan_status_name(e.status)},
                      {"solve_ms", e.solve_ms}, {"profile_ms", e.profile_ms},
                      {"predicted_total_bytes", e.predicted_total_bytes}});
 }
 
 // Mean loss over the first training.val_batches batches of the validation shards, the same
-// batches every time, without dropout.
+// batches every time, without dropout. Data-parallel ranks share them: rank r takes batches
+// r, r + W, ... of them (its loader's first ones), and the sums are added up.
 float Trainer::validation_loss() {
     const int B = config_.training.batch_size, T = config_.training.seq_len;
+    const ProcessGroup& group = process_group();
     val_data_->restore({});
     double total = 0.0;
     const int batches = config_.training.val_batches;
-    for (int i = 0; i < batches; ++i) {
+    for (int i = group.rank; i < batches; i += group.world_size) {
         val_data_->next_batch(inputs_, targets_);
         total += model_->forward(inputs_.data(), targets_.data(), B, T, DropoutContext{0, 0, 0, false}, 0.0f);
     }
+    all_reduce_sum(&total, 1);
     return static_cast<float>(total / batches);
 }
 
 void Trainer::log_step(int step, float loss, float lr, float grad_norm, double seconds) {
     const auto& t = config_.training;
-    const double tokens = static_cast<double>(t.batch_size) * t.seq_len * t.grad_accum;
-    const double gflops = model_->training_flops(t.batch_size, t.seq_len) * t.grad_accum / seconds / 1e9;
+    const int ranks = process_group().world_size;  // tokens and FLOPs of every rank
+    const double tokens = static_cast<double>(t.batch_size) * t.seq_len * t.grad_accum * ranks;
+    const double gflops = model_->training_flops(t.batch_size, t.seq_len) * t.grad_accum * ranks / seconds / 1e9;
     // The tape at its peak (end of forward): bytes held kept / reserved for compressed blobs, and
     // bytes recomputed instead; on sampled steps also the blobs' exact size.
     const TapeUsage& tape = model_->tape().peak();
@@ -172,7 +184,7 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
                               {"tape_compressed_bytes", compressed}, {"tape_recompute_bytes", recomputed}};
     if (tape.measured_slots) record["tape_compressed_measured_bytes"] = tape.measured_bytes;
     if (regulator_) record["monitor_ms_total"] = regulator_->monitor_ms();
-    metrics_->write(record);
+    write_metrics(record);
 }
 
 // The run's plan vs keep-all at the current weights, on the first training batch, dropout off.
@@ -180,7 +192,7 @@ void Trainer::log_fidelity(int step) {
     const GradientFidelity f = fidelity_->measure(*model_);
     std::printf("step %6d/%d | grad_err %.3e | grad_cos %.6f (vs keep-all, first batch, dropout off)\n", step,
                 config_.training.steps, f.overall.relative_l2, f.overall.cosine);
-    metrics_->write({{"step", step}, {"grad_err", f.overall.relative_l2}, {"grad_cos", f.overall.cosine}});
+    write_metrics({{"step", step}, {"grad_err", f.overall.relative_l2}, {"grad_cos", f.overall.cosine}});
 }
 
 // A step whose loss or gradient norm is not finite leaves the parameters as they were; up to
@@ -193,7 +205,7 @@ void Trainer::skip_nonfinite_step(int step, float loss, float grad_norm) {
     ++progress_.skipped_nonfinite;
     std::printf("step %6d/%d | skipped: %s (%d of training.skip_nonfinite = %d)\n", step, config_.training.steps,
                 what, progress_.skipped_nonfinite, config_.training.skip_nonfinite);
-    metrics_->write({{"step", step}, {"event", "nonfinite_skipped"}, {"what", what},
+    write_metrics({{"step", step}, {"event", "nonfinite_skipped"}, {"what", what},
                      {"skipped_so_far", progress_.skipped_nonfinite}});
 }
 
@@ -213,6 +225,7 @@ void Trainer::stop_diverged(int step, const std::string& what) const {
 void Trainer::save_checkpoint() {
     if (!training_state_is_finite(*model_))
         stop_diverged(progress_.step, "its update made parameters or AdamW moments non-finite (not checkpointed)");
+    if (!process_group().is_root()) return;  // every rank holds the same state: rank 0 writes it
     const auto file = save_training_checkpoint(run_dir_, config_, *model_, progress_);
     std::printf("checkpoint: %s\n", file.c_str());
 }
@@ -230,17 +243,20 @@ int Trainer::run() {
         if (const auto event = step_->after(step)) log_replan(*event);
 
         // A stop signal skips this step's validation and eval: preemption leaves little time.
-        const int stop_signal = stop_signal_received();
+        // Every rank stops at the same step, when any was signalled.
+        const int stop_signal = all_reduce_max(stop_signal_received());
         if (!stop_signal && val_data_ && t.val_every > 0 && (step % t.val_every == 0 || step == t.steps)) {
             const float val = validation_loss();
             std::printf("step %6d/%d | val_loss %.4f\n", step, t.steps, val);
-            metrics_->write({{"step", step}, {"val_loss", val}});
+            write_metrics({{"step", step}, {"val_loss", val}});
         }
-        if (!stop_signal && fidelity_ && (step % t.fidelity_every == 0 || step == t.steps)) log_fidelity(step);
-        if (!stop_signal && evaluator_ && evaluator_->due(step, t.steps)) {
+        // Gradient fidelity and eval tasks run on rank 0 alone (they take no collective step).
+        const bool root = process_group().is_root();
+        if (!stop_signal && root && fidelity_ && (step % t.fidelity_every == 0 || step == t.steps)) log_fidelity(step);
+        if (!stop_signal && root && evaluator_ && evaluator_->due(step, t.steps)) {
             const nlohmann::json record = evaluator_->evaluate(*model_, step);
             std::printf("step %6d/%d | eval %s\n", step, t.steps, TrainingEvaluator::describe(record).c_str());
-            metrics_->write(record);
+            write_metrics(record);
         }
         const int every = config_.checkpoint.every;
         if ((every > 0 && step % every == 0) || step == t.steps || stop_signal) save_checkpoint();

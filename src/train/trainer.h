@@ -51,6 +51,7 @@ private:
     // Everything the constructor does once the run folder holds config.toml (data, model, weights).
     void start(const std::optional<std::filesystem::path>& resume_checkpoint,
                const std::optional<WeightsFile>& init_from);
+    void write_metrics(const nlohmann::json& line);  // a line of metrics.jsonl (rank 0 alone writes it)
     void log_replan(const ReplanEvent& event);
     float validation_loss();
     void log_step(int step, float loss, float lr, float grad_norm, double seconds);

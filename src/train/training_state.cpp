@@ -8,6 +8,7 @@
 #include "src/io/checkpoint.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/dist/process_group.h"
 
 namespace adacc {
 
@@ -69,6 +70,18 @@ std::uint64_t unsigned_field(const CheckpointReader& reader, const nlohmann::jso
     return value.get<std::uint64_t>();
 }
 
+// The checkpoint's data position counts the batches of every rank (train_data.batch): each of
+// this job's W ranks has taken a W-th of them, so a job resumes on any world size that divides it.
+std::uint64_t rank_batches(const CheckpointReader& reader, std::uint64_t job_batches) {
+    const int W = process_group().world_size;
+    if (job_batches % static_cast<std::uint64_t>(W) != 0)
+        throw UserError(reader.path().string() + " was written after batch " + std::to_string(job_batches) +
+                        " of its epoch (all ranks together), which " + std::to_string(W) +
+                        " ranks cannot share evenly: resume with a number of processes that divides " +
+                        std::to_string(job_batches));
+    return job_batches / static_cast<std::uint64_t>(W);
+}
+
 TrainingProgress read_progress(const CheckpointReader& reader, std::uint64_t config_seed) {
     const auto& meta = reader.meta();
     TrainingProgress progress;
@@ -80,7 +93,7 @@ TrainingProgress read_progress(const CheckpointReader& reader, std::uint64_t con
     const nlohmann::json data = meta.contains("train_data") ? meta["train_data"] : nlohmann::json();
     constexpr std::uint64_t kMaxPosition = std::uint64_t{1} << 53;
     progress.train_data.epoch = unsigned_field(reader, data, "epoch", "train_data.epoch", kMaxPosition);
-    progress.train_data.batch = unsigned_field(reader, data, "batch", "train_data.batch", kMaxPosition);
+    progress.train_data.batch = rank_batches(reader, unsigned_field(reader, data, "batch", "train_data.batch", kMaxPosition));
     const nlohmann::json rng = meta.contains("rng") ? meta["rng"] : nlohmann::json();
     if (!rng.is_object() || rng.value("scheme", nlohmann::json()) != kRngScheme)
         throw bad_metadata(reader, "rng.scheme is not \"" + std::string(kRngScheme) + "\"");
@@ -100,7 +113,10 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_
                                                const GPTModel& model, const TrainingProgress& progress) {
     nlohmann::json meta;
     meta["step"] = progress.step;
-    meta["train_data"] = {{"epoch", progress.train_data.epoch}, {"batch", progress.train_data.batch}};
+    const int W = process_group().world_size;  // every rank has taken as many batches as this one
+    meta["train_data"] = {{"epoch", progress.train_data.epoch},
+                          {"batch", progress.train_data.batch * static_cast<std::uint64_t>(W)},
+                          {"world_size", W}};
     meta["rng"] = {{"scheme", kRngScheme}, {"seed", config.training.seed}};
     meta["skipped_nonfinite"] = progress.skipped_nonfinite;
     meta["parameters"] = model.num_params();

@@ -15,7 +15,9 @@ namespace adacc {
 
 struct TrainingProgress {
     int step = 0;                  // optimizer steps completed
-    DataLoaderState train_data;    // position of the training loader after `step`
+    // Position of this rank's training loader after `step`. The checkpoint stores the job's: the
+    // batches all W ranks took (W times this rank's), so it resumes on any world size dividing it.
+    DataLoaderState train_data;
     int skipped_nonfinite = 0;     // steps skipped so far for a non-finite loss or gradient norm
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "src/common/units.h"
+#include "src/dist/process_group.h"
 #include "src/engine/optimizer.h"
 
 namespace adacc {
@@ -16,18 +17,21 @@ TrainingStep::TrainingStep(const RunConfig& config, GPTModel& model, DataLoader&
 
 StepResult TrainingStep::run(int step) {
     const int B = training_.batch_size, T = training_.seq_len, accum = training_.grad_accum;
+    const ProcessGroup& group = process_group();
+    const int W = group.world_size;
     const auto start = std::chrono::steady_clock::now();
     if (regulator_) regulator_->before_step(step, model_);
-    const float dloss = 1.0f / (static_cast<float>(B) * T * accum);
-    const double tokens_per_step = static_cast<double>(B) * T * accum;
+    const float dloss = 1.0f / (static_cast<float>(B) * T * accum * W);
+    const double tokens_per_step = static_cast<double>(B) * T * accum * W;  // every rank's
     for (int micro = 0; micro < accum; ++micro) {
         data_.next_batch(inputs_, targets_);
         const DropoutContext dropout{training_.seed, static_cast<std::uint64_t>(step),
-                                     static_cast<std::uint64_t>(micro), true};
+                                     static_cast<std::uint64_t>(micro) * W + group.rank, true};
         model_.forward_step(inputs_.data(), targets_.data(), B, T, dropout, dloss, tokens_per_step,
                             /*accumulate_loss=*/micro > 0);
         model_.backward(inputs_.data(), B, T, /*accumulate=*/micro > 0);
     }
+    all_reduce_sum(model_.backend(), model_.grads(), model_.num_params());
     // Everything is queued before the one read back. The device skips the update when the norm
     // is not finite; a non-finite loss always comes with one (its logits, hence dlogits and the
     // head's gradient, are non-finite too), so the host's flag below and the device agree.
@@ -36,7 +40,9 @@ StepResult TrainingStep::run(int step) {
     queue_gradient_norm(model_);
     queue_adamw_step(model_, optimizer_, result.lr, step);
     const StepReadout readout = model_.read_step();
-    result.loss = readout.loss;
+    double loss = readout.loss;  // this rank's share of the step's mean
+    all_reduce_sum(&loss, 1);
+    result.loss = static_cast<float>(loss);
     result.grad_norm = readout.grad_norm;
     result.updated = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
     result.seconds = seconds_since(start);

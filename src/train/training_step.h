@@ -15,7 +15,7 @@
 namespace adacc {
 
 struct StepResult {
-    float loss = 0;        // mean over the step's micro-batches
+    float loss = 0;        // mean over the step's micro-batches, on every rank
     float lr = 0;          // the schedule's rate at this step
     float grad_norm = 0;   // global L2 norm of the gradients, before clipping
     bool updated = false;  // false: the loss or the norm is not finite and the parameters were left as they were
@@ -31,10 +31,13 @@ public:
 
     // Optimizer step `step` (1-based): training.grad_accum micro-batches, each the data's next
     // batch through forward (dropout seeded by training.seed, the step and the micro-batch;
-    // dloss = 1 / (B T grad_accum), so the gradients are the step's mean) and backward
-    // (accumulating after the first); then, when the loss and the gradient norm are finite,
-    // AdamW at learning_rate() with global-norm clipping. What a non-finite step means for the
-    // run (skip or stop) is the caller's.
+    // dloss = 1 / (B T grad_accum W) over W data-parallel ranks) and backward (accumulating after
+    // the first); the ranks' gradients summed (src/dist/process_group.h), so every rank holds the
+    // mean over the global batch; then, when the loss and the gradient norm are finite, AdamW at
+    // learning_rate() with global-norm clipping. Rank r's micro-batch m is micro-batch m W + r of
+    // the step, in data (its loader takes every W-th batch) and dropout masks alike: W ranks with
+    // grad_accum A train as one process with grad_accum A W. What a non-finite step means for
+    // the run (skip or stop) is the caller's.
     StepResult run(int step);
 
     // After the step is reported (its tape peak read): the regulator looks at the step's sample

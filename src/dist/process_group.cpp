@@ -1,0 +1,134 @@
+#include "src/dist/process_group.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#ifdef ADACC_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only: no C++ bindings (deprecated, and noisy to compile)
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+#include "src/engine/backend.h"
+
+namespace adacc {
+
+namespace {
+
+ProcessGroup group;
+#ifdef ADACC_HAVE_MPI
+bool mpi_started = false;
+#endif
+
+// What the launchers set: OpenMPI's mpirun, PMI (MPICH's, Slurm's srun), PMIx (srun, prrte).
+bool started_by_a_launcher() {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+        if (std::getenv(name)) return true;
+    return false;
+}
+
+#ifndef ADACC_HAVE_MPI
+// The job's size as the launcher states it (1 when it does not say).
+int launched_world_size() {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+        if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+    return 1;
+}
+#else
+// MPI counts are ints: larger buffers go in chunks of 2^30 elements.
+constexpr std::size_t kMaxChunk = std::size_t{1} << 30;
+
+void all_reduce_host(float* data, std::size_t count) {
+    for (std::size_t at = 0; at < count; at += kMaxChunk)
+        MPI_Allreduce(MPI_IN_PLACE, data + at, static_cast<int>(std::min(kMaxChunk, count - at)), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+}
+#endif
+
+}  // namespace
+
+void join_process_group(int* argc, char*** argv) {
+    if (!started_by_a_launcher()) return;
+#ifdef ADACC_HAVE_MPI
+    MPI_Init(argc, argv);  // MPI's default error handler ends the whole job with its message
+    mpi_started = true;
+    MPI_Comm_rank(MPI_COMM_WORLD, &group.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &group.world_size);
+    MPI_Comm machine;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, group.rank, MPI_INFO_NULL, &machine);
+    MPI_Comm_rank(machine, &group.local_rank);
+    MPI_Comm_free(&machine);
+    if (!group.is_root() && !std::freopen("/dev/null", "w", stdout))
+        abort_process_group("cannot silence stdout on this rank (/dev/null)", 3);
+#else
+    (void)argc, (void)argv;
+    // Several copies that cannot talk would each train alone and write over each other's run.
+    if (const int size = launched_world_size(); size > 1) {
+        std::fprintf(stderr,
+                     "error: started by an MPI launcher as one of %d processes, but this adacc was built without "
+                     "MPI: install it (scripts/install_deps.sh: libopenmpi-dev) and rebuild, or run one process\n",
+                     size);
+        std::exit(2);
+    }
+#endif
+}
+
+void leave_process_group() {
+#ifdef ADACC_HAVE_MPI
+    if (mpi_started) MPI_Finalize();
+    mpi_started = false;
+#endif
+}
+
+const ProcessGroup& process_group() { return group; }
+
+void all_reduce_sum(Backend& backend, float* data, std::size_t count) {
+    if (group.world_size == 1 || count == 0) return;
+#ifdef ADACC_HAVE_MPI
+    if (backend.all_reduce_sum(data, count)) return;
+    backend.synchronize();  // the kernels that wrote `data` are done
+    if (backend.host_addressable()) return all_reduce_host(data, count);
+    static std::vector<float> staging;  // one model's gradients, kept for the next step
+    staging.resize(count);
+    backend.copy_to_host(staging.data(), data, count * sizeof(float));
+    all_reduce_host(staging.data(), count);
+    backend.copy_to_device(data, staging.data(), count * sizeof(float));
+#endif
+}
+
+void all_reduce_sum(double* values, std::size_t count) {
+    if (group.world_size == 1 || count == 0) return;
+#ifdef ADACC_HAVE_MPI
+    MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+#endif
+}
+
+int all_reduce_max(int value) {
+#ifdef ADACC_HAVE_MPI
+    if (group.world_size > 1) MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+#endif
+    return value;
+}
+
+void broadcast_bytes(void* data, std::size_t bytes, int root) {
+#ifdef ADACC_HAVE_MPI
+    if (group.world_size > 1) MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD);
+#endif
+}
+
+void abort_process_group(const std::string& message, int status) {
+    std::fflush(stdout);
+    if (group.world_size > 1)
+        std::fprintf(stderr, "rank %d of %d: %s\n", group.rank, group.world_size, message.c_str());
+    else
+        std::fprintf(stderr, "%s\n", message.c_str());
+    std::fflush(stderr);
+#ifdef ADACC_HAVE_MPI
+    if (mpi_started && group.world_size > 1) MPI_Abort(MPI_COMM_WORLD, status);
+#endif
+    std::exit(status);
+}
+
+}  // namespace adacc

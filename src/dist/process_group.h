@@ -1,0 +1,46 @@
+// Data parallelism across processes (docs/distributed.md): the job's processes, started by the
+// cluster's launcher (`mpirun -np N adacc train ...`, or `srun` under Slurm), each train the same
+// model on their own share of the data and average their gradients after backward. MPI starts
+// them and sums on the CPU; a process not started by a launcher (or a build without MPI) is a
+// group of one, and every call here is then free.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace adacc {
+
+class Backend;
+
+struct ProcessGroup {
+    int rank = 0;        // this process, 0 .. world_size - 1
+    int world_size = 1;
+    int local_rank = 0;  // among the processes on this machine (which GPU it takes)
+    bool is_root() const { return rank == 0; }
+};
+
+// Joins the job: MPI_Init when a launcher started this process (its environment names the job:
+// OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK) and the build has MPI; else a group of one. Once,
+// first thing in main. Ranks other than 0 then write nothing on stdout (only rank 0 logs); their
+// errors still reach stderr.
+void join_process_group(int* argc, char*** argv);
+// Leaves it (MPI_Finalize) at a normal exit.
+void leave_process_group();
+const ProcessGroup& process_group();
+
+// Sums `count` floats at `data` (in `backend`'s memory) over the ranks, in place: every rank ends
+// with the same sum. With the backend's own collectives where it has them (NCCL on a GPU), else
+// through host memory (MPI).
+void all_reduce_sum(Backend& backend, float* data, std::size_t count);
+// Host values, in place.
+void all_reduce_sum(double* values, std::size_t count);
+int all_reduce_max(int value);
+// `bytes` of host memory at `data` from rank `root` to every rank.
+void broadcast_bytes(void* data, std::size_t bytes, int root);
+
+// Ends every process of the job with `status`: `message` goes to stderr first, prefixed with this
+// rank when there are several (MPI_Abort; the launcher ends the others within seconds). In a group
+// of one it is std::exit.
+[[noreturn]] void abort_process_group(const std::string& message, int status);
+
+}  // namespace adacc

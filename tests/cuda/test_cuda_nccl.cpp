@@ -1,0 +1,37 @@
+// NCCL's all-reduce as the CUDA backend runs it for data parallelism (src/cuda/nccl_all_reduce.h),
+// at world size 1 (a communicator of this process alone): the sum over one rank leaves every
+// value as it was, through NCCL's own init and kernel. On a GPU only (the SIMT emulation has no
+// NCCL; its backend sums through host memory); skipped where libnccl.so.2 is not installed.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "src/engine/backend.h"
+#include "tests/cuda/cuda_test_support.h"
+#ifndef ADACC_SIMT_EMULATION
+#include "src/cuda/nccl_all_reduce.h"
+#endif
+
+namespace adacc::test {
+namespace {
+
+TEST(CudaNccl, AllReduceOverOneRankKeepsTheValues) {
+#ifdef ADACC_SIMT_EMULATION
+    GTEST_SKIP() << "NCCL runs on a GPU only (the emulated backend sums through host memory)";
+#else
+    ADACC_REQUIRE_CUDA_DEVICE();
+    if (!nccl_available()) GTEST_SKIP() << "libnccl.so.2 is not installed here";
+    Backend& backend = cuda_backend();
+    std::vector<float> values(1000);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * static_cast<float>(i) - 100.0f;
+    const Arena buffer(backend, values.size() * sizeof(float));
+    backend.copy_to_device(buffer.data(), values.data(), values.size() * sizeof(float));
+    ASSERT_TRUE(backend.all_reduce_sum(buffer.as<float>(), values.size()));
+    std::vector<float> back(values.size());
+    backend.copy_to_host(back.data(), buffer.data(), back.size() * sizeof(float));
+    EXPECT_EQ(back, values);
+#endif
+}
+
+}  // namespace
+}  // namespace adacc::test
