@@ -405,7 +405,7 @@ TEST(Config, TableListsEveryKeyWithAlignedValues) {
         ++rows;
         start = end + 1;
     }
-    EXPECT_EQ(rows, 52u);  // the 49 fields of run_config.h, plus model.preset, model.attention and model.dtype
+    EXPECT_EQ(rows, 53u);  // the 50 fields of run_config.h, plus model.preset, model.attention and model.dtype
 }
 
 TEST(Config, ReferenceDescribesEveryKey) {

@@ -8,8 +8,10 @@
 //   * a 2-rank run checkpointed at step 3 and resumed on 1 rank (grad_accum 2: the same global
 //     batch) continues with the losses of the uninterrupted 2-rank run;
 //   * an error on one rank (a shard missing for rank 1 alone: an MPMD launch gives it another
-//     config) ends both ranks within seconds with that rank's message.
-// Skipped with a message where this build has no MPI or mpirun is not installed.
+//     config) ends both ranks within seconds with that rank's message;
+//   * ZeRO-1 (training.zero = 1) trains as plain data parallelism, and its accounting: per-rank
+//     AdamW state in `adacc memory --world-size`, a larger planned batch at a fixed budget.
+// The mpirun tests skip with a message where this build has no MPI or mpirun is not installed.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -21,6 +23,10 @@
 #include <vector>
 
 #include "data/token_shard.h"
+#include "src/adacc/adacc_regulator.h"
+#include "src/common/units.h"
+#include "src/config/config.h"
+#include "src/engine/gpt_model.h"
 #include "src/io/checkpoint.h"
 #include "tests/test_support.h"
 
@@ -175,6 +181,87 @@ TEST(DataParallel, AnErrorOnOneRankEndsEveryRank) {
     EXPECT_NE(r.output.find("rank 1 of 2: error: "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("missing_*.bin"), std::string::npos) << r.output;
     EXPECT_LT(seconds, 60) << r.output;
+}
+
+// ZeRO-1 gives the result of plain data parallelism: the same gradient sums (reduce-scatter
+// instead of all-reduce: for two ranks the same additions) and updates; only the gradient norm is
+// summed in another order (per shard, then over ranks), so within 1e-6. A ZeRO-1 checkpoint holds
+// every moment (gathered) and resumes on one process.
+TEST(DataParallel, ZeroOneTrainsAsPlainDataParallelismAndResumesOnOneRank) {
+    REQUIRE_MPI();
+    const auto dir = write_job("dp_zero");
+    const std::string dropout = "--set model.dropout=0.1 --set checkpoint.every=3 ";
+    ASSERT_EQ(train(dir, "plain", 2, dropout).status, 0);
+    const auto zero = train(dir, "zero", 2, dropout + "--set training.zero=1");
+    ASSERT_EQ(zero.status, 0) << zero.output;
+    expect_close(losses(dir / "zero"), losses(dir / "plain"), 1e-6);
+    const std::vector<float> a = final_parameters(dir / "zero"), b = final_parameters(dir / "plain");
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_LT(relative_l2(a, b), 1e-6);
+    // Each rank held half of AdamW's m and v (the memory line counts one rank's arenas).
+    EXPECT_NE(zero.output.find("adamw 117.50 KiB"), std::string::npos) << zero.output;
+    const std::map<int, double> uninterrupted = losses(dir / "zero");
+    std::filesystem::remove(checkpoint_path(dir / "zero", 6));
+    const auto resumed = test::run_adacc("train --resume " + (dir / "zero").string() + " --set training.grad_accum=2");
+    ASSERT_EQ(resumed.status, 0) << resumed.output;
+    expect_close(losses(dir / "zero"), uninterrupted, 1e-6);
+}
+
+// ZeRO-1's accounting (no processes needed): each of W ranks holds ceil(n / W) of AdamW's moments,
+// the shards cover every parameter once, and `adacc memory --world-size 8 --set training.zero=1`
+// prints that per-rank size; at a fixed budget the planner then fits a larger batch per rank.
+TEST(ZeroOne, ShardsTheAdamWMomentsAcrossRanks) {
+    const GPTConfig cfg = *gpt_preset("gpt-micro");
+    const int B = 2, T = 16;
+    const ActivationPlan plan(BlockGraph(cfg, B, T), cfg.n_layer);
+    const std::size_t n = ParameterLayout(cfg).total();
+    const ModelMemory whole = GPTModel::plan_memory(cfg, B, T, plan, {}, ModelUse::training, ComputeTarget{});
+    const ModelMemory shard =
+        GPTModel::plan_memory(cfg, B, T, plan, {}, ModelUse::training, ComputeTarget{Device::cpu, DType::f32, 8});
+    EXPECT_EQ(whole.optimizer_state, 2 * n * sizeof(float));
+    EXPECT_EQ(shard.optimizer_state, 2 * ((n + 7) / 8) * sizeof(float));
+    EXPECT_EQ(shard.parameters, whole.parameters);
+    EXPECT_EQ(shard.gradients, whole.gradients);
+    std::size_t covered = 0;
+    for (int r = 0; r < 8; ++r) {
+        const OptimizerShard s = optimizer_shard(n, 8, r);
+        EXPECT_EQ(s.begin, covered) << "rank " << r;
+        covered += s.count;
+    }
+    EXPECT_EQ(covered, n);
+}
+
+// `text` as a whole cell of a printed table (spaces either side).
+std::string table_cell(const std::string& text) {
+    std::string cell = " ";
+    cell += text;
+    cell += ' ';
+    return cell;
+}
+
+TEST(ZeroOne, AdaccMemoryShowsPerRankStateAndPlanFitsALargerBatch) {
+    const auto dir = write_job("zero_memory");
+    const std::string config = "--config " + (dir / "job.toml").string() + " --set model.n_embd=128 --set model.n_head=4";
+    const auto plain = test::run_adacc("memory " + config + " --world-size 8 --memory-budget 8MiB");
+    const auto zero = test::run_adacc("memory " + config + " --world-size 8 --set training.zero=1 --memory-budget 8MiB");
+    ASSERT_EQ(plain.status, 0) << plain.output;
+    ASSERT_EQ(zero.status, 0) << zero.output;
+    EXPECT_NE(zero.output.find("per rank of 8 data-parallel ranks"), std::string::npos) << zero.output;
+    EXPECT_NE(zero.output.find("ZeRO-1"), std::string::npos) << zero.output;
+    const RunConfig run = load_config(dir / "job.toml", {"model.n_embd=128", "model.n_head=4"});
+    const std::size_t n = ParameterLayout(run.model).total();
+    EXPECT_NE(plain.output.find(table_cell(format_bytes(2 * sizeof(float) * n))), std::string::npos) << plain.output;
+    EXPECT_NE(zero.output.find(table_cell(format_bytes(2 * sizeof(float) * ((n + 7) / 8)))), std::string::npos)
+        << "the adamw column holds one rank's shard:\n" << zero.output;
+    // The planner at a fixed per-rank budget: a larger predicted batch with the moments sharded.
+    const std::vector<int> tokens(static_cast<std::size_t>(run.training.seq_len), 1);
+    const Profile unit = unit_batch_profile(run, tokens);
+    const std::uint64_t budget = 8u << 20;  // unsharded, the model state alone is 6.6 MB of it
+    const int unsharded = largest_planned_batch(run, unit, MemoryMode::adacc, budget, ComputeTarget{});
+    const int sharded =
+        largest_planned_batch(run, unit, MemoryMode::adacc, budget, ComputeTarget{Device::cpu, DType::f32, 8});
+    EXPECT_GT(unsharded, 0);
+    EXPECT_GT(sharded, unsharded) << "ZeRO-1 leaves more of the budget for activations";
 }
 
 }  // namespace

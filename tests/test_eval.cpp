@@ -591,7 +591,7 @@ protected:
         config.logging.run_dir = (dir / "run").string();
         GPTModel model(config.model, 1, 8);
         model.init_weights(9);
-        checkpoint = save_training_checkpoint(dir / "run", config, model, TrainingProgress{});
+        checkpoint = *save_training_checkpoint(dir / "run", config, model, TrainingProgress{});
         save_llmc_model(dir / "model.bin", config.model, model.params());
         vocab = (data / "gpt2_tokenizer").string();
     }

@@ -92,7 +92,9 @@ void raise_to_samples(Profile& profile, const std::vector<CodecSample>& samples)
 
 AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_bytes, RegulatorOptions options,
                                const std::vector<int>& tokens, const float* weights)
-    : config_(config), target_(compute_target(config)), budget_(budget_bytes), options_(std::move(options)),
+    : config_(config),
+      target_(compute_target(config, options.world_size > 0 ? options.world_size : process_group().world_size)),
+      budget_(budget_bytes), options_(std::move(options)),
       plan_{ActivationPlan(BlockGraph(config.model, 1, 1), config.model.n_layer), {}, {}, {}, {}, {}, {}},
       monitor_(options_.monitor) {
     const int B = config.training.batch_size, T = config.training.seq_len;

@@ -27,6 +27,7 @@ struct RegulatorOptions {
     MonitorOptions monitor;
     std::optional<std::filesystem::path> profile_file;  // reuse instead of profiling
     std::filesystem::path save_profile;                 // where to write the profile ("" = nowhere)
+    int world_size = 0;  // data-parallel ranks the plan's memory is per rank of (0: this job's)
 };
 
 // The options of planned mode `mode` (adacc or recompute-opt) as the config's [memory] section

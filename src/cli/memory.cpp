@@ -1,4 +1,4 @@
-// adacc memory --config FILE [--set ...] [--memory-budget SIZE] [--modes none,full,...,adacc]
+// adacc memory --config FILE [--set ...] [--memory-budget SIZE] [--modes none,full,...,adacc] [--world-size N]
 // The arena breakdown per memory mode, computed without allocating or training. Planned modes
 // (adacc, recompute-opt) need the budget: their row is the plan for it, and their largest batch
 // is the planner's, from one profile of the profiler's slice at batch 1 (a few forwards of two
@@ -22,6 +22,7 @@ namespace {
 struct MemoryArgs {
     std::string config, budget, device, dtype;
     std::vector<std::string> overrides, modes;
+    int world_size = 1;
 };
 
 // A planned mode's row: the plan for the config's batch within the budget, and the largest batch
@@ -39,7 +40,7 @@ MemoryRow planned_memory_row(const RunConfig& config, const Profile& unit, Memor
     } catch (const UserError&) {
         row.note = "no plan fits batch " + std::to_string(B) + " within the budget";
     }
-    row.max_batch = largest_planned_batch(config, unit, mode, budget, target);
+    row.max_batch = largest_planned_batch(config, unit, mode, budget, target);  // per rank
     return row;
 }
 
@@ -59,11 +60,15 @@ void run_memory(MemoryArgs& args) {
     }
     if (modes.empty()) modes = fixed_memory_modes();
     const GPTConfig& m = config.model;
-    const ComputeTarget target = compute_target(config);
+    const ComputeTarget target = compute_target(config, args.world_size);
     const int B = config.training.batch_size, T = config.training.seq_len;
-    std::printf("model L=%d C=%d H=%d V=%d, %lld parameters; batch %d x seq %d%s%s\n\n", m.n_layer, m.n_embd,
+    std::printf("model L=%d C=%d H=%d V=%d, %lld parameters; batch %d x seq %d%s%s\n", m.n_layer, m.n_embd,
                 m.n_head, m.vocab_size, static_cast<long long>(m.parameter_count()), B, T,
                 budget ? ", budget " : "", budget ? format_bytes(budget).c_str() : "");
+    if (args.world_size > 1)
+        std::printf("per rank of %d data-parallel ranks (batch per rank)%s\n", args.world_size,
+                    config.training.zero ? ", ZeRO-1: AdamW's moments sharded" : ", each holding the whole model state");
+    std::printf("\n");
     std::printf("%s", describe_device_memory(target).c_str());
     std::optional<Profile> unit;  // profiled once, for every planned mode
     std::vector<MemoryRow> rows;
@@ -93,6 +98,10 @@ void add_memory_command(CLI::App& app) {
     cmd->add_option("--memory-budget", args->budget, "memory budget (e.g. 24GiB): adds the largest batch per mode");
     add_device_option(*cmd, args->device, "training.device; sizes are computed, so no GPU is needed");
     add_dtype_option(*cmd, args->dtype, "model.dtype");
+    cmd->add_option("--world-size", args->world_size,
+                    "data-parallel ranks the sizes are per rank of (with --set training.zero=1 they share AdamW's "
+                    "moments)")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--modes", args->modes,
                     "modes to show (default: " + join_memory_mode_names(fixed_memory_modes()) +
                         "; adacc and recompute-opt need --memory-budget)")

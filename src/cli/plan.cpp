@@ -1,5 +1,5 @@
 // adacc plan --config FILE --memory-budget SIZE [--profile FILE] [--format table|json]
-//            [--granularity block|global] [--no-compress] [--set ...]
+//            [--granularity block|global] [--no-compress] [--world-size N] [--set ...]
 // Profiles the model (or reads a profile), solves the Adacc MILP for the budget and prints the
 // plan per (layer class, tensor), the predicted memory and added time, and the solver's status.
 #include <CLI/CLI.hpp>
@@ -18,6 +18,7 @@ struct PlanArgs {
     std::string config, budget, profile, format = "table", granularity, save_profile, device, dtype;
     std::vector<std::string> overrides;
     bool no_compress = false;
+    int world_size = 1;
 };
 
 void run_plan(PlanArgs& args) {
@@ -36,6 +37,7 @@ void run_plan(PlanArgs& args) {
     RegulatorOptions options =
         regulator_options(config, args.no_compress ? MemoryMode::recompute_opt : MemoryMode::adacc);
     options.save_profile = args.save_profile;
+    options.world_size = args.world_size;
     const AdaccRegulator regulator(config, budget, options, profiling_tokens(config), nullptr);
     std::printf("%s", format_plan(regulator.plan(), regulator.profile(), options.codecs, config.model,
                                   config.training.batch_size,
@@ -54,6 +56,10 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--save-profile", args->save_profile, "write the profile measured here to FILE");
     add_device_option(*cmd, args->device, "training.device");
     add_dtype_option(*cmd, args->dtype, "model.dtype");
+    cmd->add_option("--world-size", args->world_size,
+                    "data-parallel ranks the budget is per rank of (with --set training.zero=1 they share AdamW's "
+                    "moments, so more of the budget is left for activations)")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--format", args->format, "table or json")->check(CLI::IsMember({"table", "json"}));
     cmd->add_option("--granularity", args->granularity,
                     "block (one plan for every layer) or global (layers may differ); default: memory.granularity")

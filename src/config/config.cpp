@@ -409,7 +409,11 @@ const std::vector<KeySpec>& registry() {
         field<&R::training, &TrainingSection::threads>("training", "threads", within(0, kMaxCpuThreads),
                                                        "CPU threads (0 = all cores)"),
         field<&R::training, &TrainingSection::device>("training", "device", one_of(device_names()),
-                                                      "where the model runs: cpu, or cuda (GPU 0)"),
+                                                      "where the model runs: cpu, or cuda (the local rank's GPU)"),
+        field<&R::training, &TrainingSection::zero>(
+            "training", "zero", within(0, 1),
+            "1: ZeRO-1, AdamW's moments sharded over the data-parallel ranks (each holds 1/N of them); 0: every "
+            "rank holds all"),
         field<&R::training, &TrainingSection::skip_nonfinite>(
             "training", "skip_nonfinite", at_least(0),
             "steps with a non-finite loss or gradient norm to skip (no update) before stopping; 0 = stop at the first"),
@@ -839,9 +843,9 @@ void validate_config(const RunConfig& config, std::string_view source_name) {
     compute_target(config);  // a dtype the device does not run is refused here, naming both
 }
 
-ComputeTarget compute_target(const RunConfig& config) {
+ComputeTarget compute_target(const RunConfig& config, int world_size) {
     const Device device = parse_device(config.training.device);
-    return {device, resolve_model_dtype(config.dtype, device)};
+    return {device, resolve_model_dtype(config.dtype, device), config.training.zero ? world_size : 1};
 }
 
 RunConfig config_from_toml_string(std::string_view text, std::string_view source_name) {

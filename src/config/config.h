@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "src/config/run_config.h"
+#include "src/dist/process_group.h"
 #include "src/engine/device.h"
 
 namespace adacc {
@@ -41,7 +42,9 @@ void apply_override(RunConfig& config, std::string_view assignment);
 void validate_config(const RunConfig& config, std::string_view source_name = {});
 // Where the config's model runs: training.device and model.dtype resolved ("auto": the device's
 // default). SettingError when the device does not run the dtype.
-ComputeTarget compute_target(const RunConfig& config);
+// The target of a run of `world_size` data-parallel ranks (this job's by default): with
+// training.zero = 1 they share the AdamW state.
+ComputeTarget compute_target(const RunConfig& config, int world_size = process_group().world_size);
 
 // The resolved config, one "section.key  value" row per key, values aligned in one column.
 std::string format_config_table(const RunConfig& config);

@@ -25,6 +25,7 @@ struct TrainingSection {
     int threads = 0;             // OpenMP threads (0 = all cores)
     std::string device = "cpu";  // "cpu" | "cuda" (src/engine/device.h)
     int skip_nonfinite = 0;      // steps with a non-finite loss or gradient norm skipped before stopping
+    int zero = 0;                // 1: ZeRO-1, AdamW's m and v sharded over the data-parallel ranks
 };
 
 struct OptimizerSection {

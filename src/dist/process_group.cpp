@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #ifdef ADACC_HAVE_MPI
@@ -12,6 +14,7 @@
 #endif
 
 #include "src/engine/backend.h"
+#include "src/engine/model_layout.h"
 
 namespace adacc {
 
@@ -44,6 +47,48 @@ void all_reduce_host(float* data, std::size_t count) {
     for (std::size_t at = 0; at < count; at += kMaxChunk)
         MPI_Allreduce(MPI_IN_PLACE, data + at, static_cast<int>(std::min(kMaxChunk, count - at)), MPI_FLOAT, MPI_SUM,
                       MPI_COMM_WORLD);
+}
+
+// Every rank's shard of `count` floats: element counts and offsets, as MPI's v-collectives take them.
+struct ShardCounts {
+    std::vector<int> counts, offsets;
+};
+ShardCounts shard_counts(std::size_t count) {
+    ShardCounts out;
+    for (int r = 0; r < group.world_size; ++r) {
+        const OptimizerShard s = optimizer_shard(count, group.world_size, r);
+        if (s.begin + s.count > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+            abort_process_group("error: ZeRO-1 shards past 2^31 floats are not supported: use more ranks", 2);
+        out.counts.push_back(static_cast<int>(s.count));
+        out.offsets.push_back(static_cast<int>(s.begin));
+    }
+    return out;
+}
+
+// Host memory `data` (count floats), in place.
+void reduce_scatter_host(float* data, std::size_t count) {
+    const ShardCounts s = shard_counts(count);
+    // In place, the rank's block of the sum lands at the start of the buffer: moved to its shard.
+    MPI_Reduce_scatter(MPI_IN_PLACE, data, s.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    std::memmove(data + s.offsets[group.rank], data, sizeof(float) * static_cast<std::size_t>(s.counts[group.rank]));
+}
+void all_gather_host(float* data, std::size_t count) {
+    const ShardCounts s = shard_counts(count);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, s.counts.data(), s.offsets.data(), MPI_FLOAT,
+                   MPI_COMM_WORLD);
+}
+
+// `operation` on a host copy of `data` when the backend's memory is not the host's (one staging
+// buffer for all of them, kept for the next step).
+std::vector<float> host_staging;
+template <typename Operation>
+void on_host(Backend& backend, float* data, std::size_t count, Operation operation) {
+    backend.synchronize();  // the kernels that wrote `data` are done
+    if (backend.host_addressable()) return operation(data);
+    host_staging.resize(count);
+    backend.copy_to_host(host_staging.data(), data, count * sizeof(float));
+    operation(host_staging.data());
+    backend.copy_to_device(data, host_staging.data(), count * sizeof(float));
 }
 #endif
 
@@ -88,13 +133,33 @@ void all_reduce_sum(Backend& backend, float* data, std::size_t count) {
     if (group.world_size == 1 || count == 0) return;
 #ifdef ADACC_HAVE_MPI
     if (backend.all_reduce_sum(data, count)) return;
-    backend.synchronize();  // the kernels that wrote `data` are done
-    if (backend.host_addressable()) return all_reduce_host(data, count);
-    static std::vector<float> staging;  // one model's gradients, kept for the next step
-    staging.resize(count);
-    backend.copy_to_host(staging.data(), data, count * sizeof(float));
-    all_reduce_host(staging.data(), count);
-    backend.copy_to_device(data, staging.data(), count * sizeof(float));
+    on_host(backend, data, count, [&](float* host) { all_reduce_host(host, count); });
+#endif
+}
+
+void reduce_scatter_sum(Backend& backend, float* data, std::size_t count) {
+    if (group.world_size == 1 || count == 0) return;
+#ifdef ADACC_HAVE_MPI
+    on_host(backend, data, count, [&](float* host) { reduce_scatter_host(host, count); });
+#endif
+}
+
+void all_gather(Backend& backend, float* data, std::size_t count) {
+    if (group.world_size == 1 || count == 0) return;
+#ifdef ADACC_HAVE_MPI
+    on_host(backend, data, count, [&](float* host) { all_gather_host(host, count); });
+#endif
+}
+
+void gather_to_root(const float* shard, float* full, std::size_t count) {
+    if (group.world_size == 1) {
+        std::copy(shard, shard + count, full);
+        return;
+    }
+#ifdef ADACC_HAVE_MPI
+    const ShardCounts s = shard_counts(count);
+    MPI_Gatherv(shard, s.counts[group.rank], MPI_FLOAT, full, s.counts.data(), s.offsets.data(), MPI_FLOAT, 0,
+                MPI_COMM_WORLD);
 #endif
 }
 

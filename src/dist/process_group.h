@@ -38,6 +38,15 @@ int all_reduce_max(int value);
 // `bytes` of host memory at `data` from rank `root` to every rank.
 void broadcast_bytes(void* data, std::size_t bytes, int root);
 
+// Collectives over `count` floats split into world_size shards as ZeRO-1 splits the parameters
+// (src/engine/model_layout.h: optimizer_shard). In `backend`'s memory, in place:
+// reduce_scatter_sum leaves in this rank's shard of `data` the ranks' sum of it (the rest of
+// `data` is then undefined); all_gather copies every rank's shard to every rank.
+void reduce_scatter_sum(Backend& backend, float* data, std::size_t count);
+void all_gather(Backend& backend, float* data, std::size_t count);
+// Host memory: rank 0's `full` (count floats) receives every rank's `shard` (its shard's floats).
+void gather_to_root(const float* shard, float* full, std::size_t count);
+
 // Ends every process of the job with `status`: `message` goes to stderr first, prefixed with this
 // rank when there are several (MPI_Abort; the launcher ends the others within seconds). In a group
 // of one it is std::exit.

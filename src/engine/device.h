@@ -44,12 +44,15 @@ const char* model_dtype_name(DType dtype);
 // when the name is unknown or the device does not run that dtype.
 DType resolve_model_dtype(const std::string& name, Device device);
 
-// Where a model runs: the device and the activations' dtype (what sizes every arena). From a
-// bare Device, fp32.
+// Where a model runs: the device, the activations' dtype (what sizes every arena) and how many
+// data-parallel ranks share its AdamW state (ZeRO-1; 1: it holds all of it). From a bare
+// Device, fp32 and unshared.
 struct ComputeTarget {
-    ComputeTarget(Device d = Device::cpu, DType a = DType::f32) : device(d), activation(a) {}
+    ComputeTarget(Device d = Device::cpu, DType a = DType::f32, int shards = 1)
+        : device(d), activation(a), optimizer_shards(shards) {}
     Device device;
     DType activation;
+    int optimizer_shards;
 };
 
 // What memory accounting needs to know about a target's backend.
@@ -60,6 +63,7 @@ struct DeviceTraits {
     // Bytes per parameter of the matmuls' working copy beside the fp32 masters (bf16: 2; fp32: 0,
     // the masters are the working weights). Masters, gradients, AdamW m and v are 4 each.
     std::size_t working_weight_bytes = 0;
+    int optimizer_shards = 1;  // ranks sharing AdamW's m and v (ZeRO-1): each holds a shard
 };
 DeviceTraits device_traits(const ComputeTarget& target);
 

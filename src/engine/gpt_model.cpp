@@ -15,8 +15,8 @@ ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T, const Acti
 namespace {
 // The target's traits, except that what the host can address is the backend's own word (a test
 // backend may stand in for a device without being one).
-DeviceTraits traits_of(const Backend& backend, DType activation) {
-    DeviceTraits traits = device_traits({backend.device(), activation});
+DeviceTraits traits_of(const Backend& backend, DType activation, int optimizer_shards) {
+    DeviceTraits traits = device_traits({backend.device(), activation, optimizer_shards});
     traits.stage_tokens = !backend.host_addressable();
     return traits;
 }
@@ -26,9 +26,11 @@ GPTModel::GPTModel(const GPTConfig& config, int B, int T)
     : GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer)) {}
 
 GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                   const CodecParams& codec_params, ModelUse use, Backend& backend, DType activation)
+                   const CodecParams& codec_params, ModelUse use, Backend& backend, DType activation,
+                   int optimizer_shards)
     : backend_(&backend),
-      layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use, traits_of(backend, activation))),
+      layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use,
+                                            traits_of(backend, activation, optimizer_shards))),
       arenas_(backend, *layout_), driver_(backend, *layout_, arenas_) {}
 
 GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, Backend& backend, DType activation) {

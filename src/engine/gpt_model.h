@@ -39,9 +39,11 @@ public:
     GPTModel(const GPTConfig& config, int B, int T);
     // Activations (and the matmuls' working weights) are of type `activation`: fp32, or bf16 on
     // CUDA, where a bf16 copy of the fp32 master weights is kept beside them (src/engine/device.h).
+    // With optimizer_shards > 1 (ZeRO-1 over that many data-parallel ranks) the model holds AdamW's
+    // moments for this rank's shard of the parameters only (optimizer_shard()).
     GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
              const CodecParams& codec_params = {}, ModelUse use = ModelUse::training,
-             Backend& backend = cpu_backend(), DType activation = DType::f32);
+             Backend& backend = cpu_backend(), DType activation = DType::f32, int optimizer_shards = 1);
     // Not movable: the driver points into the arenas (for_inference returns by guaranteed elision).
     GPTModel(const GPTModel&) = delete;
     GPTModel& operator=(const GPTModel&) = delete;
@@ -71,8 +73,11 @@ public:
     // reads and writes them through the host API below.
     float* params() const { return arenas_.params.as<float>(); }
     float* grads() const { return arenas_.grads.as<float>(); }  // null for inference
+    // AdamW's moments of this rank's optimizer shard (all parameters unless ZeRO-1 shards them):
+    // element i is parameter optimizer_shard().begin + i.
     float* adam_m() const { return arenas_.adam_m.as<float>(); }
     float* adam_v() const { return arenas_.adam_v.as<float>(); }
+    OptimizerShard optimizer_shard() const { return layout_->optimizer_shard(); }
     // The matmuls' bf16 copy of params(), which AdamW and write_arena keep current; null in fp32.
     Act working_weights() const;
     DType activation_dtype() const { return layout_->device_traits().activation; }

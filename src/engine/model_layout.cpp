@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "src/common/units.h"
+#include "src/dist/process_group.h"
 
 namespace adacc {
 
@@ -103,7 +104,8 @@ ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const Activation
     memory_.working_weights = parameters_.total() * traits.working_weight_bytes;
     memory_.backend = traits.resident_bytes;
     memory_.gradients = training ? param_bytes : 0;
-    memory_.optimizer_state = training ? 2 * param_bytes : 0;
+    memory_.optimizer_state =
+        training ? 2 * adacc::optimizer_shard(parameters_.total(), traits.optimizer_shards, 0).count * sizeof(float) : 0;
     if (training) {
         std::vector<TapeEntry> schedule;
         tape_schedule(B, T, block_.has_dropout(), schedule);
@@ -113,6 +115,17 @@ ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const Activation
     memory_.materialize = workspace_.materialize;
     memory_.transients = workspace_.transients;
     memory_.logits = workspace_.logits_bytes;
+}
+
+OptimizerShard optimizer_shard(std::size_t params, int shards, int rank) {
+    const std::size_t size = (params + static_cast<std::size_t>(shards) - 1) / static_cast<std::size_t>(shards);
+    const std::size_t begin = std::min(params, size * static_cast<std::size_t>(rank));
+    return {begin, std::min(size, params - begin)};
+}
+
+OptimizerShard ModelLayout::optimizer_shard() const {
+    return adacc::optimizer_shard(parameters_.total(), traits_.optimizer_shards,
+                                  traits_.optimizer_shards > 1 ? process_group().rank : 0);
 }
 
 std::size_t ModelLayout::numel(TensorKind kind, int B, int T) const {

@@ -65,6 +65,13 @@ struct WorkspaceLayout {
     std::size_t materialize = 0, transients = 0, logits_bytes = 0, total = 0;
 };
 
+// The parameters whose AdamW moments one rank holds under ZeRO-1: of `params`, shards of
+// ceil(params / shards) elements in rank order (the last one shorter); one shard is all of them.
+struct OptimizerShard {
+    std::size_t begin = 0, count = 0;
+};
+OptimizerShard optimizer_shard(std::size_t params, int shards, int rank);
+
 class ModelLayout {
 public:
     // For micro-batches up to B x T (T <= config.max_seq_len) under `plan`, on a device with
@@ -88,6 +95,9 @@ public:
     int max_seq_len() const { return T_; }
     const ModelMemory& memory() const { return memory_; }
     const WorkspaceLayout& workspace() const { return workspace_; }
+    // This process's shard of the AdamW moments (src/dist/process_group.h's rank); the moment
+    // arenas hold the largest shard's count, ceil(params / shards).
+    OptimizerShard optimizer_shard() const;
 
     // Sizes of tensor `kind` at B x T (<= the allocated shape).
     std::size_t numel(TensorKind kind, int B, int T) const;

@@ -1,5 +1,6 @@
 #include "src/engine/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/grad_clip.h"
@@ -17,8 +18,9 @@ float learning_rate(const LrSection& lr, int step, int total_steps) {
 
 void queue_gradient_norm(const GPTModel& model) {
     const Backend& backend = model.backend();
-    backend.kernels().global_norm(backend.context(), model.grad_norm_slot(), model.grads(),
-                                  static_cast<long>(model.num_params()));
+    const OptimizerShard shard = model.optimizer_shard();
+    backend.kernels().global_norm(backend.context(), model.grad_norm_slot(), model.grads() + shard.begin,
+                                  static_cast<long>(shard.count));
 }
 
 float gradient_norm(const GPTModel& model) {
@@ -31,13 +33,19 @@ float gradient_norm(const GPTModel& model) {
 void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {
     const Backend& backend = model.backend();
     bf16* working = model.working_weights().as<bf16>();  // null in fp32
+    const OptimizerShard shard = model.optimizer_shard();
     for (const ParamTensorInfo& info : model.layout().tensors()) {
-        const std::size_t o = info.offset;
-        const Act working_slice = working ? Act(working + o) : Act();
-        backend.kernels().adamw_update(backend.context(), model.params() + o, working_slice, model.grads() + o,
-                                       model.adam_m() + o, model.adam_v() + o, static_cast<long>(info.numel), lr,
-                                       opt.beta1, opt.beta2, opt.eps, info.weight_decay ? opt.weight_decay : 0.0f,
-                                       opt.grad_clip, model.grad_norm_slot(), t);
+        // The part of the tensor in this rank's shard (all of it without ZeRO-1).
+        const std::size_t begin = std::max(info.offset, shard.begin);
+        const std::size_t end = std::min(info.offset + info.numel, shard.begin + shard.count);
+        if (begin >= end) continue;
+        const Act working_slice = working ? Act(working + begin) : Act();
+        const std::size_t moment = begin - shard.begin;
+        backend.kernels().adamw_update(backend.context(), model.params() + begin, working_slice, model.grads() + begin,
+                                       model.adam_m() + moment, model.adam_v() + moment,
+                                       static_cast<long>(end - begin), lr, opt.beta1, opt.beta2, opt.eps,
+                                       info.weight_decay ? opt.weight_decay : 0.0f, opt.grad_clip,
+                                       model.grad_norm_slot(), t);
     }
 }
 

@@ -18,14 +18,16 @@ struct OptimizerStepStats {
 };
 
 // Queues the global L2 norm of the gradient arena (what clipping and the divergence check look at)
-// into model.grad_norm_slot(), in backend memory; nothing is read back.
+// into model.grad_norm_slot(), in backend memory; nothing is read back. Under ZeRO-1, the norm of
+// this rank's optimizer shard of it (src/dist/data_parallel.h combines the ranks').
 void queue_gradient_norm(const GPTModel& model);
 // The same, read back (waits for the backend).
 float gradient_norm(const GPTModel& model);
 
-// Queues one AdamW step on every parameter tensor, at 1-based step t, clipped by the norm that
-// queue_gradient_norm left in backend memory; when that norm is not finite the kernels change
-// nothing (the step is skipped on the device). Reads nothing back; allocation-free.
+// Queues one AdamW step on every parameter tensor (under ZeRO-1, on the parameters of this rank's
+// optimizer shard), at 1-based step t, clipped by the norm that queue_gradient_norm left in
+// backend memory; when that norm is not finite the kernels change nothing (the step is skipped on
+// the device). Reads nothing back; allocation-free.
 void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t);
 // The norm, then the step, with the norm and the clipping factor read back.
 OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t);

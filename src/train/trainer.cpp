@@ -108,7 +108,7 @@ void Trainer::make_model(int B, int T) {
                               GPTModel::plan_memory(config_.model, B, T, plan, {}, ModelUse::training, target).total(),
                               target);
         model_ = std::make_unique<GPTModel>(config_.model, B, T, plan, CodecParams{}, ModelUse::training,
-                                            backend_for(target.device), target.activation);
+                                            backend_for(target.device), target.activation, target.optimizer_shards);
         return;
     }
     if (!budget)
@@ -124,7 +124,7 @@ void Trainer::make_model(int B, int T) {
     // A planned mode's budget may exceed the machine: what counts is the plan's total.
     check_plan_fits_machine(config_, mode, planned, regulator_->profile(), target);
     model_ = std::make_unique<GPTModel>(config_.model, B, T, planned.plan, planned.codec_params, ModelUse::training,
-                                        backend_for(target.device), target.activation);
+                                        backend_for(target.device), target.activation, target.optimizer_shards);
 }
 
 void Trainer::write_metrics(const nlohmann::json& line) {
@@ -225,9 +225,8 @@ void Trainer::stop_diverged(int step, const std::string& what) const {
 void Trainer::save_checkpoint() {
     if (!training_state_is_finite(*model_))
         stop_diverged(progress_.step, "its update made parameters or AdamW moments non-finite (not checkpointed)");
-    if (!process_group().is_root()) return;  // every rank holds the same state: rank 0 writes it
-    const auto file = save_training_checkpoint(run_dir_, config_, *model_, progress_);
-    std::printf("checkpoint: %s\n", file.c_str());
+    if (const auto file = save_training_checkpoint(run_dir_, config_, *model_, progress_))
+        std::printf("checkpoint: %s\n", file->c_str());
 }
 
 int Trainer::run() {

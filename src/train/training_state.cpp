@@ -1,5 +1,6 @@
 #include "src/train/training_state.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -8,6 +9,7 @@
 #include "src/io/checkpoint.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/dist/data_parallel.h"
 #include "src/dist/process_group.h"
 
 namespace adacc {
@@ -31,8 +33,19 @@ bool all_finite(const float* values, std::size_t count) {
     return true;
 }
 
+bool is_moment(ModelArena arena) { return arena == ModelArena::adam_m || arena == ModelArena::adam_v; }
+
+// The parameters `arena` holds values of: all, or for the AdamW moments this rank's optimizer
+// shard (ZeRO-1).
+OptimizerShard held_by(const GPTModel& model, ModelArena arena) {
+    return is_moment(arena) ? model.optimizer_shard() : OptimizerShard{0, model.num_params()};
+}
+
 // One tensor at a time through host memory, so loading needs one tensor's worth beside the model.
+// A checkpoint holds every parameter's moments: a ZeRO-1 rank keeps its shard's (so a job resumes
+// on another number of ranks).
 void read_arena(const CheckpointReader& reader, GPTModel& model, ModelArena arena, const std::string& prefix) {
+    const OptimizerShard held = held_by(model, arena);
     std::vector<float> host;
     for (const auto& info : model.layout().tensors()) {
         const auto shape = stored_shape(info);
@@ -42,13 +55,15 @@ void read_arena(const CheckpointReader& reader, GPTModel& model, ModelArena aren
         if (!all_finite(host.data(), info.numel))
             throw UserError("checkpoint '" + reader.path().string() + "' holds non-finite values in " + name +
                             ": it comes from a diverged run or was altered; use an earlier checkpoint");
-        model.write_arena(arena, info.offset, info.numel, host.data());
+        const std::size_t begin = std::max(info.offset, held.begin);
+        const std::size_t end = std::min(info.offset + info.numel, held.begin + held.count);
+        if (begin < end) model.write_arena(arena, begin - held.begin, end - begin, host.data() + (begin - info.offset));
     }
 }
 
 bool arena_is_finite(const GPTModel& model, ModelArena arena) {
     std::vector<float> staging;
-    return all_finite(model.host_readable(arena, staging), model.num_params());
+    return all_finite(model.host_readable(arena, staging), held_by(model, arena).count);
 }
 
 const char* const kRngScheme = "counter(seed, step, micro, layer, tensor)";
@@ -109,8 +124,13 @@ TrainingProgress read_progress(const CheckpointReader& reader, std::uint64_t con
 
 }  // namespace
 
-std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_dir, const RunConfig& config,
-                                               const GPTModel& model, const TrainingProgress& progress) {
+std::optional<std::filesystem::path> save_training_checkpoint(const std::filesystem::path& run_dir,
+                                                              const RunConfig& config, const GPTModel& model,
+                                                              const TrainingProgress& progress) {
+    std::vector<float> staging[3];  // host copies where the backend's memory is not the host's
+    const float* moments[2] = {moments_on_root(model, ModelArena::adam_m, staging[1]),
+                               moments_on_root(model, ModelArena::adam_v, staging[2])};
+    if (!process_group().is_root()) return std::nullopt;  // every rank holds the same parameters
     nlohmann::json meta;
     meta["step"] = progress.step;
     const int W = process_group().world_size;  // every rank has taken as many batches as this one
@@ -122,10 +142,9 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_
     meta["parameters"] = model.num_params();
     meta[kCheckpointConfigKey] = to_toml(config);
     std::vector<CheckpointTensor> tensors;
-    std::vector<float> staging[3];  // host copies where the backend's memory is not the host's
     add_arena(tensors, model.layout(), "params", model.host_readable(ModelArena::parameters, staging[0]));
-    add_arena(tensors, model.layout(), "adam_m", model.host_readable(ModelArena::adam_m, staging[1]));
-    add_arena(tensors, model.layout(), "adam_v", model.host_readable(ModelArena::adam_v, staging[2]));
+    add_arena(tensors, model.layout(), "adam_m", moments[0]);
+    add_arena(tensors, model.layout(), "adam_v", moments[1]);
     const auto file = checkpoint_path(run_dir, progress.step);
     write_checkpoint(file, meta, tensors);
     prune_checkpoints(run_dir, config.checkpoint.keep, file);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 
 #include "data/dataloader.h"
 #include "src/engine/gpt_model.h"
@@ -26,9 +27,13 @@ bool parameters_are_finite(const GPTModel& model);
 bool training_state_is_finite(const GPTModel& model);
 
 // Writes RUN_DIR/checkpoints/ckpt_<step>.bin atomically and prunes to checkpoint.keep. The
-// caller checks training_state_is_finite() first: a checkpoint is never written from NaN.
-std::filesystem::path save_training_checkpoint(const std::filesystem::path& run_dir, const RunConfig& config,
-                                               const GPTModel& model, const TrainingProgress& progress);
+// caller checks training_state_is_finite() first: a checkpoint is never written from NaN. In a
+// data-parallel job every rank calls it (under ZeRO-1 the AdamW moments are gathered from the
+// ranks' shards) and rank 0 writes the file, the others getting nullopt; the file is the same
+// whatever the world size.
+std::optional<std::filesystem::path> save_training_checkpoint(const std::filesystem::path& run_dir,
+                                                              const RunConfig& config, const GPTModel& model,
+                                                              const TrainingProgress& progress);
 
 // Loads parameters and optimizer state into `model` (whose shape must match: the error says
 // which tensor differs and that the checkpoint belongs to another model) and returns the progress.

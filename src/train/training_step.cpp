@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "src/common/units.h"
+#include "src/dist/data_parallel.h"
 #include "src/dist/process_group.h"
 #include "src/engine/optimizer.h"
 
@@ -31,14 +32,16 @@ StepResult TrainingStep::run(int step) {
                             /*accumulate_loss=*/micro > 0);
         model_.backward(inputs_.data(), B, T, /*accumulate=*/micro > 0);
     }
-    all_reduce_sum(model_.backend(), model_.grads(), model_.num_params());
+    reduce_gradients(model_);
     // Everything is queued before the one read back. The device skips the update when the norm
     // is not finite; a non-finite loss always comes with one (its logits, hence dlogits and the
     // head's gradient, are non-finite too), so the host's flag below and the device agree.
     StepResult result;
     result.lr = learning_rate(lr_, step, training_.steps);
     queue_gradient_norm(model_);
+    combine_gradient_norm(model_);
     queue_adamw_step(model_, optimizer_, result.lr, step);
+    gather_parameters(model_);
     const StepReadout readout = model_.read_step();
     double loss = readout.loss;  // this rank's share of the step's mean
     all_reduce_sum(&loss, 1);

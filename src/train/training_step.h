@@ -32,9 +32,10 @@ public:
     // Optimizer step `step` (1-based): training.grad_accum micro-batches, each the data's next
     // batch through forward (dropout seeded by training.seed, the step and the micro-batch;
     // dloss = 1 / (B T grad_accum W) over W data-parallel ranks) and backward (accumulating after
-    // the first); the ranks' gradients summed (src/dist/process_group.h), so every rank holds the
-    // mean over the global batch; then, when the loss and the gradient norm are finite, AdamW at
-    // learning_rate() with global-norm clipping. Rank r's micro-batch m is micro-batch m W + r of
+    // the first); the ranks' gradients summed (src/dist/data_parallel.h; under ZeRO-1 each rank
+    // its shard's), so every rank holds the mean over the global batch; then, when the loss and
+    // the gradient norm are finite, AdamW at learning_rate() with global-norm clipping (under
+    // ZeRO-1 on each rank's shard, the parameters then gathered). Rank r's micro-batch m is micro-batch m W + r of
     // the step, in data (its loader takes every W-th batch) and dropout masks alike: W ranks with
     // grad_accum A train as one process with grad_accum A W. What a non-finite step means for
     // the run (skip or stop) is the caller's.

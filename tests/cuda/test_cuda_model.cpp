@@ -257,7 +257,7 @@ TEST(CudaModel, CheckpointsMoveBetweenBackends) {
     on_gpu.backward(tokens.data(), B, T, false);
     adamw_step(on_gpu, OptimizerSection{}, 1e-3f, 1);
     const auto run_dir = scratch_dir("cuda_checkpoint");
-    const auto file = save_training_checkpoint(run_dir, config, on_gpu, TrainingProgress{1, {}, 0});
+    const auto file = *save_training_checkpoint(run_dir, config, on_gpu, TrainingProgress{1, {}, 0});
 
     GPTModel on_cpu(cfg, B, T, plan, {}, ModelUse::training, cpu_backend());
     load_training_checkpoint(file, on_cpu);
