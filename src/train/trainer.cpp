@@ -136,8 +136,8 @@ void Trainer::log_replan(const ReplanEvent& e) {
                 e.reason.c_str(), plan_status_name(e.status), e.solve_ms, e.profile_ms,
                 format_bytes(e.predicted_total_bytes).c_str());
     write_metrics({{"step", e.step}, {"event", "replan"}, {"reason", e.reason}, {"status", plan_status_name(e.status)},
-                     {"solve_ms", e.solve_ms}, {"profile_ms", e.profile_ms},
-                     {"predicted_total_bytes", e.predicted_total_bytes}});
+                   {"solve_ms", e.solve_ms}, {"profile_ms", e.profile_ms},
+                   {"predicted_total_bytes", e.predicted_total_bytes}});
 }
 
 // Mean loss over the first training.val_batches batches of the validation shards, the same
@@ -206,7 +206,7 @@ void Trainer::skip_nonfinite_step(int step, float loss, float grad_norm) {
     std::printf("step %6d/%d | skipped: %s (%d of training.skip_nonfinite = %d)\n", step, config_.training.steps,
                 what, progress_.skipped_nonfinite, config_.training.skip_nonfinite);
     write_metrics({{"step", step}, {"event", "nonfinite_skipped"}, {"what", what},
-                     {"skipped_so_far", progress_.skipped_nonfinite}});
+                   {"skipped_so_far", progress_.skipped_nonfinite}});
 }
 
 void Trainer::stop_diverged(int step, const std::string& what) const {
