@@ -41,9 +41,7 @@ Profile compress_favouring_profile(const GPTConfig& cfg, int B, int T) {
     std::mt19937 gen(1);
     for (auto& t : tokens) t = static_cast<int>(gen() % cfg.vocab_size);
     Profile p = profile_block(cfg, B, B, T, tokens, ProfileWeights{nullptr, 1, {}}, {});
-    for (double& ms : p.op_ms) ms = 100.0;
-    for (auto& t : p.tensors)
-        for (auto& m : t.codecs) m.compress_ms = m.decompress_ms = 0.01;
+    test::favour_compression(p);
     return p;
 }
 
@@ -300,9 +298,7 @@ TEST(OutlierChannels, ThePlannerChoosesTheOutlierCodecByItsMeasuredError) {
         const std::vector<float> weights = initial_parameters(config);
         Profile profile = profile_block(config.model, B, B, T, first_training_batch(config),
                                         ProfileWeights{weights.data(), config.training.seed, {}}, {});
-        for (double& ms : profile.op_ms) ms = 100.0;  // recomputing expensive: the plan compresses
-        for (auto& t : profile.tensors)
-            for (auto& m : t.codecs) m.compress_ms = m.decompress_ms = 0.01;
+        test::favour_compression(profile);  // the plan compresses
         std::vector<TensorKind> kinds;
         const BlockProblem problem = build_block_problem(config.model, B, T, profile, true, {}, &kinds);
         const std::size_t ln1 = std::find(kinds.begin(), kinds.end(), TensorKind::ln1) - kinds.begin();

@@ -20,6 +20,11 @@ std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed);
 ModelMemory everything_compressed_memory(const GPTConfig& config, int B, int T, const Profile& profile,
                                          const ComputeTarget& target = {});
 
+// Sets `profile`'s times so that recomputing is expensive (100 ms per op) and compressing cheap
+// (0.01 ms): the planner then compresses whatever the budget needs, deterministically, whatever
+// this machine's timings were.
+void favour_compression(Profile& profile);
+
 // ../shared/data beside the checkout; empty path when it is not there (tests then GTEST_SKIP).
 std::filesystem::path shared_data_dir();
 // tests/fixtures inside the source tree.

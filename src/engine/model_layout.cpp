@@ -123,6 +123,12 @@ OptimizerShard optimizer_shard(std::size_t params, int shards, int rank) {
     return {begin, std::min(size, params - begin)};
 }
 
+OptimizerShard shard_part(const OptimizerShard& shard, std::size_t offset, std::size_t count) {
+    const std::size_t begin = std::max(offset, shard.begin);
+    const std::size_t end = std::min(offset + count, shard.begin + shard.count);
+    return begin < end ? OptimizerShard{begin, end - begin} : OptimizerShard{begin, 0};
+}
+
 OptimizerShard ModelLayout::optimizer_shard() const {
     return adacc::optimizer_shard(parameters_.total(), traits_.optimizer_shards,
                                   traits_.optimizer_shards > 1 ? process_group().rank : 0);

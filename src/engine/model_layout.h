@@ -71,6 +71,9 @@ struct OptimizerShard {
     std::size_t begin = 0, count = 0;
 };
 OptimizerShard optimizer_shard(std::size_t params, int shards, int rank);
+// The parameters of [offset, offset + count) (a tensor of the layout) that `shard` holds; count 0
+// when none.
+OptimizerShard shard_part(const OptimizerShard& shard, std::size_t offset, std::size_t count);
 
 class ModelLayout {
 public:

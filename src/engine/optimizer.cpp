@@ -36,14 +36,13 @@ void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, in
     const OptimizerShard shard = model.optimizer_shard();
     for (const ParamTensorInfo& info : model.layout().tensors()) {
         // The part of the tensor in this rank's shard (all of it without ZeRO-1).
-        const std::size_t begin = std::max(info.offset, shard.begin);
-        const std::size_t end = std::min(info.offset + info.numel, shard.begin + shard.count);
-        if (begin >= end) continue;
-        const Act working_slice = working ? Act(working + begin) : Act();
-        const std::size_t moment = begin - shard.begin;
-        backend.kernels().adamw_update(backend.context(), model.params() + begin, working_slice, model.grads() + begin,
-                                       model.adam_m() + moment, model.adam_v() + moment,
-                                       static_cast<long>(end - begin), lr, opt.beta1, opt.beta2, opt.eps,
+        const OptimizerShard part = shard_part(shard, info.offset, info.numel);
+        if (part.count == 0) continue;
+        const Act working_slice = working ? Act(working + part.begin) : Act();
+        const std::size_t moment = part.begin - shard.begin;
+        backend.kernels().adamw_update(backend.context(), model.params() + part.begin, working_slice,
+                                       model.grads() + part.begin, model.adam_m() + moment, model.adam_v() + moment,
+                                       static_cast<long>(part.count), lr, opt.beta1, opt.beta2, opt.eps,
                                        info.weight_decay ? opt.weight_decay : 0.0f, opt.grad_clip,
                                        model.grad_norm_slot(), t);
     }

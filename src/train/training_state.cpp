@@ -1,6 +1,5 @@
 #include "src/train/training_state.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -55,9 +54,9 @@ void read_arena(const CheckpointReader& reader, GPTModel& model, ModelArena aren
         if (!all_finite(host.data(), info.numel))
             throw UserError("checkpoint '" + reader.path().string() + "' holds non-finite values in " + name +
                             ": it comes from a diverged run or was altered; use an earlier checkpoint");
-        const std::size_t begin = std::max(info.offset, held.begin);
-        const std::size_t end = std::min(info.offset + info.numel, held.begin + held.count);
-        if (begin < end) model.write_arena(arena, begin - held.begin, end - begin, host.data() + (begin - info.offset));
+        const OptimizerShard part = shard_part(held, info.offset, info.numel);
+        if (part.count > 0)
+            model.write_arena(arena, part.begin - held.begin, part.count, host.data() + (part.begin - info.offset));
     }
 }
 
