@@ -397,22 +397,6 @@ TEST(Bf16, RoundsToNearestEven) {
     EXPECT_EQ(to_float(to_bf16(INFINITY)), INFINITY);
 }
 
-TEST(Convert, Fp32ToBf16AndBack) {
-    std::mt19937 gen(9);
-    const Vec x = random_vec(1003, gen, 5.0f);
-    std::vector<bf16> h(x.size());
-    Vec back(x.size());
-    convert(kCtx, h.data(), x.data(), static_cast<long>(x.size()));
-    convert(kCtx, back.data(), h.data(), static_cast<long>(x.size()));
-    for (std::size_t i = 0; i < x.size(); ++i) {
-        EXPECT_EQ(h[i].bits, to_bf16(x[i]).bits);
-        EXPECT_EQ(back[i], to_float(h[i]));
-    }
-    Vec copy(x.size());
-    convert(kCtx, copy.data(), x.data(), static_cast<long>(x.size()));
-    EXPECT_EQ(copy, x);
-}
-
 // The vectorisable exp and tanh against libm in double, over the range the kernels use.
 TEST(VectorMath, ExpAndTanhMatchLibm) {
     double worst_exp = 0, worst_tanh = 0;

@@ -14,7 +14,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "data/token_shard.h"
 #include "src/adacc/budget_planner.h"
+#include "src/io/checkpoint.h"
 
 extern char** environ;
 
@@ -110,6 +112,69 @@ int last_logged_step(const std::filesystem::path& run_dir) {
         if (!r.is_discarded() && r.contains("loss")) step = r["step"].get<int>();
     }
     return step;
+}
+
+std::map<int, double> logged_losses(const std::filesystem::path& run_dir) {
+    std::map<int, double> out;
+    std::ifstream in(run_dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+        const auto r = nlohmann::json::parse(line);
+        if (r.contains("loss")) out[r["step"].get<int>()] = r["loss"].get<double>();
+    }
+    return out;
+}
+
+std::vector<float> checkpoint_parameters(const std::filesystem::path& run_dir) {
+    const CheckpointReader reader(*newest_complete_checkpoint(run_dir));
+    std::vector<float> out;
+    for (const StoredTensor& t : reader.tensors()) {
+        if (t.name.rfind("params/", 0) != 0) continue;
+        std::vector<float> values(t.bytes / sizeof(float));
+        reader.read_into(t.name, values.data(), t.bytes);
+        out.insert(out.end(), values.begin(), values.end());
+    }
+    return out;
+}
+
+std::string mpirun(int ranks) {
+    return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+           "mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np " +
+           std::to_string(ranks) + " ";
+}
+
+std::string mpi_unavailable() {
+#ifndef ADACC_HAVE_MPI
+    return "this build has no MPI (scripts/install_deps.sh installs libopenmpi-dev; reconfigure)";
+#else
+    if (run_shell("mpirun --version").status != 0) return "mpirun is not installed (openmpi-bin)";
+    return "";
+#endif
+}
+
+std::filesystem::path write_data_parallel_job(const std::string& tag) {
+    const auto dir = scratch_dir(tag);
+    std::mt19937 gen(3);
+    for (const char* split : {"train", "val"}) {
+        std::vector<std::uint16_t> tokens(20000);
+        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
+        write_token_shard(dir / (std::string(split) + ".bin"), tokens);
+    }
+    std::ofstream(dir / "job.toml") << "[model]\nn_layer = 2\nn_embd = 32\nn_head = 2\nvocab_size = 97\n"
+                                       "max_seq_len = 16\ndropout = 0.0\n"
+                                       "[training]\nbatch_size = 2\nseq_len = 16\nsteps = 6\nval_every = 3\n"
+                                       "val_batches = 4\nthreads = 1\n"
+                                       "[lr]\nmax = 1e-3\nwarmup_steps = 2\n"
+                                       "[data]\ntrain = \""
+                                    << (dir / "train.bin").string() << "\"\nval = \"" << (dir / "val.bin").string()
+                                    << "\"\n[checkpoint]\nevery = 0\n[logging]\nprint_every = 1\n";
+    return dir;
+}
+
+ProcessResult train_job(const std::string& adacc, const std::filesystem::path& dir, const std::string& run, int ranks,
+                        const std::string& sets) {
+    const std::string args = "train --config " + (dir / "job.toml").string() + " --set logging.run_dir=" +
+                             (dir / run).string() + " " + sets;
+    return run_shell((ranks == 0 ? std::string() : mpirun(ranks)) + adacc + " " + args);
 }
 
 }  // namespace adacc::test

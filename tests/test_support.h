@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,5 +56,30 @@ int wait_process(int pid);
 // The step of the last training-step record in RUN_DIR/metrics.jsonl (0 when none; a line cut
 // short by a kill is skipped): how tests see a live run's progress.
 int last_logged_step(const std::filesystem::path& run_dir);
+// Every training step's loss in RUN_DIR/metrics.jsonl, by step.
+std::map<int, double> logged_losses(const std::filesystem::path& run_dir);
+// The parameters ("params/...", in file order) of RUN_DIR's newest complete checkpoint.
+std::vector<float> checkpoint_parameters(const std::filesystem::path& run_dir);
+
+// ---- data parallelism (mpirun) ----------------------------------------------------------------
+// `mpirun` as the tests run it: `ranks` processes on however many cores there are, one OpenMP
+// thread each, allowed to run as root (CI containers are), quiet about the container's network;
+// the command follows.
+std::string mpirun(int ranks);
+// Why this build or machine cannot run the mpirun tests ("" when it can).
+std::string mpi_unavailable();
+#define ADACC_REQUIRE_MPI()                                                                  \
+    do {                                                                                     \
+        const std::string why_no_mpi = ::adacc::test::mpi_unavailable();                     \
+        if (!why_no_mpi.empty()) GTEST_SKIP() << "data parallelism untested: " << why_no_mpi; \
+    } while (0)
+// Token shards (train.bin, val.bin: 20000 ids below 97 each) and JOB.toml, a tiny model's 6-step
+// job on them (batch 2 x 16, validation every 3 steps, no checkpoints: runs set what they vary
+// with --set), in a fresh scratch directory.
+std::filesystem::path write_data_parallel_job(const std::string& tag);
+// `ADACC train` of that job into DIR/RUN on `ranks` processes (0: without mpirun), with `sets`
+// (shell text); ADACC is the adacc executable to run.
+ProcessResult train_job(const std::string& adacc, const std::filesystem::path& dir, const std::string& run, int ranks,
+                        const std::string& sets);
 
 }  // namespace adacc::test

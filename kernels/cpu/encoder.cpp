@@ -3,9 +3,10 @@
 
 namespace adacc::cpu {
 
-void encoder_forward(const KernelContext& ctx, Act out_act, const int* tokens, const float* wte, const float* wpe, int B,
+void encoder_forward(const KernelContext& ctx, Act out_act, const int* tokens, ConstAct wte_act, ConstAct wpe_act, int B,
                      int T, int C) {
     float* out = out_act.as<float>();
+    const float *wte = wte_act.as<float>(), *wpe = wpe_act.as<float>();
 #pragma omp parallel for collapse(2) num_threads(team(ctx))
     for (int b = 0; b < B; ++b)
         for (int t = 0; t < T; ++t) {

@@ -6,9 +6,10 @@
 namespace adacc::cpu {
 
 void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float* rstd, ConstAct inp_act,
-                       const float* weight, const float* bias, int N, int C) {
+                       ConstAct weight_act, ConstAct bias_act, int N, int C) {
     float* out = out_act.as<float>();
     const float* inp = inp_act.as<float>();
+    const float *weight = weight_act.as<float>(), *bias = bias_act.as<float>();
 #pragma omp parallel for num_threads(team(ctx))
     for (int i = 0; i < N; ++i) {
         const float* x = inp + static_cast<long>(i) * C;
@@ -31,8 +32,9 @@ void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float
 // Two passes so that no two threads write the same address: rows in parallel for dinp, then
 // channel blocks in parallel for dweight / dbias (each thread sums its channels over all rows).
 void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,
-                        ConstAct inp_act, const float* weight, const float* mean, const float* rstd, int N, int C) {
+                        ConstAct inp_act, ConstAct weight_act, const float* mean, const float* rstd, int N, int C) {
     float* dinp = dinp_act.as<float>();
+    const float* weight = weight_act.as<float>();
     const float* dout = dout_act.as<float>();
     const float* inp = inp_act.as<float>();
 #pragma omp parallel for num_threads(team(ctx))

@@ -5,8 +5,8 @@
 // are sorted by (token id, position) and one thread per channel walks each token's run of
 // positions in increasing order. That is exactly the CPU twin's order (kernels/cpu/encoder.cpp
 // adds positions b*T+t in increasing order into each (row, channel)), so dwte and dwpe are bit
-// for bit the CPU's. A bf16 dout widens exactly to fp32, so that holds in bf16 too (against the
-// CPU run on the same values as floats).
+// for bit the CPU's. A bf16 dout (and the forward's bf16 embeddings) widen exactly to fp32, so
+// that holds in bf16 too (against the CPU run on the same values as floats).
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -22,16 +22,15 @@ constexpr int kSortThreads = 128;
 constexpr int kWalkBlocks = 1024;
 
 // One block per position (b, t), threads striding over the channels: coalesced, and no 64-bit
-// division per element. The embeddings are fp32 parameters; out is an activation of type T
-// (float or bf16), so the sum is the CPU's fp32 sum, rounded once when T is bf16.
+// division per element. out and the embeddings are of type T (float or bf16); the sum is the
+// CPU's fp32 sum of the embeddings' values, rounded once when T is bf16.
 template <typename T>
-__global__ void encoder_forward_kernel(T* out, const int* tokens, const float* wte, const float* wpe, int T_len,
-                                       int C) {
+__global__ void encoder_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int T_len, int C) {
     const int bt = blockIdx.x;
-    const float* e = wte + static_cast<long>(tokens[bt]) * C;
-    const float* p = wpe + static_cast<long>(bt % T_len) * C;
+    const T* e = wte + static_cast<long>(tokens[bt]) * C;
+    const T* p = wpe + static_cast<long>(bt % T_len) * C;
     T* o = out + static_cast<long>(bt) * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = from_f32<T>(e[c] + p[c]);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = from_f32<T>(to_f32(e[c]) + to_f32(p[c]));
 }
 
 // order[rank] = position, where rank is the position's index among all N positions sorted by
@@ -93,14 +92,15 @@ __global__ void encoder_dwpe_kernel(float* dwpe, const T* dout, int B, int T_len
 
 }  // namespace
 
-void encoder_forward(const KernelContext& ctx, Act out_act, const int* tokens, const float* wte, const float* wpe,
-                     int B, int T, int C) {
+void encoder_forward(const KernelContext& ctx, Act out_act, const int* tokens, ConstAct wte, ConstAct wpe, int B,
+                     int T, int C) {
+    const DType type = activation_type("encoder_forward", {out_act, wte, wpe});
     if (B * T == 0 || C == 0) return;
     // The activation type is Elem here: T is the sequence length.
-    with_activation_type(out_act.dtype(), "encoder_forward", [&](auto tag) {
+    with_activation_type(type, "encoder_forward", [&](auto tag) {
         using Elem = typename decltype(tag)::type;
-        ADACC_LAUNCH(encoder_forward_kernel<Elem>, B * T, kThreads, 0, ctx.stream)(device_ptr<Elem>(out_act), tokens,
-                                                                                   wte, wpe, T, C);
+        ADACC_LAUNCH(encoder_forward_kernel<Elem>, B * T, kThreads, 0, ctx.stream)(
+            device_ptr<Elem>(out_act), tokens, device_ptr<Elem>(wte), device_ptr<Elem>(wpe), T, C);
     });
     check_launch("encoder_forward");
 }

@@ -26,10 +26,10 @@ constexpr int kRowsPerGroup = 32;
 constexpr int kFinalThreads = 256;
 constexpr std::size_t kSharedLimit = 48 * 1024;
 
-// Activations (out, inp) of type T; mean, rstd and the parameters are fp32, and so is the math.
+// Activations (out, inp) and the parameters of type T; mean and rstd are fp32, and so is the math.
 template <typename T>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const float* weight,
-                                         const float* bias, int N, int C) {
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                                         const T* bias, int N, int C) {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;  // the whole warp leaves together: no shuffle loses a lane
@@ -44,7 +44,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
     }
     const float s = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
     T* o = out + static_cast<long>(row) * C;
-    for (int c = lane; c < C; c += 32) o[c] = from_f32<T>((to_f32(x[c]) - m) * s * weight[c] + bias[c]);
+    for (int c = lane; c < C; c += 32) o[c] = from_f32<T>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
@@ -57,7 +57,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 // order into partials[g] (dweight) and partials[groups + g] (dbias), C floats each.
 template <typename T>
 __global__ void layernorm_backward_rows_kernel(T* dinp, float* partials, const T* dout, const T* inp,
-                                               const float* weight, const float* mean, const float* rstd, int N,
+                                               const T* weight, const float* mean, const float* rstd, int N,
                                                int C, int rows_per_group) {
     ADACC_DYNAMIC_SHARED(float, shared);  // [warps][2][C]: dweight then dbias of each warp
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -76,7 +76,7 @@ __global__ void layernorm_backward_rows_kernel(T* dinp, float* partials, const T
         const float m = mean[row], s = rstd[row];
         float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
         for (int c = lane; c < C; c += 32) {
-            const float dnorm = weight[c] * to_f32(d[c]);
+            const float dnorm = to_f32(weight[c]) * to_f32(d[c]);
             dnorm_mean += dnorm;
             dnorm_norm_mean += dnorm * (to_f32(x[c]) - m) * s;
         }
@@ -86,7 +86,7 @@ __global__ void layernorm_backward_rows_kernel(T* dinp, float* partials, const T
         for (int c = lane; c < C; c += 32) {
             const float dc = to_f32(d[c]);
             const float norm = (to_f32(x[c]) - m) * s;
-            const float grad = (weight[c] * dc - dnorm_mean - norm * dnorm_norm_mean) * s;
+            const float grad = (to_f32(weight[c]) * dc - dnorm_mean - norm * dnorm_norm_mean) * s;
             dx[c] = from_f32<T>(to_f32(dx[c]) + grad);  // accumulates: in fp32, rounded once
             my_dweight[c] += norm * dc;
             my_dbias[c] += dc;
@@ -122,21 +122,21 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
 }  // namespace
 
 void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float* rstd, ConstAct inp_act,
-                       const float* weight, const float* bias, int N, int C) {
-    const DType type = activation_type("layernorm_forward", {out_act, inp_act});
+                       ConstAct weight, ConstAct bias, int N, int C) {
+    const DType type = activation_type("layernorm_forward", {out_act, inp_act, weight, bias});
     if (N == 0) return;
     constexpr int rows_per_block = kForwardThreads / 32;
     with_activation_type(type, "layernorm_forward", [&](auto tag) {
         using T = typename decltype(tag)::type;
         ADACC_LAUNCH(layernorm_forward_kernel<T>, ceil_div(N, rows_per_block), kForwardThreads, 0, ctx.stream)(
-            device_ptr<T>(out_act), mean, rstd, device_ptr<T>(inp_act), weight, bias, N, C);
+            device_ptr<T>(out_act), mean, rstd, device_ptr<T>(inp_act), device_ptr<T>(weight), device_ptr<T>(bias), N, C);
     });
     check_launch("layernorm_forward");
 }
 
 void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,
-                        ConstAct inp_act, const float* weight, const float* mean, const float* rstd, int N, int C) {
-    const DType type = activation_type("layernorm_backward", {dinp_act, dout_act, inp_act});
+                        ConstAct inp_act, ConstAct weight, const float* mean, const float* rstd, int N, int C) {
+    const DType type = activation_type("layernorm_backward", {dinp_act, dout_act, inp_act, weight});
     if (N == 0 || C == 0) return;
     // Each warp's two shared slices take 8 C bytes; as many warps as fit in 48 KiB, up to 4.
     const std::size_t slice_bytes = 2 * static_cast<std::size_t>(C) * sizeof(float);
@@ -155,8 +155,8 @@ void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, 
     with_activation_type(type, "layernorm_backward", [&](auto tag) {
         using T = typename decltype(tag)::type;
         ADACC_LAUNCH(layernorm_backward_rows_kernel<T>, groups, warps * 32, warps * slice_bytes, ctx.stream)(
-            device_ptr<T>(dinp_act), partials, device_ptr<T>(dout_act), device_ptr<T>(inp_act), weight, mean, rstd, N,
-            C, rows_per_group);
+            device_ptr<T>(dinp_act), partials, device_ptr<T>(dout_act), device_ptr<T>(inp_act), device_ptr<T>(weight),
+            mean, rstd, N, C, rows_per_group);
     });
     check_launch("layernorm_backward (rows)");
     ADACC_LAUNCH(layernorm_backward_params_kernel, ceil_div(C, kFinalThreads), kFinalThreads, 0, ctx.stream)(

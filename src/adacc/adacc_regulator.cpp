@@ -194,7 +194,7 @@ std::optional<ReplanEvent> AdaccRegulator::after_step(int step, GPTModel& model)
     monitor_ms_ += ms_since(start) + sampler_.take_ms();
     if (!reason) return std::nullopt;
     std::vector<float> staging;
-    solve(model.host_readable(ModelArena::parameters, staging), sampler_.samples());
+    solve(model.forward_weights(staging), sampler_.samples());
     model.set_plan(plan_.plan, plan_.codec_params);
     monitor_.set_baseline(step, baseline());
     return ReplanEvent{step, *reason, plan_.result.status, plan_.result.solve_ms, last_profile_ms_, plan_.memory.total()};

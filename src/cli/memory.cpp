@@ -65,9 +65,13 @@ void run_memory(MemoryArgs& args) {
     std::printf("model L=%d C=%d H=%d V=%d, %lld parameters; batch %d x seq %d%s%s\n", m.n_layer, m.n_embd,
                 m.n_head, m.vocab_size, static_cast<long long>(m.parameter_count()), B, T,
                 budget ? ", budget " : "", budget ? format_bytes(budget).c_str() : "");
-    if (args.world_size > 1)
+    if (args.world_size > 1) {
+        const bool masters = device_traits(target).working_weight_bytes > 0;  // beside a working copy
+        const char* zero = masters ? ", ZeRO-1: AdamW's moments and the fp32 masters sharded"
+                                   : ", ZeRO-1: AdamW's moments sharded";
         std::printf("per rank of %d data-parallel ranks (batch per rank)%s\n", args.world_size,
-                    config.training.zero ? ", ZeRO-1: AdamW's moments sharded" : ", each holding the whole model state");
+                    config.training.zero ? zero : ", each holding the whole model state");
+    }
     std::printf("\n");
     std::printf("%s", describe_device_memory(target).c_str());
     std::optional<Profile> unit;  // profiled once, for every planned mode

@@ -16,7 +16,7 @@
 #include "src/common/errors.h"
 #include "src/cuda/cuda_device.h"
 #ifndef ADACC_SIMT_EMULATION
-#include "src/cuda/nccl_all_reduce.h"
+#include "src/cuda/nccl_collectives.h"
 #endif
 #include "src/dist/process_group.h"
 #include "src/engine/backend.h"
@@ -137,8 +137,12 @@ public:
     std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) override {
         return std::make_unique<EventTimer>(stream_, max_intervals);
     }
-#ifndef ADACC_SIMT_EMULATION  // the emulation has no NCCL: it sums through host memory
+#ifndef ADACC_SIMT_EMULATION  // the emulation has no NCCL: its collectives go through host memory
     bool all_reduce_sum(float* data, std::size_t count) override { return nccl_all_reduce_sum(data, count, stream_); }
+    bool reduce_scatter_sum(float* data, std::size_t count) override {
+        return nccl_reduce_scatter_sum(data, count, stream_);
+    }
+    bool all_gather(Act data, std::size_t count) override { return nccl_all_gather(data, count, stream_); }
 #endif
 
 private:

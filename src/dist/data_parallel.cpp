@@ -27,16 +27,14 @@ void combine_gradient_norm(GPTModel& model) {
 
 void gather_parameters(GPTModel& model) {
     if (!sharded(model)) return;
+    // AdamW wrote this shard's working copy (bf16) beside its masters: the masters stay sharded.
+    if (const Act working = model.working_weights()) return all_gather(model.backend(), working, model.num_params());
     all_gather(model.backend(), model.params(), model.num_params());
-    // The matmuls' bf16 copy (CUDA) was updated for this shard alone: refreshed whole.
-    if (const Act working = model.working_weights())
-        model.backend().kernels().convert(model.backend().context(), working, model.params(),
-                                          static_cast<long>(model.num_params()));
 }
 
-const float* moments_on_root(const GPTModel& model, ModelArena arena, std::vector<float>& staging) {
+const float* arena_on_root(const GPTModel& model, ModelArena arena, std::vector<float>& staging) {
     const bool root = process_group().is_root();
-    if (!sharded(model)) return root ? model.host_readable(arena, staging) : nullptr;
+    if (model.held(arena).count == model.num_params()) return root ? model.host_readable(arena, staging) : nullptr;
     std::vector<float> shard;
     const float* mine = model.host_readable(arena, shard);
     if (root) staging.resize(model.num_params());

@@ -1,9 +1,11 @@
 // A training step's collectives over the data-parallel ranks (src/dist/process_group.h), around
 // the optimizer (src/engine/optimizer.h). Without ZeRO-1 every rank sums the whole gradient
 // (all-reduce) and updates every parameter. With ZeRO-1 (training.zero = 1) rank r holds AdamW's
-// moments for its shard of the parameters only (ModelLayout::optimizer_shard): the gradients are
-// reduce-scattered (each rank gets its shard's sum), the norm that clipping reads is combined
-// from the shards', each rank updates its shard, and the updated parameters are all-gathered.
+// moments (and, beside a bf16 working copy, its fp32 masters) for its shard of the parameters
+// only (ModelLayout::optimizer_shard): the gradients are reduce-scattered (each rank gets its
+// shard's sum), the norm that clipping reads is combined from the shards', each rank updates its
+// shard, and the updated weights forward reads (the working copy, or the fp32 parameters) are
+// all-gathered.
 // In a job of one, every call is free.
 #pragma once
 
@@ -21,9 +23,9 @@ void combine_gradient_norm(GPTModel& model);
 // After queue_adamw_step: under ZeRO-1 every rank's updated shard to every rank.
 void gather_parameters(GPTModel& model);
 
-// AdamW moment `arena` (adam_m or adam_v) of every parameter in host memory on rank 0, for its
-// checkpoint: the arena itself without ZeRO-1, else the shards gathered into `staging`. Every
-// rank calls it; the others get null.
-const float* moments_on_root(const GPTModel& model, ModelArena arena, std::vector<float>& staging);
+// `arena` (parameters, adam_m or adam_v) of every parameter in host memory on rank 0, for its
+// checkpoint: the arena itself where it is whole (GPTModel::held), else the ranks' shards gathered
+// into `staging`. Every rank calls it; the others get null.
+const float* arena_on_root(const GPTModel& model, ModelArena arena, std::vector<float>& staging);
 
 }  // namespace adacc

@@ -72,23 +72,24 @@ void reduce_scatter_host(float* data, std::size_t count) {
     MPI_Reduce_scatter(MPI_IN_PLACE, data, s.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     std::memmove(data + s.offsets[group.rank], data, sizeof(float) * static_cast<std::size_t>(s.counts[group.rank]));
 }
-void all_gather_host(float* data, std::size_t count) {
+// fp32 or bf16 (moved as its 16 bits) elements.
+void all_gather_host(void* data, MPI_Datatype type, std::size_t count) {
     const ShardCounts s = shard_counts(count);
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, s.counts.data(), s.offsets.data(), MPI_FLOAT,
-                   MPI_COMM_WORLD);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, s.counts.data(), s.offsets.data(), type, MPI_COMM_WORLD);
 }
 
-// `operation` on a host copy of `data` when the backend's memory is not the host's (one staging
-// buffer for all of them, kept for the next step).
-std::vector<float> host_staging;
-template <typename Operation>
-void on_host(Backend& backend, float* data, std::size_t count, Operation operation) {
+// `operation` on a host copy of the `count` elements at `data` when the backend's memory is not
+// the host's (one staging buffer for all of them, kept for the next step).
+std::vector<unsigned char> host_staging;
+template <typename Element, typename Operation>
+void on_host(Backend& backend, Element* data, std::size_t count, Operation operation) {
     backend.synchronize();  // the kernels that wrote `data` are done
     if (backend.host_addressable()) return operation(data);
-    host_staging.resize(count);
-    backend.copy_to_host(host_staging.data(), data, count * sizeof(float));
-    operation(host_staging.data());
-    backend.copy_to_device(data, host_staging.data(), count * sizeof(float));
+    const std::size_t bytes = count * sizeof(Element);
+    host_staging.resize(bytes);
+    backend.copy_to_host(host_staging.data(), data, bytes);
+    operation(reinterpret_cast<Element*>(host_staging.data()));
+    backend.copy_to_device(data, host_staging.data(), bytes);
 }
 #endif
 
@@ -140,14 +141,18 @@ void all_reduce_sum(Backend& backend, float* data, std::size_t count) {
 void reduce_scatter_sum(Backend& backend, float* data, std::size_t count) {
     if (group.world_size == 1 || count == 0) return;
 #ifdef ADACC_HAVE_MPI
+    if (backend.reduce_scatter_sum(data, count)) return;
     on_host(backend, data, count, [&](float* host) { reduce_scatter_host(host, count); });
 #endif
 }
 
-void all_gather(Backend& backend, float* data, std::size_t count) {
+void all_gather(Backend& backend, Act data, std::size_t count) {
     if (group.world_size == 1 || count == 0) return;
 #ifdef ADACC_HAVE_MPI
-    on_host(backend, data, count, [&](float* host) { all_gather_host(host, count); });
+    if (backend.all_gather(data, count)) return;
+    if (data.dtype() == DType::bf16)
+        return on_host(backend, data.as<bf16>(), count, [&](bf16* host) { all_gather_host(host, MPI_UINT16_T, count); });
+    on_host(backend, data.as<float>(), count, [&](float* host) { all_gather_host(host, MPI_FLOAT, count); });
 #endif
 }
 

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <string>
 
+#include "kernels/activation.h"
+
 namespace adacc {
 
 class Backend;
@@ -38,12 +40,14 @@ int all_reduce_max(int value);
 // `bytes` of host memory at `data` from rank `root` to every rank.
 void broadcast_bytes(void* data, std::size_t bytes, int root);
 
-// Collectives over `count` floats split into world_size shards as ZeRO-1 splits the parameters
-// (src/engine/model_layout.h: optimizer_shard). In `backend`'s memory, in place:
+// Collectives over `count` elements split into world_size shards as ZeRO-1 splits the parameters
+// (src/engine/model_layout.h: optimizer_shard). In `backend`'s memory, in place, with the
+// backend's own collectives where it has them (NCCL), else through host memory (MPI); `data`
+// holds sharded_span(count, world_size) elements (the padding lets NCCL take equal shards).
 // reduce_scatter_sum leaves in this rank's shard of `data` the ranks' sum of it (the rest of
-// `data` is then undefined); all_gather copies every rank's shard to every rank.
+// `data` is then undefined); all_gather copies every rank's shard to every rank (fp32 or bf16).
 void reduce_scatter_sum(Backend& backend, float* data, std::size_t count);
-void all_gather(Backend& backend, float* data, std::size_t count);
+void all_gather(Backend& backend, Act data, std::size_t count);
 // Host memory: rank 0's `full` (count floats) receives every rank's `shard` (its shard's floats).
 void gather_to_root(const float* shard, float* full, std::size_t count);
 

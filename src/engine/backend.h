@@ -57,6 +57,10 @@ public:
     // (src/dist/process_group.h) with a collective library of its own (NCCL on a GPU); false,
     // doing nothing, when it has none and the process group must sum through host memory.
     virtual bool all_reduce_sum(float* data, std::size_t count) { return false; }
+    // ZeRO-1's collectives in place, likewise (src/dist/process_group.h: reduce_scatter_sum,
+    // all_gather); `data` holds sharded_span(count, world size) elements, one equal shard per rank.
+    virtual bool reduce_scatter_sum(float* data, std::size_t count) { return false; }
+    virtual bool all_gather(Act data, std::size_t count) { return false; }
 
     const KernelTable& kernels() const { return kernels_; }
     const KernelContext& context() const { return context_; }

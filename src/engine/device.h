@@ -25,9 +25,10 @@ const char* device_name(Device device);
 Device parse_device(const std::string& name);
 std::vector<std::string> device_names();
 
-// model.dtype: the element type of activations and matmul inputs. fp32 runs everywhere (the
-// CPU's only dtype, and CUDA's exact mode); bf16 runs on CUDA (fp32 accumulation, fp32 master
-// weights, gradients and AdamW state, and a bf16 working copy of the weights for the matmuls).
+// model.dtype: the element type of activations and the weights forward and backward read. fp32
+// runs everywhere (the CPU's only dtype, and CUDA's exact mode); bf16 runs on CUDA (fp32
+// accumulation, fp32 master weights, gradients and AdamW state, and a bf16 working copy of the
+// weights that forward and backward read).
 // "auto" is the device's default: bf16 on CUDA, fp32 on the CPU.
 struct DtypeInfo {
     DType dtype;
@@ -60,10 +61,13 @@ struct DeviceTraits {
     bool stage_tokens = false;        // token ids are copied into the workspace (the host cannot address it)
     std::size_t resident_bytes = 0;   // the backend's own fixed allocations (CUDA: cuBLASLt workspace, reduction scratch)
     DType activation = DType::f32;    // element type of activations and matmul inputs
-    // Bytes per parameter of the matmuls' working copy beside the fp32 masters (bf16: 2; fp32: 0,
-    // the masters are the working weights). Masters, gradients, AdamW m and v are 4 each.
+    // Bytes per parameter of the working copy that forward and backward read beside the fp32
+    // masters (bf16: 2; fp32: 0, the masters are the working weights). Masters, gradients, AdamW m
+    // and v are 4 each.
     std::size_t working_weight_bytes = 0;
-    int optimizer_shards = 1;  // ranks sharing AdamW's m and v (ZeRO-1): each holds a shard
+    // Ranks sharing the optimizer's state (ZeRO-1): each holds a shard of AdamW's m and v, and of
+    // the fp32 masters where a working copy stands in for them in forward and backward.
+    int optimizer_shards = 1;
 };
 DeviceTraits device_traits(const ComputeTarget& target);
 

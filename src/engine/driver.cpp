@@ -26,13 +26,9 @@ unsigned char* Driver::mask_view(TensorKind kind) const {
     return dropout_active_ ? view(kind).as<unsigned char>() : nullptr;
 }
 
-const float* Driver::master(std::optional<ParamId> id, int layer) const {
-    return id ? layout_->parameters().at(arenas_.params.as<const float>(), *id, layer) : nullptr;
-}
-
-ConstAct Driver::matmul_weight(std::optional<ParamId> id, int layer) const {
+ConstAct Driver::weight(std::optional<ParamId> id, int layer) const {
     if (!id) return nullptr;
-    if (!arenas_.working.data()) return master(id, layer);
+    if (!arenas_.working.data()) return layout_->parameters().at(arenas_.params.as<const float>(), *id, layer);
     return layout_->parameters().at(arenas_.working.as<const bf16>(), *id, layer);
 }
 
@@ -91,11 +87,11 @@ void Driver::run_op(const OpInfo& op, int layer, int B, int T) {
     auto out = [&](int i) { return view(op.outputs[i]); };
     switch (op.kind) {
         case OpKind::layernorm:
-            k_.layernorm_forward(ctx_, out(0), out(1).as<float>(), out(2).as<float>(), in(0), master(op.weight, layer),
-                                 master(op.bias, layer), N, C);
+            k_.layernorm_forward(ctx_, out(0), out(1).as<float>(), out(2).as<float>(), in(0), weight(op.weight, layer),
+                                 weight(op.bias, layer), N, C);
             break;
         case OpKind::matmul:
-            k_.matmul_forward(ctx_, out(0), in(0), matmul_weight(op.weight, layer), matmul_weight(op.bias, layer), N,
+            k_.matmul_forward(ctx_, out(0), in(0), weight(op.weight, layer), weight(op.bias, layer), N,
                               op.in_features, op.out_features);
             break;
         case OpKind::attention_softmax: k_.attention_softmax_forward(ctx_, out(0), in(0), B, T, C, NH); break;
@@ -232,7 +228,7 @@ void Driver::forward(const int* tokens, const int* targets, int B, int T, const 
     if (dropout_active_) emb_mask_ = static_cast<unsigned char*>(push_scheduled(kEmbeddingLayer, TensorKind::emb_mask));
     layer_mark_[0] = tape.mark();
     const Act x = inference ? w.residual[0] : Act(push_scheduled(0, TensorKind::x), a);
-    k_.encoder_forward(ctx_, x, tokens, master(ParamId::wte), master(ParamId::wpe), B, T, C);
+    k_.encoder_forward(ctx_, x, tokens, weight(ParamId::wte), weight(ParamId::wpe), B, T, C);
     if (dropout_active_) {
         // Keyed as (layer L, kind x) since before emb_mask had a kind of its own: masks stay bit-identical.
         k_.dropout_mask(ctx_, emb_mask_, static_cast<long>(N) * C, cfg.dropout, dropout_key(L, TensorKind::x));
@@ -253,7 +249,7 @@ void Driver::forward(const int* tokens, const int* targets, int B, int T, const 
         lnf_rstd_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf_rstd));
         if (next_entry_ != schedule_.size()) throw std::logic_error("tape schedule out of step: entries left over");
     }
-    k_.layernorm_forward(ctx_, lnf_, lnf_mean_, lnf_rstd_, final_x_, master(ParamId::lnfw), master(ParamId::lnfb), N,
+    k_.layernorm_forward(ctx_, lnf_, lnf_mean_, lnf_rstd_, final_x_, weight(ParamId::lnfw), weight(ParamId::lnfb), N,
                          C);
     classifier_forward(targets, N, dloss, accumulate);
 }
@@ -280,7 +276,7 @@ void Driver::classifier_forward(const int* targets, int N, float dloss, bool acc
     has_dlogits_ = false;
     classifier_chunked_ = N > rows;
     if (!classifier_chunked_) {
-        k_.matmul_forward(ctx_, w.logits, lnf_, matmul_weight(ParamId::wte), nullptr, N, C, Vp);
+        k_.matmul_forward(ctx_, w.logits, lnf_, weight(ParamId::wte), nullptr, N, C, Vp);
         if (!targets) return;
         k_.fused_classifier(ctx_, w.logits, w.losses, targets, N, V, Vp, dloss);
         has_dlogits_ = dloss != 0.0f;
@@ -294,11 +290,11 @@ void Driver::classifier_forward(const int* targets, int N, float dloss, bool acc
     for (int row = 0; row < N; row += rows) {
         const int n = std::min(rows, N - row);
         const Act lnf = rows_from(lnf_, row, C);
-        k_.matmul_forward(ctx_, w.logits, lnf, matmul_weight(ParamId::wte), nullptr, n, C, Vp);
+        k_.matmul_forward(ctx_, w.logits, lnf, weight(ParamId::wte), nullptr, n, C, Vp);
         k_.fused_classifier(ctx_, w.logits, w.losses + row, targets + row, n, V, Vp, dloss);
         if (dloss == 0.0f) continue;
         k_.matmul_backward(ctx_, rows_from(w.dc_a, row, C), dwte, nullptr, w.logits, lnf,
-                           matmul_weight(ParamId::wte), n, C, Vp, accumulate || row > 0);
+                           weight(ParamId::wte), n, C, Vp, accumulate || row > 0);
     }
     has_dlogits_ = dloss != 0.0f;
     classifier_accumulated_ = accumulate;
@@ -309,7 +305,7 @@ void Driver::classifier_logits(std::size_t row, int n) {
         throw std::logic_error("classifier_logits: a training model's final layernorm output is on its tape");
     const GPTConfig& cfg = layout_->config();
     if (n > layout_->classifier_rows()) throw std::logic_error("classifier_logits: more rows than the logits buffer");
-    k_.matmul_forward(ctx_, arenas_.views.logits, rows_from(lnf_, row, cfg.n_embd), matmul_weight(ParamId::wte),
+    k_.matmul_forward(ctx_, arenas_.views.logits, rows_from(lnf_, row, cfg.n_embd), weight(ParamId::wte),
                       nullptr, n, cfg.n_embd, cfg.padded_vocab_size());
 }
 
@@ -390,12 +386,12 @@ void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumul
     switch (op.kind) {
         case OpKind::layernorm:
             k_.layernorm_backward(ctx_, grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
-                                  grad_buffer(op.outputs[0]), view(op.inputs[0]), master(op.weight, layer),
+                                  grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight, layer),
                                   view(op.outputs[1]).as<float>(), view(op.outputs[2]).as<float>(), N, C);
             break;
         case OpKind::matmul:
             k_.matmul_backward(ctx_, grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
-                               grad_buffer(op.outputs[0]), view(op.inputs[0]), matmul_weight(op.weight, layer), N,
+                               grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight, layer), N,
                                op.in_features, op.out_features, accumulate);
             break;
         case OpKind::attention_softmax:
@@ -450,14 +446,14 @@ void Driver::backward(const int* tokens, int B, int T, bool accumulate) {
     // in forward when the logits were chunked); then the final layernorm.
     if (!classifier_chunked_)
         k_.matmul_backward(ctx_, w.dc_a, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_,
-                           matmul_weight(ParamId::wte), N, C, Vp, accumulate);
+                           weight(ParamId::wte), N, C, Vp, accumulate);
     else if (classifier_accumulated_ != accumulate)
         throw std::logic_error("a chunked classifier's forward wrote dwte with accumulate = " +
                                std::string(classifier_accumulated_ ? "true" : "false") +
                                " but backward was called with the other: pass forward_step the flag backward gets");
     backend_.memset(w.dres.data(), 0, dtype_size(w.dres.dtype()) * N * C);
     k_.layernorm_backward(ctx_, w.dres, pl.at(grads, ParamId::lnfw), pl.at(grads, ParamId::lnfb), w.dc_a, final_x_,
-                          master(ParamId::lnfw), lnf_mean_, lnf_rstd_, N, C);
+                          weight(ParamId::lnfw), lnf_mean_, lnf_rstd_, N, C);
     tape.release_to(layer_mark_[L]);
 
     const auto& ops = layout_->block().ops();

@@ -60,10 +60,10 @@ private:
     unsigned char* mask_view(TensorKind kind) const;  // null when this pass has no dropout
     float dropout_p() const;                          // 0 when this pass has no dropout
     Act grad_buffer(TensorKind kind) const;
-    // Parameter tensor `id` (of `layer`): the fp32 master, or what the matmuls read (the bf16
-    // working copy when there is one, else the master).
-    const float* master(std::optional<ParamId> id, int layer = 0) const;
-    ConstAct matmul_weight(std::optional<ParamId> id, int layer = 0) const;
+    // Parameter tensor `id` (of `layer`) as forward and backward read it: the bf16 working copy
+    // when there is one (the fp32 masters are the optimizer's alone, and ZeRO-1 shards them),
+    // else the fp32 parameters; null for no tensor.
+    ConstAct weight(std::optional<ParamId> id, int layer = 0) const;
     std::uint64_t dropout_key(int layer, TensorKind kind) const;
     bool dropped(int layer, TensorKind kind) const;
     void* push_scheduled(int layer, TensorKind kind);

@@ -60,26 +60,53 @@ const Arena& GPTModel::arena(ModelArena which) const {
     throw std::logic_error("unknown model arena");
 }
 
+OptimizerShard GPTModel::held(ModelArena which) const {
+    const bool sharded = which == ModelArena::adam_m || which == ModelArena::adam_v ||
+                         (which == ModelArena::parameters && layout_->masters_sharded());
+    return sharded ? layout_->optimizer_shard() : OptimizerShard{0, num_params()};
+}
+
 void GPTModel::read_arena(ModelArena which, std::size_t offset, std::size_t count, float* host) const {
+    const OptimizerShard h = held(which);
     const Arena& a = arena(which);
-    if ((offset + count) * sizeof(float) > a.bytes()) throw std::out_of_range("read_arena: beyond the arena");
-    backend_->copy_to_host(host, a.as<float>() + offset, count * sizeof(float));
+    if (offset < h.begin || offset + count > h.begin + h.count || (offset - h.begin + count) * sizeof(float) > a.bytes())
+        throw std::out_of_range("read_arena: parameters [" + std::to_string(offset) + ", " +
+                                std::to_string(offset + count) + ") are not all in this arena (it holds [" +
+                                std::to_string(h.begin) + ", " + std::to_string(h.begin + h.count) + "))");
+    backend_->copy_to_host(host, a.as<float>() + (offset - h.begin), count * sizeof(float));
 }
 
 void GPTModel::write_arena(ModelArena which, std::size_t offset, std::size_t count, const float* host) {
-    const Arena& a = arena(which);
-    if ((offset + count) * sizeof(float) > a.bytes()) throw std::out_of_range("write_arena: beyond the arena");
-    backend_->copy_to_device(a.as<float>() + offset, host, count * sizeof(float));
-    if (which == ModelArena::parameters && arenas_.working.data())
-        backend_->kernels().convert(backend_->context(), arenas_.working.as<bf16>() + offset, a.as<float>() + offset,
-                                    static_cast<long>(count));
+    if (offset + count > num_params() || !arena(which).data())
+        throw std::out_of_range("write_arena: beyond the parameters, or an arena this model does not have");
+    const OptimizerShard h = held(which);
+    const OptimizerShard part = shard_part(h, offset, count);
+    if (part.count > 0)
+        backend_->copy_to_device(arena(which).as<float>() + (part.begin - h.begin), host + (part.begin - offset),
+                                 part.count * sizeof(float));
+    if (which != ModelArena::parameters || !arenas_.working.data()) return;
+    // Rounded on the host as the convert kernel rounds (kernels/activation.h's to_bf16): the masters
+    // of other ranks' shards are not here to convert from.
+    std::vector<bf16> working(count);
+    for (std::size_t i = 0; i < count; ++i) working[i] = to_bf16(host[i]);
+    backend_->copy_to_device(arenas_.working.as<bf16>() + offset, working.data(), count * sizeof(bf16));
 }
 
 const float* GPTModel::host_readable(ModelArena which, std::vector<float>& staging) const {
     const Arena& a = arena(which);
     if (backend_->host_addressable()) return a.as<float>();
-    staging.resize(a.bytes() / sizeof(float));
-    read_arena(which, 0, staging.size(), staging.data());
+    const OptimizerShard h = held(which);
+    staging.resize(h.count);
+    read_arena(which, h.begin, h.count, staging.data());
+    return staging.data();
+}
+
+const float* GPTModel::forward_weights(std::vector<float>& staging) const {
+    if (!arenas_.working.data()) return host_readable(ModelArena::parameters, staging);  // whole without a working copy
+    std::vector<bf16> working(num_params());
+    backend_->copy_to_host(working.data(), arenas_.working.data(), working.size() * sizeof(bf16));
+    staging.resize(working.size());
+    for (std::size_t i = 0; i < working.size(); ++i) staging[i] = to_float(working[i]);
     return staging.data();
 }
 

@@ -37,10 +37,11 @@ public:
     // Allocates for micro-batches up to B x T (T <= config.max_seq_len) under `plan`
     // (default: keep everything), on `backend`.
     GPTModel(const GPTConfig& config, int B, int T);
-    // Activations (and the matmuls' working weights) are of type `activation`: fp32, or bf16 on
-    // CUDA, where a bf16 copy of the fp32 master weights is kept beside them (src/engine/device.h).
-    // With optimizer_shards > 1 (ZeRO-1 over that many data-parallel ranks) the model holds AdamW's
-    // moments for this rank's shard of the parameters only (optimizer_shard()).
+    // Activations (and the weights forward and backward read) are of type `activation`: fp32, or
+    // bf16 on CUDA, where a bf16 copy of the fp32 master weights is kept beside them
+    // (src/engine/device.h). With optimizer_shards > 1 (ZeRO-1 over that many data-parallel ranks)
+    // a training model holds AdamW's moments, and beside a bf16 copy the masters, for this rank's
+    // shard of the parameters only (optimizer_shard(), held()).
     GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
              const CodecParams& codec_params = {}, ModelUse use = ModelUse::training,
              Backend& backend = cpu_backend(), DType activation = DType::f32, int optimizer_shards = 1);
@@ -70,27 +71,38 @@ public:
     const TapeAllocator& tape() const { return arenas_.tape; }
 
     // The arenas in backend memory, for kernels (the optimizer step) and CPU-side tests; the host
-    // reads and writes them through the host API below.
-    float* params() const { return arenas_.params.as<float>(); }
-    float* grads() const { return arenas_.grads.as<float>(); }  // null for inference
-    // AdamW's moments of this rank's optimizer shard (all parameters unless ZeRO-1 shards them):
-    // element i is parameter optimizer_shard().begin + i.
+    // reads and writes them through the host API below. Element i of an arena is parameter
+    // held(arena).begin + i.
+    float* params() const { return arenas_.params.as<float>(); }  // the fp32 masters
+    float* grads() const { return arenas_.grads.as<float>(); }    // null for inference
     float* adam_m() const { return arenas_.adam_m.as<float>(); }
     float* adam_v() const { return arenas_.adam_v.as<float>(); }
+    // The parameters an arena holds values of: all of them, except under ZeRO-1, where AdamW's
+    // moments (and the masters, where ModelLayout::masters_sharded) hold this rank's optimizer
+    // shard; the gradients and the working copy are always whole.
+    OptimizerShard held(ModelArena arena) const;
     OptimizerShard optimizer_shard() const { return layout_->optimizer_shard(); }
-    // The matmuls' bf16 copy of params(), which AdamW and write_arena keep current; null in fp32.
+    // The bf16 copy of the parameters that forward and backward read, which AdamW and write_arena
+    // keep current; null in fp32. Whole on every rank (padded to sharded_span under ZeRO-1).
     Act working_weights() const;
     DType activation_dtype() const { return layout_->device_traits().activation; }
     // Where global_norm writes the gradient norm and adamw_update reads it (backend memory).
     float* grad_norm_slot() const { return arenas_.views.grad_norm; }
 
     // ---- host API --------------------------------------------------------------------------
-    // `count` floats of an arena from element `offset` to / from host memory.
+    // Parameters [offset, offset + count) of an arena (indices into all the parameters) to host
+    // memory; the arena must hold all of them (held()).
     void read_arena(ModelArena arena, std::size_t offset, std::size_t count, float* host) const;
+    // From host memory: the arena keeps those of them it holds (under ZeRO-1 the rest are other
+    // ranks'), and writing parameters refreshes the working copy of all of them.
     void write_arena(ModelArena arena, std::size_t offset, std::size_t count, const float* host);
-    // A whole arena readable by the host: the arena itself where the backend's memory is
-    // host-addressable (the CPU's), else a copy made into `staging`.
+    // What an arena holds (held(arena).count floats) readable by the host: the arena itself where
+    // the backend's memory is host-addressable (the CPU's), else a copy made into `staging`.
     const float* host_readable(ModelArena arena, std::vector<float>& staging) const;
+    // Every parameter as forward and backward read it, in fp32 host memory: the parameters, or
+    // their bf16 working copy widened (exactly). Whole on every rank, also when ZeRO-1 shards the
+    // masters: what the Adacc profiler builds its slice of the model from.
+    const float* forward_weights(std::vector<float>& staging) const;
     // Rows [row, row + rows) of the last forward's logits (Vp floats each) into host memory
     // (bf16 logits converted). When B x T logits exceed one classifier chunk, an inference model
     // computes the rows asked for here, a chunk at a time, so its logits never exist whole

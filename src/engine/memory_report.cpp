@@ -167,12 +167,20 @@ std::string describe_device_memory(const ComputeTarget& target) {
                       t.working_weight_bytes);
     else
         std::snprintf(weights, sizeof weights, "fp32 weights 4");
-    char line[400];
+    // Under ZeRO-1 each rank holds a shard of AdamW's m and v, and of the masters beside a working copy.
+    char shards[160] = "";
+    if (t.optimizer_shards > 1) {
+        const double sharded = 8.0 + (t.working_weight_bytes ? 4.0 : 0.0);
+        const double whole = 4.0 + (t.working_weight_bytes ? static_cast<double>(t.working_weight_bytes) : 4.0);
+        std::snprintf(shards, sizeof shards, " (ZeRO-1 over %d ranks: %.2f per rank, the %s sharded)", t.optimizer_shards,
+                      whole + sharded / t.optimizer_shards, t.working_weight_bytes ? "moments and masters" : "moments");
+    }
+    char line[560];
     std::snprintf(line, sizeof line,
-                  "device %s, dtype %s: %zu bytes per parameter (%s, gradient 4, AdamW m 4 and v 4), %zu bytes per "
+                  "device %s, dtype %s: %zu bytes per parameter (%s, gradient 4, AdamW m 4 and v 4)%s, %zu bytes per "
                   "activation element%s%s\n",
                   device_name(target.device), model_dtype_name(t.activation), 16 + t.working_weight_bytes, weights,
-                  activation,
+                  shards, activation,
                   t.resident_bytes ? "; backend fixed memory " : "",
                   t.resident_bytes ? (format_bytes(t.resident_bytes) + " (cuBLASLt workspace, reduction scratch)").c_str()
                                    : "");

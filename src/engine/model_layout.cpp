@@ -98,14 +98,15 @@ ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const Activation
       codec_params_(codec_params), use_(use), traits_(traits),
       workspace_(workspace_layout(config, block_, plan, codec_params, B, T, use, traits.stage_tokens)) {
     if (plan.n_layer() != config.n_layer) throw std::invalid_argument("activation plan has the wrong layer count");
-    const std::size_t param_bytes = parameters_.total() * sizeof(float);
+    const std::size_t params = parameters_.total();
+    const std::size_t shard = adacc::optimizer_shard(params, traits.optimizer_shards, 0).count;  // the largest
     const bool training = use == ModelUse::training;
-    memory_.parameters = param_bytes;
-    memory_.working_weights = parameters_.total() * traits.working_weight_bytes;
+    const std::size_t span = training ? sharded_span(params, traits.optimizer_shards) : params;
+    memory_.parameters = (masters_sharded() ? shard : span) * sizeof(float);  // whole ones all-gathered: padded
+    memory_.working_weights = span * traits.working_weight_bytes;
     memory_.backend = traits.resident_bytes;
-    memory_.gradients = training ? param_bytes : 0;
-    memory_.optimizer_state =
-        training ? 2 * adacc::optimizer_shard(parameters_.total(), traits.optimizer_shards, 0).count * sizeof(float) : 0;
+    memory_.gradients = training ? span * sizeof(float) : 0;
+    memory_.optimizer_state = training ? 2 * shard * sizeof(float) : 0;
     if (training) {
         std::vector<TapeEntry> schedule;
         tape_schedule(B, T, block_.has_dropout(), schedule);
@@ -127,6 +128,10 @@ OptimizerShard shard_part(const OptimizerShard& shard, std::size_t offset, std::
     const std::size_t begin = std::max(offset, shard.begin);
     const std::size_t end = std::min(offset + count, shard.begin + shard.count);
     return begin < end ? OptimizerShard{begin, end - begin} : OptimizerShard{begin, 0};
+}
+
+std::size_t sharded_span(std::size_t params, int shards) {
+    return optimizer_shard(params, shards, 0).count * static_cast<std::size_t>(shards);
 }
 
 OptimizerShard ModelLayout::optimizer_shard() const {

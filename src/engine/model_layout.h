@@ -20,8 +20,10 @@ namespace adacc {
 
 // Byte sizes of every allocation the model makes, known before any is made.
 struct ModelMemory {
-    std::size_t parameters = 0, gradients = 0, optimizer_state = 0;  // fp32; optimizer: m and v
-    std::size_t working_weights = 0;  // the matmuls' bf16 copy of the parameters (0 in fp32)
+    // fp32. parameters: the masters (under ZeRO-1 with a working copy, this rank's shard of them);
+    // optimizer: AdamW's m and v (this rank's shard under ZeRO-1).
+    std::size_t parameters = 0, gradients = 0, optimizer_state = 0;
+    std::size_t working_weights = 0;  // the bf16 copy of the parameters forward and backward read (0 in fp32)
     std::size_t tape = 0;            // capacity: every saved activation at its reserved size (bounds for codecs)
     std::size_t materialize = 0;     // workspace: full-size buffers for tensors not kept in some layer
     std::size_t transients = 0;      // workspace: op outputs no backward needs, backward's gradient buffers
@@ -74,6 +76,11 @@ OptimizerShard optimizer_shard(std::size_t params, int shards, int rank);
 // The parameters of [offset, offset + count) (a tensor of the layout) that `shard` holds; count 0
 // when none.
 OptimizerShard shard_part(const OptimizerShard& shard, std::size_t offset, std::size_t count);
+// Elements of the arrays ZeRO-1's collectives address whole (the gradients, and the working copy
+// or else the fp32 parameters):
+// `shards` shards of one size, ceil(params / shards) each (NCCL's reduce-scatter and all-gather
+// take equal shards), so up to shards - 1 elements of padding past the parameters.
+std::size_t sharded_span(std::size_t params, int shards);
 
 class ModelLayout {
 public:
@@ -101,6 +108,13 @@ public:
     // This process's shard of the AdamW moments (src/dist/process_group.h's rank); the moment
     // arenas hold the largest shard's count, ceil(params / shards).
     OptimizerShard optimizer_shard() const;
+    // Whether each rank holds only its optimizer shard of the fp32 masters too: in training under
+    // ZeRO-1 with a working copy, which forward and backward read in their place (the masters are
+    // the optimizer's alone). Without a working copy (fp32) the masters are the working weights,
+    // whole on every rank.
+    bool masters_sharded() const {
+        return use_ == ModelUse::training && traits_.optimizer_shards > 1 && traits_.working_weight_bytes > 0;
+    }
 
     // Sizes of tensor `kind` at B x T (<= the allocated shape).
     std::size_t numel(TensorKind kind, int B, int T) const;

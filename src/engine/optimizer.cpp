@@ -34,17 +34,18 @@ void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, in
     const Backend& backend = model.backend();
     bf16* working = model.working_weights().as<bf16>();  // null in fp32
     const OptimizerShard shard = model.optimizer_shard();
+    const std::size_t first_master = model.held(ModelArena::parameters).begin;  // the shard's, or 0
     for (const ParamTensorInfo& info : model.layout().tensors()) {
         // The part of the tensor in this rank's shard (all of it without ZeRO-1).
         const OptimizerShard part = shard_part(shard, info.offset, info.numel);
         if (part.count == 0) continue;
         const Act working_slice = working ? Act(working + part.begin) : Act();
         const std::size_t moment = part.begin - shard.begin;
-        backend.kernels().adamw_update(backend.context(), model.params() + part.begin, working_slice,
-                                       model.grads() + part.begin, model.adam_m() + moment, model.adam_v() + moment,
-                                       static_cast<long>(part.count), lr, opt.beta1, opt.beta2, opt.eps,
-                                       info.weight_decay ? opt.weight_decay : 0.0f, opt.grad_clip,
-                                       model.grad_norm_slot(), t);
+        float* masters = model.params() + (part.begin - first_master);
+        backend.kernels().adamw_update(backend.context(), masters, working_slice, model.grads() + part.begin,
+                                       model.adam_m() + moment, model.adam_v() + moment, static_cast<long>(part.count),
+                                       lr, opt.beta1, opt.beta2, opt.eps, info.weight_decay ? opt.weight_decay : 0.0f,
+                                       opt.grad_clip, model.grad_norm_slot(), t);
     }
 }
 

@@ -32,19 +32,10 @@ bool all_finite(const float* values, std::size_t count) {
     return true;
 }
 
-bool is_moment(ModelArena arena) { return arena == ModelArena::adam_m || arena == ModelArena::adam_v; }
-
-// The parameters `arena` holds values of: all, or for the AdamW moments this rank's optimizer
-// shard (ZeRO-1).
-OptimizerShard held_by(const GPTModel& model, ModelArena arena) {
-    return is_moment(arena) ? model.optimizer_shard() : OptimizerShard{0, model.num_params()};
-}
-
 // One tensor at a time through host memory, so loading needs one tensor's worth beside the model.
-// A checkpoint holds every parameter's moments: a ZeRO-1 rank keeps its shard's (so a job resumes
-// on another number of ranks).
+// A checkpoint holds every parameter's values: a ZeRO-1 rank keeps its shard's where it holds a
+// shard (GPTModel::write_arena), so a job resumes on another number of ranks.
 void read_arena(const CheckpointReader& reader, GPTModel& model, ModelArena arena, const std::string& prefix) {
-    const OptimizerShard held = held_by(model, arena);
     std::vector<float> host;
     for (const auto& info : model.layout().tensors()) {
         const auto shape = stored_shape(info);
@@ -54,15 +45,14 @@ void read_arena(const CheckpointReader& reader, GPTModel& model, ModelArena aren
         if (!all_finite(host.data(), info.numel))
             throw UserError("checkpoint '" + reader.path().string() + "' holds non-finite values in " + name +
                             ": it comes from a diverged run or was altered; use an earlier checkpoint");
-        const OptimizerShard part = shard_part(held, info.offset, info.numel);
-        if (part.count > 0)
-            model.write_arena(arena, part.begin - held.begin, part.count, host.data() + (part.begin - info.offset));
+        model.write_arena(arena, info.offset, info.numel, host.data());
     }
 }
 
+// What this rank holds of `arena`.
 bool arena_is_finite(const GPTModel& model, ModelArena arena) {
     std::vector<float> staging;
-    return all_finite(model.host_readable(arena, staging), held_by(model, arena).count);
+    return all_finite(model.host_readable(arena, staging), model.held(arena).count);
 }
 
 const char* const kRngScheme = "counter(seed, step, micro, layer, tensor)";
@@ -127,9 +117,10 @@ std::optional<std::filesystem::path> save_training_checkpoint(const std::filesys
                                                               const RunConfig& config, const GPTModel& model,
                                                               const TrainingProgress& progress) {
     std::vector<float> staging[3];  // host copies where the backend's memory is not the host's
-    const float* moments[2] = {moments_on_root(model, ModelArena::adam_m, staging[1]),
-                               moments_on_root(model, ModelArena::adam_v, staging[2])};
-    if (!process_group().is_root()) return std::nullopt;  // every rank holds the same parameters
+    const float* arenas[3] = {arena_on_root(model, ModelArena::parameters, staging[0]),
+                              arena_on_root(model, ModelArena::adam_m, staging[1]),
+                              arena_on_root(model, ModelArena::adam_v, staging[2])};
+    if (!process_group().is_root()) return std::nullopt;
     nlohmann::json meta;
     meta["step"] = progress.step;
     const int W = process_group().world_size;  // every rank has taken as many batches as this one
@@ -141,9 +132,9 @@ std::optional<std::filesystem::path> save_training_checkpoint(const std::filesys
     meta["parameters"] = model.num_params();
     meta[kCheckpointConfigKey] = to_toml(config);
     std::vector<CheckpointTensor> tensors;
-    add_arena(tensors, model.layout(), "params", model.host_readable(ModelArena::parameters, staging[0]));
-    add_arena(tensors, model.layout(), "adam_m", moments[0]);
-    add_arena(tensors, model.layout(), "adam_v", moments[1]);
+    add_arena(tensors, model.layout(), "params", arenas[0]);
+    add_arena(tensors, model.layout(), "adam_m", arenas[1]);
+    add_arena(tensors, model.layout(), "adam_v", arenas[2]);
     const auto file = checkpoint_path(run_dir, progress.step);
     write_checkpoint(file, meta, tensors);
     prune_checkpoints(run_dir, config.checkpoint.keep, file);

@@ -27,6 +27,11 @@ target_compile_definitions(adacc_cuda_emulated PUBLIC ADACC_SIMT_EMULATION)
 target_compile_options(adacc_cuda_emulated PRIVATE -Wno-unused-function)
 target_link_libraries(adacc_cuda_emulated PUBLIC OpenMP::OpenMP_CXX)
 
+# The adacc command on the emulated backend, for tests that run it as users do (mpirun -np 2 adacc
+# train --device cuda: tests/cuda/test_cuda_distributed.cpp).
+add_executable(adacc_emulated ${CMAKE_SOURCE_DIR}/src/cli/main.cpp)
+adacc_link_engine(adacc_emulated adacc_cuda_emulated)
+
 file(GLOB ADACC_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/test_*.cpp)
 set(ADACC_CUDA_TEST_SUPPORT ${CMAKE_SOURCE_DIR}/tests/cuda/cuda_test_support.cpp ${CMAKE_SOURCE_DIR}/tests/test_support.cpp)
 
@@ -34,7 +39,8 @@ add_executable(test_cuda_emulated ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT}
 adacc_link_engine(test_cuda_emulated adacc_cuda_emulated)
 target_link_libraries(test_cuda_emulated PRIVATE GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_cuda_emulated PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-  ADACC_BINARY="$<TARGET_FILE:adacc>")
+  ADACC_BINARY="$<TARGET_FILE:adacc>" ADACC_CUDA_BINARY="$<TARGET_FILE:adacc_emulated>")
+add_dependencies(test_cuda_emulated adacc_emulated)
 gtest_discover_tests(test_cuda_emulated DISCOVERY_TIMEOUT 60 TEST_PREFIX "emulated."
   PROPERTIES TIMEOUT 900 LABELS "cuda_emulated" ENVIRONMENT "OMP_WAIT_POLICY=passive")
 
@@ -44,7 +50,7 @@ if(TARGET adacc_cuda)
   adacc_link_engine(test_cuda_device adacc_cuda)
   target_link_libraries(test_cuda_device PRIVATE GTest::gtest GTest::gtest_main)
   target_compile_definitions(test_cuda_device PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-    ADACC_BINARY="$<TARGET_FILE:adacc>")
+    ADACC_BINARY="$<TARGET_FILE:adacc>" ADACC_CUDA_BINARY="$<TARGET_FILE:adacc>")
   gtest_discover_tests(test_cuda_device DISCOVERY_TIMEOUT 60 TEST_PREFIX "device."
     PROPERTIES TIMEOUT 900 LABELS "cuda" ENVIRONMENT "OMP_WAIT_POLICY=passive")
 endif()

@@ -1,5 +1,5 @@
-// AdamW, the global gradient norm, the loss sum and the fp32/bf16 conversion on CUDA against
-// their CPU twins (kernels/cpu/adamw.cpp, classifier.cpp, convert.cpp).
+// AdamW, the global gradient norm and the loss sum on CUDA against their CPU twins
+// (kernels/cpu/adamw.cpp, classifier.cpp).
 #include <cmath>
 #include <vector>
 
@@ -103,27 +103,6 @@ TEST(CudaAdamw, LossAccumulateMatchesTheCpu) {
         cuda::loss_accumulate(ctx.get(), d_total.get(), d_a.get(), n, 3.0 * n, false);
         cuda::loss_accumulate(ctx.get(), d_total.get(), d_b.get(), n, 3.0 * n, true);
         EXPECT_NEAR(d_total.download()[0], want, 2.4e-7 * want) << "n=" << n;
-    }
-}
-
-// convert: bit for bit the CPU twin's rounding, both directions.
-TEST(CudaConvert, MatchesTheCpu) {
-    ADACC_REQUIRE_CUDA_DEVICE();
-    CudaTestContext ctx;
-    for (long n : {1L, 255L, 1001L}) {
-        std::vector<float> x = random_floats(n, 70 + n, -40.0f, 40.0f);
-        x[0] = NAN;
-        std::vector<bf16> want(n);
-        cpu::convert(cpu::default_context(), want.data(), x.data(), n);
-        DeviceArray<float> d_x(x), d_back(n);
-        DeviceArray<bf16> d_h(n);
-        cuda::convert(ctx.get(), d_h.get(), d_x.get(), n);
-        const std::vector<bf16> got = d_h.download();
-        for (long i = 1; i < n; ++i) EXPECT_EQ(got[i].bits, want[i].bits) << "i=" << i;
-        EXPECT_TRUE(std::isnan(to_float(got[0])));
-        cuda::convert(ctx.get(), d_back.get(), d_h.get(), n);
-        const std::vector<float> back = d_back.download();
-        for (long i = 1; i < n; ++i) EXPECT_EQ(back[i], to_float(want[i])) << "i=" << i;
     }
 }
 

@@ -2,9 +2,10 @@
 // directions are bit-identical to the CPU: the forward is one addition per element, and the
 // backward adds the same values in the same order (positions in increasing b*T+t for every
 // (row, channel) of dwte, increasing b for dwpe), so the tests demand exact equality. In bf16
-// (out and dout bf16, the parameters and their gradients fp32) the same holds against the CPU
-// run on the bf16 values as floats: out is the CPU's sum rounded once, and dout widens exactly.
+// (out, dout and the embeddings bf16, their gradients fp32) the same holds against the CPU run on
+// the bf16 values as floats: out is the CPU's sum rounded once, and dout widens exactly.
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -55,12 +56,13 @@ void check_shape(const Shape& s, const std::vector<int>& tokens) {
 void check_shape_bf16(const Shape& s, const std::vector<int>& tokens) {
     CudaTestContext ctx;
     const int N = s.B * s.T;
-    const std::vector<float> wte = random_floats(static_cast<std::size_t>(s.V) * s.C, 11),
-                             wpe = random_floats(static_cast<std::size_t>(s.T) * s.C, 12);
+    const std::vector<float> wte = representable<bf16>(random_floats(static_cast<std::size_t>(s.V) * s.C, 11)),
+                             wpe = representable<bf16>(random_floats(static_cast<std::size_t>(s.T) * s.C, 12));
     const std::vector<bf16> dout = device_values<bf16>(random_floats(static_cast<std::size_t>(N) * s.C, 13));
     std::vector<float> dwte_want = random_floats(wte.size(), 14), dwpe_want = random_floats(wpe.size(), 15);
-    DeviceArray<float> d_wte(wte), d_wpe(wpe), d_dwte(dwte_want), d_dwpe(dwpe_want);
-    DeviceArray<bf16> d_dout(dout), d_out(static_cast<std::size_t>(N) * s.C);
+    DeviceArray<float> d_dwte(dwte_want), d_dwpe(dwpe_want);
+    DeviceArray<bf16> d_wte(device_values<bf16>(wte)), d_wpe(device_values<bf16>(wpe)), d_dout(dout),
+        d_out(static_cast<std::size_t>(N) * s.C);
     DeviceArray<int> d_tokens(tokens);
     const std::string where = "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C);
 
@@ -108,6 +110,16 @@ TEST(CudaEncoder, Bf16ForwardAndBackwardAreBitIdenticalToTheCpu) {
         check_shape_bf16(s, random_tokens(s.B * s.T, s.V, 21 + s.C));
     const Shape one_token{3, 9, 72, 6};
     check_shape_bf16(one_token, std::vector<int>(one_token.B * one_token.T, 4));
+}
+
+TEST(CudaEncoder, EmbeddingsOfAnotherDtypeThanTheOutputAreRefused) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    CudaTestContext ctx;
+    DeviceArray<float> wte32(8 * 4), wpe32(2 * 4);
+    DeviceArray<bf16> out16(2 * 4), wpe16(2 * 4);
+    DeviceArray<int> tokens(std::vector<int>{1, 2});
+    EXPECT_THROW(cuda::encoder_forward(ctx.get(), out16.get(), tokens.get(), wte32.get(), wpe16.get(), 1, 2, 4),
+                 std::invalid_argument);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // LayerNorm on CUDA against its CPU twin (kernels/cpu/layernorm.cpp). The formulas are the same,
 // the summation orders are not (a warp's butterfly vs the CPU's SIMD lanes; dweight / dbias summed
 // per row group then over groups vs row by row), so the results agree to fp32 rounding, not bits.
-// bf16 (out, inp, dout, dinp bf16; mean, rstd, parameters and their gradients fp32) is compared
-// with the CPU run on the same bf16 values as floats.
+// bf16 (out, inp, dout, dinp and the weight and bias bf16; mean, rstd and the parameters'
+// gradients fp32) is compared with the CPU run on the same bf16 values as floats.
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -40,6 +40,12 @@ struct Inputs {
           bias(random_floats(s.C, seed + 2, -0.5f, 0.5f)) {}
 };
 
+// Inputs whose values bf16 holds exactly: the bf16 kernels read them as the CPU reads the floats.
+Inputs bf16_inputs(const Shape& s, std::uint64_t seed) {
+    Inputs in(s, seed);
+    for (std::vector<float>* v : {&in.x, &in.weight, &in.bias}) *v = representable<bf16>(*v);
+    return in;
+}
 
 std::string shape_name(const Shape& s) { return "N=" + std::to_string(s.N) + " C=" + std::to_string(s.C); }
 
@@ -127,13 +133,13 @@ TEST(CudaLayernorm, Bf16ForwardMatchesTheCpu) {
     ADACC_REQUIRE_CUDA_DEVICE();
     CudaTestContext ctx;
     for (const Shape& s : {Shape{1, 40}, Shape{14, 72}, Shape{37, 300}, Shape{3, 768}}) {
-        Inputs in(s, 100 + s.C);
-        in.x = representable<bf16>(in.x);
+        const Inputs in = bf16_inputs(s, 100 + s.C);
         std::vector<float> out(in.x.size()), mean(s.N), rstd(s.N);
         cpu::layernorm_forward(cpu::default_context(), out.data(), mean.data(), rstd.data(), in.x.data(),
                                in.weight.data(), in.bias.data(), s.N, s.C);
-        DeviceArray<bf16> d_x(device_values<bf16>(in.x)), d_out(in.x.size());
-        DeviceArray<float> d_w(in.weight), d_b(in.bias), d_mean(s.N), d_rstd(s.N);
+        DeviceArray<bf16> d_x(device_values<bf16>(in.x)), d_out(in.x.size()), d_w(device_values<bf16>(in.weight)),
+            d_b(device_values<bf16>(in.bias));
+        DeviceArray<float> d_mean(s.N), d_rstd(s.N);
         cuda::layernorm_forward(ctx.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
                                 s.N, s.C);
         EXPECT_TRUE(all_close(host_values(d_out.download()), out, kBf16Rel, kBf16Abs)) << "out " << shape_name(s);
@@ -143,14 +149,13 @@ TEST(CudaLayernorm, Bf16ForwardMatchesTheCpu) {
     }
 }
 
-// check_backward in bf16: x, dout and the accumulated dinp bf16 (the CPU adds into dinp's bf16
-// values as floats); dweight and dbias fp32, at the fp32 tolerance.
+// check_backward in bf16: x, weight, dout and the accumulated dinp bf16 (the CPU adds into dinp's
+// bf16 values as floats); dweight and dbias fp32, at the fp32 tolerance.
 void check_backward_bf16(const Shape& s, std::size_t scratch_bytes = 0) {
     CudaTestContext ctx;
     KernelContext kctx = ctx.get();
     if (scratch_bytes) kctx.reduction_scratch_bytes = scratch_bytes;
-    Inputs in(s, 200 + s.C);
-    in.x = representable<bf16>(in.x);
+    const Inputs in = bf16_inputs(s, 200 + s.C);
     const std::size_t n = in.x.size();
     std::vector<float> out(n), mean(s.N), rstd(s.N);
     cpu::layernorm_forward(cpu::default_context(), out.data(), mean.data(), rstd.data(), in.x.data(), in.weight.data(),
@@ -158,8 +163,9 @@ void check_backward_bf16(const Shape& s, std::size_t scratch_bytes = 0) {
     const std::vector<float> dout = representable<bf16>(random_floats(n, 7));
     std::vector<float> dinp = representable<bf16>(random_floats(n, 8)), dweight = random_floats(s.C, 9),
                        dbias = random_floats(s.C, 10);
-    DeviceArray<bf16> d_x(device_values<bf16>(in.x)), d_dout(device_values<bf16>(dout)), d_dinp(device_values<bf16>(dinp));
-    DeviceArray<float> d_w(in.weight), d_mean(mean), d_rstd(rstd), d_dweight(dweight), d_dbias(dbias);
+    DeviceArray<bf16> d_x(device_values<bf16>(in.x)), d_dout(device_values<bf16>(dout)), d_dinp(device_values<bf16>(dinp)),
+        d_w(device_values<bf16>(in.weight));
+    DeviceArray<float> d_mean(mean), d_rstd(rstd), d_dweight(dweight), d_dbias(dbias);
     cpu::layernorm_backward(cpu::default_context(), dinp.data(), dweight.data(), dbias.data(), dout.data(),
                             in.x.data(), in.weight.data(), mean.data(), rstd.data(), s.N, s.C);
     cuda::layernorm_backward(kctx, d_dinp.get(), d_dweight.get(), d_dbias.get(), d_dout.get(), d_x.get(), d_w.get(),
@@ -188,6 +194,14 @@ TEST(CudaLayernorm, ActivationsOfDifferentDtypesAreRefused) {
                  std::invalid_argument);
     EXPECT_THROW(cuda::layernorm_backward(ctx.get(), b16.get(), w.get(), w.get(), b16.get(), f32.get(), w.get(),
                                           stats.get(), stats.get(), s.N, s.C),
+                 std::invalid_argument);
+    // The parameters must be of the activations' type: fp32 weights beside bf16 activations are refused.
+    DeviceArray<bf16> w16(s.C), other16(n);
+    EXPECT_THROW(cuda::layernorm_forward(ctx.get(), b16.get(), stats.get(), stats.get(), other16.get(), w.get(),
+                                         w16.get(), s.N, s.C),
+                 std::invalid_argument);
+    EXPECT_THROW(cuda::layernorm_backward(ctx.get(), b16.get(), w.get(), w.get(), other16.get(), other16.get(),
+                                          w.get(), stats.get(), stats.get(), s.N, s.C),
                  std::invalid_argument);
 }
 

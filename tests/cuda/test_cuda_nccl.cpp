@@ -1,6 +1,7 @@
-// NCCL's all-reduce as the CUDA backend runs it for data parallelism (src/cuda/nccl_all_reduce.h),
-// at world size 1 (a communicator of this process alone): the sum over one rank leaves every
-// value as it was, through NCCL's own init and kernel. On a GPU only (the SIMT emulation has no
+// NCCL's collectives as the CUDA backend runs them for data parallelism (src/cuda/nccl_collectives.h),
+// at world size 1 (a communicator of this process alone): the sum over one rank, and ZeRO-1's
+// reduce-scatter and all-gather (fp32 and bf16) of one shard, leave every value as it was, through
+// NCCL's own init and kernels. On a GPU only (the SIMT emulation has no
 // NCCL; its backend sums through host memory); skipped where libnccl.so.2 is not installed.
 #include <gtest/gtest.h>
 
@@ -9,13 +10,13 @@
 #include "src/engine/backend.h"
 #include "tests/cuda/cuda_test_support.h"
 #ifndef ADACC_SIMT_EMULATION
-#include "src/cuda/nccl_all_reduce.h"
+#include "src/cuda/nccl_collectives.h"
 #endif
 
 namespace adacc::test {
 namespace {
 
-TEST(CudaNccl, AllReduceOverOneRankKeepsTheValues) {
+TEST(CudaNccl, CollectivesOverOneRankKeepTheValues) {
 #ifdef ADACC_SIMT_EMULATION
     GTEST_SKIP() << "NCCL runs on a GPU only (the emulated backend sums through host memory)";
 #else
@@ -27,9 +28,20 @@ TEST(CudaNccl, AllReduceOverOneRankKeepsTheValues) {
     const Arena buffer(backend, values.size() * sizeof(float));
     backend.copy_to_device(buffer.data(), values.data(), values.size() * sizeof(float));
     ASSERT_TRUE(backend.all_reduce_sum(buffer.as<float>(), values.size()));
+    ASSERT_TRUE(backend.reduce_scatter_sum(buffer.as<float>(), values.size()));
+    ASSERT_TRUE(backend.all_gather(Act(buffer.as<float>()), values.size()));
     std::vector<float> back(values.size());
     backend.copy_to_host(back.data(), buffer.data(), back.size() * sizeof(float));
     EXPECT_EQ(back, values);
+
+    std::vector<bf16> halves(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) halves[i] = to_bf16(values[i]);
+    const Arena bf16_buffer(backend, halves.size() * sizeof(bf16));
+    backend.copy_to_device(bf16_buffer.data(), halves.data(), halves.size() * sizeof(bf16));
+    ASSERT_TRUE(backend.all_gather(Act(bf16_buffer.as<bf16>()), halves.size()));
+    std::vector<bf16> halves_back(halves.size());
+    backend.copy_to_host(halves_back.data(), bf16_buffer.data(), halves_back.size() * sizeof(bf16));
+    for (std::size_t i = 0; i < halves.size(); ++i) EXPECT_EQ(halves_back[i].bits, halves[i].bits) << "i=" << i;
 #endif
 }
 

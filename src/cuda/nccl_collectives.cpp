@@ -1,9 +1,11 @@
-// The CUDA backend's gradient all-reduce over the job's ranks with NCCL, on the backend's stream.
+// The CUDA backend's collectives over the job's ranks with NCCL, on the backend's stream: the
+// gradients' all-reduce, and ZeRO-1's reduce-scatter of the gradients and all-gather of the
+// updated weights.
 // libnccl is opened at run time (dlopen): it is large and not every GPU machine has it, so a
 // machine without it still runs everything, and the process group then sums through host memory
 // (src/dist/process_group.cpp). The communicator is made on first use: rank 0's unique id goes to
 // every rank through MPI (broadcast_bytes), then ncclCommInitRank.
-#include "src/cuda/nccl_all_reduce.h"
+#include "src/cuda/nccl_collectives.h"
 
 #include <dlfcn.h>
 #include <nccl.h>
@@ -12,6 +14,7 @@
 #include <string>
 
 #include "src/dist/process_group.h"
+#include "src/engine/model_layout.h"
 
 namespace adacc {
 
@@ -21,6 +24,8 @@ struct NcclLibrary {
     decltype(&ncclGetUniqueId) get_unique_id = nullptr;
     decltype(&ncclCommInitRank) comm_init_rank = nullptr;
     decltype(&ncclAllReduce) all_reduce = nullptr;
+    decltype(&ncclReduceScatter) reduce_scatter = nullptr;
+    decltype(&ncclAllGather) all_gather = nullptr;
     decltype(&ncclGetErrorString) error_string = nullptr;
 };
 
@@ -33,8 +38,11 @@ const NcclLibrary* nccl_library() {
         l.get_unique_id = reinterpret_cast<decltype(l.get_unique_id)>(dlsym(handle, "ncclGetUniqueId"));
         l.comm_init_rank = reinterpret_cast<decltype(l.comm_init_rank)>(dlsym(handle, "ncclCommInitRank"));
         l.all_reduce = reinterpret_cast<decltype(l.all_reduce)>(dlsym(handle, "ncclAllReduce"));
+        l.reduce_scatter = reinterpret_cast<decltype(l.reduce_scatter)>(dlsym(handle, "ncclReduceScatter"));
+        l.all_gather = reinterpret_cast<decltype(l.all_gather)>(dlsym(handle, "ncclAllGather"));
         l.error_string = reinterpret_cast<decltype(l.error_string)>(dlsym(handle, "ncclGetErrorString"));
-        const bool complete = l.get_unique_id && l.comm_init_rank && l.all_reduce && l.error_string;
+        const bool complete =
+            l.get_unique_id && l.comm_init_rank && l.all_reduce && l.reduce_scatter && l.all_gather && l.error_string;
         return complete ? &l : nullptr;
     }();
     return library;
@@ -67,6 +75,32 @@ bool nccl_all_reduce_sum(float* data, std::size_t count, cudaStream_t stream) {
     if (!nccl) return false;
     check(*nccl, nccl->all_reduce(data, data, count, ncclFloat, ncclSum, job_communicator(*nccl), stream),
           "ncclAllReduce");
+    return true;
+}
+
+// In place, NCCL's way: rank r's shard of the buffer is its receive buffer (reduce-scatter) or its
+// send buffer (all-gather), at r * shard elements.
+bool nccl_reduce_scatter_sum(float* data, std::size_t count, cudaStream_t stream) {
+    const NcclLibrary* nccl = nccl_library();
+    if (!nccl) return false;
+    const ProcessGroup& group = process_group();
+    const std::size_t shard = sharded_span(count, group.world_size) / static_cast<std::size_t>(group.world_size);
+    float* mine = data + shard * static_cast<std::size_t>(group.rank);
+    check(*nccl, nccl->reduce_scatter(data, mine, shard, ncclFloat, ncclSum, job_communicator(*nccl), stream),
+          "ncclReduceScatter");
+    return true;
+}
+
+bool nccl_all_gather(Act data, std::size_t count, cudaStream_t stream) {
+    const NcclLibrary* nccl = nccl_library();
+    if (!nccl) return false;
+    const ProcessGroup& group = process_group();
+    const std::size_t shard = sharded_span(count, group.world_size) / static_cast<std::size_t>(group.world_size);
+    const std::size_t element = dtype_size(data.dtype());
+    auto* base = static_cast<unsigned char*>(data.data());
+    const void* mine = base + shard * static_cast<std::size_t>(group.rank) * element;
+    const ncclDataType_t type = data.dtype() == DType::bf16 ? ncclBfloat16 : ncclFloat;
+    check(*nccl, nccl->all_gather(mine, base, shard, type, job_communicator(*nccl), stream), "ncclAllGather");
     return true;
 }
 
