@@ -340,11 +340,19 @@ void expect_same_config(const RunConfig& a, const RunConfig& b) {
     EXPECT_EQ(a.data.shuffle, b.data.shuffle);
     EXPECT_EQ(a.memory.mode, b.memory.mode);
     EXPECT_EQ(a.memory.budget, b.memory.budget);
+    EXPECT_EQ(a.memory.granularity, b.memory.granularity);
+    EXPECT_EQ(a.memory.profile, b.memory.profile);
+    EXPECT_EQ(a.memory.monitor_max_interval, b.memory.monitor_max_interval);
+    EXPECT_EQ(a.memory.min_replan_steps, b.memory.min_replan_steps);
+    EXPECT_EQ(a.memory.codecs, b.memory.codecs);
+    EXPECT_EQ(a.memory.max_codec_error, b.memory.max_codec_error);
     EXPECT_EQ(a.checkpoint.every, b.checkpoint.every);
     EXPECT_EQ(a.checkpoint.keep, b.checkpoint.keep);
     EXPECT_EQ(a.eval.every, b.eval.every);
     EXPECT_EQ(a.eval.tasks, b.eval.tasks);
     EXPECT_EQ(a.eval.limit, b.eval.limit);
+    EXPECT_EQ(a.eval.data, b.eval.data);
+    EXPECT_EQ(a.eval.vocab, b.eval.vocab);
     EXPECT_EQ(a.logging.run_dir, b.logging.run_dir);
     EXPECT_EQ(a.logging.print_every, b.logging.print_every);
 }
@@ -359,9 +367,9 @@ TEST(Config, ToTomlRoundTripsEveryField) {
     config.optimizer = {0.85f, 0.999f, 1.234e-7f, 0.05f, 0.7f};
     config.lr = {3.3e-4f, 1.1e-5f, 123, "constant"};
     config.data = {"data/with \"quotes\" and \\ backslash/train_*.bin", "", true};
-    config.memory = {"adacc", "1.5 GiB"};
+    config.memory = {"adacc", "1.5 GiB", "global", "runs/profile.json", 32, 7, "paper", 0.25f};
     config.checkpoint = {250, 4};
-    config.eval = {100, {"arc_easy", "lambada"}, 0};
+    config.eval = {100, {"arc_easy", "lambada"}, 0, "eval data/", "gpt2 vocab/"};
     config.logging = {"runs/round trip", 3};
     validate_config(config);
 
