@@ -33,7 +33,7 @@ add_executable(adacc_emulated ${CMAKE_SOURCE_DIR}/src/cli/main.cpp)
 adacc_link_engine(adacc_emulated adacc_cuda_emulated)
 
 file(GLOB ADACC_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/test_*.cpp)
-set(ADACC_CUDA_TEST_SUPPORT ${CMAKE_SOURCE_DIR}/tests/cuda/cuda_test_support.cpp ${CMAKE_SOURCE_DIR}/tests/test_support.cpp)
+set(ADACC_CUDA_TEST_SUPPORT ${CMAKE_SOURCE_DIR}/tests/cuda/cuda_test_support.cpp $<TARGET_OBJECTS:adacc_test_support>)
 
 add_executable(test_cuda_emulated ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT})
 adacc_link_engine(test_cuda_emulated adacc_cuda_emulated)
