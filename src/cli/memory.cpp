@@ -66,9 +66,9 @@ void run_memory(MemoryArgs& args) {
                 m.n_head, m.vocab_size, static_cast<long long>(m.parameter_count()), B, T,
                 budget ? ", budget " : "", budget ? format_bytes(budget).c_str() : "");
     if (args.world_size > 1) {
-        const bool masters = device_traits(target).working_weight_bytes > 0;  // beside a working copy
-        const char* zero = masters ? ", ZeRO-1: AdamW's moments and the fp32 masters sharded"
-                                   : ", ZeRO-1: AdamW's moments sharded";
+        const char* zero = device_traits(target).masters_sharded()
+                               ? ", ZeRO-1: AdamW's moments and the fp32 masters sharded"
+                               : ", ZeRO-1: AdamW's moments sharded";
         std::printf("per rank of %d data-parallel ranks (batch per rank)%s\n", args.world_size,
                     config.training.zero ? zero : ", each holding the whole model state");
     }

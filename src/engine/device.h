@@ -68,6 +68,8 @@ struct DeviceTraits {
     // Ranks sharing the optimizer's state (ZeRO-1): each holds a shard of AdamW's m and v, and of
     // the fp32 masters where a working copy stands in for them in forward and backward.
     int optimizer_shards = 1;
+    // Whether a training model's fp32 masters are sharded too (ZeRO-1 beside a working copy).
+    bool masters_sharded() const { return optimizer_shards > 1 && working_weight_bytes > 0; }
 };
 DeviceTraits device_traits(const ComputeTarget& target);
 

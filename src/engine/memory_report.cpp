@@ -170,10 +170,11 @@ std::string describe_device_memory(const ComputeTarget& target) {
     // Under ZeRO-1 each rank holds a shard of AdamW's m and v, and of the masters beside a working copy.
     char shards[160] = "";
     if (t.optimizer_shards > 1) {
-        const double sharded = 8.0 + (t.working_weight_bytes ? 4.0 : 0.0);
-        const double whole = 4.0 + (t.working_weight_bytes ? static_cast<double>(t.working_weight_bytes) : 4.0);
+        const bool masters = t.masters_sharded();
+        const double sharded = 8.0 + (masters ? 4.0 : 0.0);  // m and v, and the masters
+        const double whole = 4.0 + (masters ? static_cast<double>(t.working_weight_bytes) : 4.0);  // gradient, weights
         std::snprintf(shards, sizeof shards, " (ZeRO-1 over %d ranks: %.2f per rank, the %s sharded)", t.optimizer_shards,
-                      whole + sharded / t.optimizer_shards, t.working_weight_bytes ? "moments and masters" : "moments");
+                      whole + sharded / t.optimizer_shards, masters ? "moments and masters" : "moments");
     }
     char line[560];
     std::snprintf(line, sizeof line,

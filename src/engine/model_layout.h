@@ -112,9 +112,7 @@ public:
     // ZeRO-1 with a working copy, which forward and backward read in their place (the masters are
     // the optimizer's alone). Without a working copy (fp32) the masters are the working weights,
     // whole on every rank.
-    bool masters_sharded() const {
-        return use_ == ModelUse::training && traits_.optimizer_shards > 1 && traits_.working_weight_bytes > 0;
-    }
+    bool masters_sharded() const { return use_ == ModelUse::training && traits_.masters_sharded(); }
 
     // Sizes of tensor `kind` at B x T (<= the allocated shape).
     std::size_t numel(TensorKind kind, int B, int T) const;
