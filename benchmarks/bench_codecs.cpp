@@ -4,7 +4,6 @@
 // competes with — the time of one matmul_forward of the same activation through a C x C weight
 // (recomputing the tensor costs at least that). Usage:
 //   bench_codecs [--reps 5] [--threads 1,2]
-#include <CLI/CLI.hpp>
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cpu/codecs.h"
+#include "src/cli/command_line.h"
 #include "src/common/units.h"
 #include "src/engine/cpu_threads.h"
 #include "kernels/cpu/ops.h"
@@ -148,14 +148,15 @@ Row bench_mask(const std::vector<unsigned char>& mask, int threads, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"adacc activation codec benchmark"};
+    adacc::CommandLine command_line("adacc activation codec benchmark");
+    adacc::Command app = command_line.program();
     int reps = 5;
     std::vector<int> thread_counts = {1, 2};
     bool matmul = true;
-    app.add_option("--reps", reps, "timed runs per measurement (best is reported)");
-    app.add_option("--threads", thread_counts, "thread counts")->delimiter(',');
-    app.add_flag("!--no-matmul", matmul, "skip the matmul comparison");
-    CLI11_PARSE(app, argc, argv);
+    app.option("--reps", reps, "timed runs per measurement (best is reported)");
+    app.option("--threads", thread_counts, "thread counts").comma_separated();
+    app.flag("!--no-matmul", matmul, "skip the matmul comparison");
+    if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
     adacc::configure_cpu_threads();  // pinned threads, as the engine runs them
 
     std::mt19937 gen(1);

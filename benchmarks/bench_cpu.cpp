@@ -2,7 +2,6 @@
 // achieved GFLOP/s, and that as a percentage of the SGEMM peak measured with Eigen's own
 // multithreaded GEMM in the same run (the baseline). Usage:
 //   bench_cpu [--preset gpt-117m] [--batch 4] [--seq 64] [--steps 5] [--warmup 2]
-#include <CLI/CLI.hpp>
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
@@ -10,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "src/cli/command_line.h"
 #include "src/common/units.h"
 #include "src/engine/cpu_threads.h"
 #include "src/engine/gpt_model.h"
@@ -38,15 +38,16 @@ double measure_sgemm_peak() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"adacc CPU training-step benchmark"};
+    adacc::CommandLine command_line("adacc CPU training-step benchmark");
+    adacc::Command app = command_line.program();
     std::string preset = "gpt-117m";
     int B = 4, T = 64, steps = 5, warmup = 2;
-    app.add_option("--preset", preset, "model preset");
-    app.add_option("--batch", B, "micro-batch size");
-    app.add_option("--seq", T, "sequence length");
-    app.add_option("--steps", steps, "measured steps");
-    app.add_option("--warmup", warmup, "warm-up steps");
-    CLI11_PARSE(app, argc, argv);
+    app.option("--preset", preset, "model preset");
+    app.option("--batch", B, "micro-batch size");
+    app.option("--seq", T, "sequence length");
+    app.option("--steps", steps, "measured steps");
+    app.option("--warmup", warmup, "warm-up steps");
+    if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
     const auto cfg = adacc::gpt_preset(preset);
     if (!cfg) {
         std::fprintf(stderr, "error: unknown preset %s\n", preset.c_str());

@@ -5,7 +5,6 @@
 // parameters, L layers, C channels; attention's T-dependent part included once per layer), against
 // the GPU's dense peak for the precision the kernels use. One table on stdout, JSON with --json.
 //   bench_gpu [--presets gpt-117m,gpt-345m] [--seq 1024] [--steps 6] [--warmup 2] [--json FILE]
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "src/cli/command_line.h"
 #include "src/common/errors.h"
 #include "src/common/units.h"
 #include "src/cuda/cuda_device.h"
@@ -91,17 +91,18 @@ int largest_power_of_two_batch(const GPTConfig& cfg, int T, MemoryMode mode, DTy
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app("adacc GPU training-step benchmark");
+    adacc::CommandLine command_line("adacc GPU training-step benchmark");
+    adacc::Command app = command_line.program();
     std::vector<std::string> presets{"gpt-117m", "gpt-345m"};
     int T = 1024, steps = 6, warmup = 2;
     std::string json_file, dtype_name = "bf16";
-    app.add_option("--presets", presets, "model presets")->delimiter(',');
-    app.add_option("--seq", T, "sequence length");
-    app.add_option("--steps", steps, "measured steps")->check(CLI::Range(1, 1000));
-    app.add_option("--warmup", warmup, "steps before measuring")->check(CLI::Range(0, 1000));
-    app.add_option("--json", json_file, "also write the results here");
-    app.add_option("--dtype", dtype_name, "model dtype: bf16 (default) or fp32")->check(CLI::IsMember({"bf16", "fp32"}));
-    CLI11_PARSE(app, argc, argv);
+    app.option("--presets", presets, "model presets").comma_separated();
+    app.option("--seq", T, "sequence length");
+    app.option("--steps", steps, "measured steps").in_range(1, 1000);
+    app.option("--warmup", warmup, "steps before measuring").in_range(0, 1000);
+    app.option("--json", json_file, "also write the results here");
+    app.option("--dtype", dtype_name, "model dtype: bf16 (default) or fp32").one_of({"bf16", "fp32"});
+    if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
     try {
         const CudaDeviceInfo gpu = cuda_device_info();
         if (!gpu.available) {

@@ -8,7 +8,6 @@
 // channels would have), at several budgets between the smallest plan and keep-everything.
 // Usage: bench_planner [--preset gpt-1.5b] [--batch 8] [--seq 1024] [--dropout 0.1] [--reps 20]
 //                      [--codecs paper|paper+group|all]
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
+#include "src/cli/command_line.h"
 #include "src/engine/activation_plan.h"
 #include "src/common/units.h"
 #include "src/adacc/milp_planner.h"
@@ -96,22 +96,23 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"MILP planner solve times"};
+    adacc::CommandLine command_line("MILP planner solve times");
+    adacc::Command app = command_line.program();
     std::string preset = "gpt-1.5b";
     int B = 8, T = 1024, reps = 20;
     float dropout = 0.1f;
     Synthetic s;
-    app.add_option("--preset", preset);
-    app.add_option("--batch", B);
-    app.add_option("--seq", T);
-    app.add_option("--dropout", dropout, "> 0 adds the three dropout masks to the plan");
-    app.add_option("--reps", reps);
-    app.add_option("--gflops", s.gflops);
-    app.add_option("--gbs", s.gbs);
+    app.option("--preset", preset);
+    app.option("--batch", B);
+    app.option("--seq", T);
+    app.option("--dropout", dropout, "> 0 adds the three dropout masks to the plan");
+    app.option("--reps", reps);
+    app.option("--gflops", s.gflops);
+    app.option("--gbs", s.gbs);
     std::string codecs = "paper+group";
-    app.add_option("--codecs", codecs, "compress options per tensor, as memory.codecs: paper, paper+group or all")
-        ->check(CLI::IsMember(codec_candidate_names()));
-    CLI11_PARSE(app, argc, argv);
+    app.option("--codecs", codecs, "compress options per tensor, as memory.codecs: paper, paper+group or all")
+        .one_of(codec_candidate_names());
+    if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
 
     auto cfg = gpt_preset(preset);
     if (!cfg) {

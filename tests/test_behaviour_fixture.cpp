@@ -26,33 +26,44 @@
 // and eval's --output write numbers with nlohmann::json, whose output round-trips exactly, so the
 // values read back are the engine's own floats and doubles.
 //
-// Exact only where the arithmetic is the same: the numbers depend on the compiler, the ISA the
-// build targets (-march=native), sanitizers and the thread count. The test pins the threads to 2
-// (training.threads, eval --threads) and keys each record by a platform string (compiler version,
-// ISA macros, sanitizer, CPU model). On a platform with no record the test is SKIPPED with the key
-// it looked for; record one there with the script below (from a commit whose numbers you trust).
-// Recorded: gcc 12.2.0 -march=native on this project's AVX-512 machine, Release and ASan+UBSan
-// (scripts/test.sh --sanitize) builds, which differ in the last bits; QuickstartNone30Steps is
-// skipped under ASan (~5 min there).
+// Exact only where the generated code is the same: the numbers depend on the compiler, the code it
+// generates for the build's flags (-march=native: ISA extensions, vector width, FMA contraction),
+// sanitizers and the thread count. The test pins the threads to 2 (training.threads, eval
+// --threads) and keys each record by ADACC_CODEGEN_KEY (cmake/codegen_key.cmake: the compiler, the
+// -march it resolved and a hash of every target option and predefined macro the flags give), so
+// two CPUs share a record exactly when their builds compile the same code.
+// Every case runs on every platform and checks what holds everywhere:
+//  * recomputation (full, selective) gives keep-all's losses and weights bit for bit;
+//  * every recorded platform's numbers are matched within a tolerance derived from float32
+//    rounding (within_tolerance below): the modes' losses and gradient norms, the eval's
+//    log-likelihoods, and exactly the integers (tape bytes, plans, token counts);
+//  * and, only where this platform has a record, bit for bit. A platform without one says so,
+//    naming its key (the bit-exact comparison is then the one thing skipped).
+// QuickstartNone30Steps is skipped under ASan (~5 min there).
 //
-// Recording (rewrites the expected_*.json records for this platform, then checks them):
-//   scripts/record_behaviour_fixture.sh [BUILD_DIR]          (or ADACC_RECORD_FIXTURE=1 BUILD_DIR/test_behaviour_fixture)
+// Recording: scripts/record_behaviour_fixture.sh BASE_COMMIT builds BASE_COMMIT's adacc, records
+// its numbers for this platform (ADACC_RECORD_FIXTURE=1 with ADACC_TEST_BINARY set to that adacc)
+// and then checks this tree's adacc against them: the proof that a change moves no number.
 // Hooks for showing that the test fails when a number changes:
 //   ADACC_FIXTURE_EXTRA_ARGS="--set lr.max=0.0021"   appended to every `adacc train` command line
 //   ADACC_FIXTURE_EXPECTED_DIR=DIR                   read the expected_*.json from DIR (an edited copy)
 // ADACC_TEST_BINARY runs it against another build's adacc (tests/test_support.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "data/token_shard.h"
@@ -119,51 +130,14 @@ constexpr bool kSanitized = false;
 constexpr bool kSanitized = false;
 #endif
 
-std::string platform_key() {
-    std::string key;
-#if defined(__clang__)
-    key += "clang " __clang_version__;
-#elif defined(__GNUC__)
-    key += "gcc " __VERSION__;
-#else
-    key += "unknown compiler";
-#endif
-    key += " |";
-#if defined(__x86_64__)
-    key += " x86_64";
-#elif defined(__aarch64__)
-    key += " aarch64";
-#endif
-#ifdef __AVX__
-    key += " avx";
-#endif
-#ifdef __AVX2__
-    key += " avx2";
-#endif
-#ifdef __FMA__
-    key += " fma";
-#endif
-#ifdef __AVX512F__
-    key += " avx512f";
-#endif
-#ifdef __AVX512VL__
-    key += " avx512vl";
-#endif
-#ifdef __AVX512BW__
-    key += " avx512bw";
-#endif
-#ifdef __AVX512DQ__
-    key += " avx512dq";
-#endif
-    if (kSanitized) key += " | asan";
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    for (std::string line; std::getline(cpuinfo, line);)
-        if (line.rfind("model name", 0) == 0) {
-            const auto colon = line.find(':');
-            key += " | cpu" + (colon == std::string::npos ? line : line.substr(colon + 1));
-            break;
-        }
-    return key;
+// The record this build checks: the code its compiler generates (ADACC_CODEGEN_KEY, set by
+// CMakeLists.txt from cmake/codegen_key.cmake), and whether it runs under the sanitizers (which
+// the key's hash covers too; named here for a human reading the records).
+std::string platform_key() { return std::string(ADACC_CODEGEN_KEY) + (kSanitized ? " asan+ubsan" : ""); }
+
+std::string recorded_commit() {
+    const char* v = std::getenv("ADACC_FIXTURE_COMMIT");
+    return v && *v ? v : "unknown";
 }
 
 // Runs `adacc ARGS`, expecting success; its stdout (and stderr unless `with_stderr` is false).
@@ -247,16 +221,16 @@ json parameter_checksum(const fs::path& run_dir, const fs::path& scratch) {
 
 // ---- the fixture file ---------------------------------------------------------------------------
 
-// tests/fixtures/behaviour/expected_<name>.json: {"about": ..., "platforms": {KEY: record}}.
-// Recording replaces this platform's record; checking compares the whole record.
+// tests/fixtures/behaviour/expected_<name>.json:
+//   {"about": ..., "platforms": {KEY: {"numbers_of": COMMIT, "numbers": record}}}
+// Recording replaces this platform's record; checking compares every record within tolerance and
+// this platform's bit for bit.
 fs::path expected_file(const std::string& name, bool for_recording) {
     return (for_recording ? fixture_dir() : expected_dir()) / ("expected_" + name + ".json");
 }
 
-// Checking mode: this platform's record, or an empty optional after a GTEST_SKIP (no record
-// here: nothing is computed, which also keeps a sanitizer run without a record short) or a
-// failure (no file). Recording mode: an empty json object.
-std::optional<json> expected_record(const std::string& name) {
+// Every platform's record (none when recording), or nullopt after a failure (no file).
+std::optional<json> expected_records(const std::string& name) {
     if (recording()) return json::object();
     const fs::path file = expected_file(name, false);
     std::ifstream in(file);
@@ -264,40 +238,145 @@ std::optional<json> expected_record(const std::string& name) {
         ADD_FAILURE() << "missing " << file << ": record it with scripts/record_behaviour_fixture.sh";
         return std::nullopt;
     }
-    const json doc = json::parse(in);
-    const std::string key = platform_key();
-    if (!doc["platforms"].contains(key)) {
-        std::string known;
-        for (const auto& [k, v] : doc["platforms"].items()) known += "\n  '" + k + "'";
-        [&] {
-            GTEST_SKIP() << "no record in " << file << " for this platform '" << key
-                         << "' (bit-exact numbers depend on compiler, ISA, sanitizer); recorded:" << known
-                         << "\nrecord one with scripts/record_behaviour_fixture.sh from a commit whose numbers are the reference";
-        }();
-        return std::nullopt;
-    }
-    return doc["platforms"][key];
+    return json::parse(in)["platforms"];
 }
 
-void record_or_check(const std::string& name, const json& expected, const json& actual) {
+// ---- within tolerance: what holds on every platform ----------------------------------------------
+
+// Another platform's build sums in another order (vector width, FMA contraction, Eigen's kernels).
+// float32's unit roundoff is u = 2^-24; a sum of n terms reassociated moves by about sqrt(n) u
+// relative (independent roundings: Higham, Accuracy and Stability of Numerical Algorithms, 2nd
+// ed., section 2.8). The longest sums behind these numbers are the gradient norm's and AdamW's
+// over the P parameters, and each step starts from the weights the steps before it left, so a
+// number of step k (or after k steps) is allowed
+//     k * sqrt(P) * u   relative
+// (P from the record's exported parameter count). Gpt quickstart, P = 6.8M, k = 30: 3.7e-3; the
+// tiny model, P = 123k, k = 12: 2.5e-4. Measured between an AVX-512 FP16 Xeon and an older Xeon:
+// about 1e-7 (last bits), so the bound is loose; the bit-exact record is the tight check.
+double rounding_tolerance(int steps, double parameters) {
+    return steps * std::sqrt(parameters) * std::ldexp(1.0, -24);
+}
+
+// The lossy modes (quant, adacc) amplify that rounding: an activation that lies on the boundary
+// between two steps of a 4-bit grid rounds to either, so one element of a compressed tensor moves
+// by a whole step, range/15. A codec's range spans about 6 standard deviations of its values, so
+// the step is 0.4 sigma, 0.4/sqrt(N) of the norm of a tensor of N elements; the gradients it feeds
+// move by about as much relative. One such flip per step:
+//     k * 0.4 / sqrt(N)   relative, on top of the rounding
+// (the tiny model's smallest compressed tensor: N = B*T*C = 8*32*64, 3.1e-3 a step).
+double lossy_tolerance(int steps, double parameters, double tensor_elements) {
+    return rounding_tolerance(steps, parameters) + steps * 0.4 / std::sqrt(tensor_elements);
+}
+
+// A hex float string ("%a") as a double, or nullopt for any other string.
+std::optional<double> hex_value(const json& v) {
+    if (!v.is_string()) return std::nullopt;
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.find("0x") == std::string::npos || s.find('p') == std::string::npos) return std::nullopt;
+    char* end = nullptr;
+    const double d = std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size()) return std::nullopt;
+    return d;
+}
+
+// Fields that only a bit-exact comparison can check: the decimal copies of hex floats, and the
+// checksums of the final parameters (a hash, and a sum of ±values whose cancellation makes a
+// relative bound meaningless; the losses after the last step stand in for them).
+bool exact_only(const std::string& key) {
+    return key == "fnv1a64" || key == "sum" ||
+           (key.size() > 4 && key.compare(key.size() - 4, 4, "_dec") == 0);
+}
+
+// Walks a record and this run's numbers together: the same structure, the same integers and
+// strings, hex floats within tolerance(path, its step) relative. Differences go to `differences`.
+using Tolerance = std::function<double(const std::string& path, int step)>;
+struct ToleranceWalk {
+    Tolerance tolerance;
+    int default_step;
+    std::vector<std::string> differences;
+
+    void walk(const json& expected, const json& actual, const std::string& path, int step) {
+        if (expected.is_object() && actual.is_object()) {
+            const int here = expected.contains("step") && expected["step"].is_number_integer() ? expected["step"].get<int>()
+                                                                                               : step;
+            for (const auto& [key, value] : expected.items()) {
+                if (exact_only(key)) continue;
+                if (!actual.contains(key)) differences.push_back(path + "/" + key + ": missing in this run");
+                else walk(value, actual[key], path + "/" + key, here);
+            }
+            for (const auto& [key, value] : actual.items())
+                if (!expected.contains(key)) differences.push_back(path + "/" + key + ": not in the record");
+            return;
+        }
+        if (expected.is_array() && actual.is_array()) {
+            if (expected.size() != actual.size())
+                differences.push_back(path + ": " + std::to_string(expected.size()) + " entries recorded, " +
+                                      std::to_string(actual.size()) + " here");
+            for (std::size_t i = 0; i < expected.size() && i < actual.size(); ++i)
+                walk(expected[i], actual[i], path + "/" + std::to_string(i), step);
+            return;
+        }
+        const std::optional<double> e = hex_value(expected), a = hex_value(actual);
+        if (e && a) {
+            const double tol = tolerance(path, step), rel = std::abs(*a - *e) / std::max(std::abs(*e), 1e-30);
+            if (!(rel <= tol))
+                differences.push_back(path + ": " + dec_double(*e) + " -> " + dec_double(*a) + " (relative " +
+                                      dec_double(rel) + " > " + dec_double(tol) + ")");
+            return;
+        }
+        if (expected != actual) differences.push_back(path + ": " + expected.dump() + " -> " + actual.dump());
+    }
+};
+
+// This run against every recorded platform's numbers, within `tolerance` of the step (numbers
+// outside a step count as `default_step`).
+void check_within_tolerance(const std::string& name, const json& records, const json& actual,
+                            const Tolerance& tolerance, int default_step) {
+    for (const auto& [key, record] : records.items()) {
+        ToleranceWalk w{tolerance, default_step, {}};
+        w.walk(record["numbers"], actual, "", default_step);
+        if (w.differences.empty()) continue;
+        std::ostringstream message;
+        message << name << ": " << w.differences.size() << " difference(s) beyond rounding from the record of '" << key
+                << "' (numbers of " << record["numbers_of"].get<std::string>() << "; expected -> actual):\n";
+        for (std::size_t i = 0; i < w.differences.size() && i < 25; ++i) message << "  " << w.differences[i] << "\n";
+        if (w.differences.size() > 25) message << "  ...\n";
+        ADD_FAILURE() << message.str();
+    }
+}
+
+// ---- bit for bit: this platform's record ---------------------------------------------------------
+
+void record_or_check_exactly(const std::string& name, const json& records, const json& actual) {
+    const std::string key = platform_key();
     if (recording()) {
         const fs::path file = expected_file(name, true);
         json doc = {{"about", "recorded by tests/test_behaviour_fixture.cpp (scripts/record_behaviour_fixture.sh); "
                               "floats as hex (%a), *_dec for humans"},
                     {"platforms", json::object()}};
         if (std::ifstream in(file); in) doc = json::parse(in);
-        const std::string key = platform_key();
-        doc["platforms"][key] = actual;
+        doc["platforms"][key] = {{"numbers_of", recorded_commit()}, {"numbers", actual}};
         std::ofstream(file) << doc.dump(1) << "\n";
         std::printf("recorded %s for platform '%s'\n", file.c_str(), key.c_str());
         return;
     }
+    if (!records.contains(key)) {
+        std::string known;
+        for (const auto& [k, v] : records.items()) known += "\n  '" + k + "'";
+        std::printf("[ NOTE     ] %s: no bit-exact record for this platform '%s' (the numbers depend on the code the "
+                    "compiler generates); checked within rounding tolerance of the recorded:%s\n"
+                    "record one with scripts/record_behaviour_fixture.sh BASE_COMMIT (a commit whose numbers are the "
+                    "reference)\n",
+                    name.c_str(), key.c_str(), known.c_str());
+        return;
+    }
+    const json& expected = records[key]["numbers"];
     if (expected == actual) return;
     // Name the first differences: JSON Patch paths from the expected record to this run's.
     std::ostringstream message;
     const json patch = json::diff(expected, actual);
     message << name << ": " << patch.size() << " difference(s) from " << expected_file(name, false)
-            << " (expected -> actual):\n";
+            << " for this platform (expected -> actual):\n";
     std::size_t shown = 0;
     for (const auto& op : patch) {
         if (shown++ == 25) {
@@ -311,6 +390,13 @@ void record_or_check(const std::string& name, const json& expected, const json& 
                 << (op.contains("value") ? op["value"].dump() : "(removed)") << "\n";
     }
     ADD_FAILURE() << message.str();
+}
+
+// Both checks of a case: within tolerance of every record, then bit for bit where recorded.
+void check_case(const std::string& name, const json& records, const json& actual, const Tolerance& tolerance,
+                int default_step) {
+    if (!recording()) check_within_tolerance(name, records, actual, tolerance, default_step);
+    record_or_check_exactly(name, records, actual);
 }
 
 // ---- deterministic inputs -----------------------------------------------------------------------
@@ -443,14 +529,42 @@ json adacc_plan(const fs::path& shard, const std::string& profile, const std::st
             {"predicted_extra_ms", hex(plan["predicted_extra_ms"].get<double>())}};
 }
 
+// True when the best two of `lls` (hex floats) lie within `tolerance` of each other, relative.
+bool near_tie(const json& lls, double tolerance) {
+    std::vector<double> v;
+    for (const auto& ll : lls) v.push_back(hex_value(ll).value_or(0.0));
+    std::sort(v.begin(), v.end(), std::greater<>());
+    return v.size() >= 2 && v[0] - v[1] <= 2 * tolerance * std::abs(v[0]);
+}
+
+// An ARC question whose best two log-likelihoods (or per-character ones) lie within `tolerance`
+// of each other, in the record or in this run, has no platform-independent prediction: its
+// predictions and correct flags and the summary's accuracies are dropped from both copies (the
+// log-likelihoods themselves stay) before they are compared within tolerance.
+void drop_near_ties(json& expected, json& actual, double tolerance) {
+    bool any = false;
+    json &expected_docs = expected["arc_easy"]["docs"], &actual_docs = actual["arc_easy"]["docs"];
+    for (std::size_t i = 0; i < expected_docs.size() && i < actual_docs.size(); ++i)
+        for (const auto& [lls, prediction, correct] : {std::tuple{"loglikelihoods", "prediction", "correct"},
+                                                       std::tuple{"loglikelihoods_per_char", "prediction_norm",
+                                                                  "correct_norm"}}) {
+            if (!near_tie(expected_docs[i][lls], tolerance) && !near_tie(actual_docs[i][lls], tolerance)) continue;
+            for (json* doc : {&expected_docs[i], &actual_docs[i]}) doc->erase(prediction), doc->erase(correct);
+            any = true;
+        }
+    if (any)
+        for (json* summary : {&expected["arc_easy"]["summary"], &actual["arc_easy"]["summary"]})
+            summary->erase("acc"), summary->erase("acc_norm");
+}
+
 // ---- the cases ---------------------------------------------------------------------------------------
 
 TEST(BehaviourFixture, QuickstartNone30Steps) {
     // 4-5 minutes under ASan (the 50257-token classifier), 8 on a loaded machine, near
     // run_adacc's 10-minute limit: the Release build checks this case, the sanitized one skips it.
     if (kSanitized) GTEST_SKIP() << "30 quickstart steps take ~5 min under AddressSanitizer; checked in the Release build";
-    const std::optional<json> expected = expected_record("quickstart_none_30");
-    if (!expected) return;
+    const std::optional<json> records = expected_records("quickstart_none_30");
+    if (!records) return;
     const fs::path dir = test::scratch_dir("behaviour_quickstart");
     fs::create_directories(dir / "data");
     write_token_shard(dir / "data" / "train_000000.bin", quickstart_tokens(1, 12001));
@@ -463,13 +577,15 @@ TEST(BehaviourFixture, QuickstartNone30Steps) {
     json actual = read_metrics(run);
     EXPECT_EQ(actual["steps"].size(), 30u);
     actual["params"] = parameter_checksum(run, dir);
-    record_or_check("quickstart_none_30", *expected, actual);
+    const double parameters = actual["params"]["count"].get<double>();
+    check_case("quickstart_none_30", *records, actual,
+               [&](const std::string&, int step) { return rounding_tolerance(step, parameters); }, 30);
     if (!HasFailure()) fs::remove_all(dir);
 }
 
 TEST(BehaviourFixture, TinyDropoutModesFullSelectiveQuantAdacc) {
-    const std::optional<json> expected = expected_record("tiny_dropout_modes");
-    if (!expected) return;
+    const std::optional<json> records = expected_records("tiny_dropout_modes");
+    if (!records) return;
     const fs::path dir = test::scratch_dir("behaviour_tiny");
     const fs::path shard = prepare_tiny_data(dir);
     const std::string profile = source_path("tests/fixtures/behaviour/tiny_profile.json");
@@ -508,13 +624,22 @@ TEST(BehaviourFixture, TinyDropoutModesFullSelectiveQuantAdacc) {
     }
     EXPECT_TRUE(compress && recompute) << actual["adacc_plan"].dump(1);
     EXPECT_FALSE(actual["modes"]["adacc"]["events"].empty()) << "the adacc run did not re-plan";
-    record_or_check("tiny_dropout_modes", *expected, actual);
+    const double parameters = none["params"]["count"].get<double>();
+    const auto lossy = [](const std::string& path) {
+        return path.rfind("/modes/quant", 0) == 0 || path.rfind("/modes/adacc", 0) == 0 ||
+               path.rfind("/adacc_plan_after_replan", 0) == 0;  // planned from errors measured in the run
+    };
+    check_case("tiny_dropout_modes", *records, actual,
+               [&](const std::string& path, int step) {
+                   return lossy(path) ? lossy_tolerance(step, parameters, 8 * 32 * 64) : rounding_tolerance(step, parameters);
+               },
+               12);
     if (!HasFailure()) fs::remove_all(dir);
 }
 
 TEST(BehaviourFixture, EvalLogLikelihoodsLambadaAndArc) {
-    const std::optional<json> expected = expected_record("eval");
-    if (!expected) return;
+    const std::optional<json> records = expected_records("eval");
+    if (!records) return;
     const fs::path dir = test::scratch_dir("behaviour_eval");
     const fs::path shard = prepare_tiny_data(dir);
     const fs::path run = dir / "model";
@@ -558,7 +683,17 @@ TEST(BehaviourFixture, EvalLogLikelihoodsLambadaAndArc) {
         EXPECT_EQ(docs.size(), 20u) << task;
         actual[task] = {{"summary", s}, {"docs", docs}};
     }
-    record_or_check("eval", *expected, actual);
+    // The eval reads a model trained 30 steps: its log-likelihoods may differ by 30 steps' rounding.
+    // A choice between log-likelihoods closer than that may go either way (its prediction and
+    // accuracy are then checked bit for bit only).
+    const double tolerance = rounding_tolerance(30, actual["model"]["count"].get<double>());
+    if (!recording())
+        for (const auto& [key, record] : records->items()) {
+            json expected = record, run = actual;
+            drop_near_ties(expected["numbers"], run, tolerance);
+            check_within_tolerance("eval", {{key, expected}}, run, [&](const std::string&, int) { return tolerance; }, 30);
+        }
+    record_or_check_exactly("eval", *records, actual);
     if (!HasFailure()) fs::remove_all(dir);
 }
 

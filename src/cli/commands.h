@@ -1,38 +1,37 @@
-// Each subcommand lives in its own file under src/cli/ and registers itself on the
-// CLI11 app here; its callback does the work and throws adacc::UserError on bad input.
+// Each subcommand lives in its own file under src/cli/ and registers itself on the program's
+// command line here (src/cli/command_line.h); what it runs does the work and throws
+// adacc::UserError on bad input.
 #pragma once
 
 #include <string>
 
-namespace CLI {
-class App;
-}
+#include "src/cli/command_line.h"
 
 namespace adacc {
 
-void add_train_command(CLI::App& app);     // src/cli/train.cpp
-void add_prepare_command(CLI::App& app);   // src/cli/prepare.cpp
-void add_tokenize_command(CLI::App& app);  // src/cli/tokenize.cpp
-void add_sample_command(CLI::App& app);    // src/cli/sample.cpp
-void add_memory_command(CLI::App& app);    // src/cli/memory.cpp
-void add_compare_command(CLI::App& app);   // src/cli/compare.cpp
-void add_eval_command(CLI::App& app);      // src/cli/eval.cpp
-void add_config_command(CLI::App& app);    // src/cli/config.cpp
-void add_plan_command(CLI::App& app);      // src/cli/plan.cpp
-void add_export_command(CLI::App& app);    // src/cli/export.cpp
+void add_train_command(Command& program);     // src/cli/train.cpp
+void add_prepare_command(Command& program);   // src/cli/prepare.cpp
+void add_tokenize_command(Command& program);  // src/cli/tokenize.cpp
+void add_sample_command(Command& program);    // src/cli/sample.cpp
+void add_memory_command(Command& program);    // src/cli/memory.cpp
+void add_compare_command(Command& program);   // src/cli/compare.cpp
+void add_eval_command(Command& program);      // src/cli/eval.cpp
+void add_config_command(Command& program);    // src/cli/config.cpp
+void add_plan_command(Command& program);      // src/cli/plan.cpp
+void add_export_command(Command& program);    // src/cli/export.cpp
 
 // The model a command reads, as --checkpoint DIR|FILE or --llmc-model FILE (one of the two;
 // src/io/weights_file.h opens them): src/cli/weights_options.cpp. Used by sample and eval.
-void add_model_options(CLI::App& command, std::string& checkpoint, std::string& llmc_model);
+void add_model_options(Command& command, std::string& checkpoint, std::string& llmc_model);
 
 // --device cpu|cuda (src/engine/device.h) into `device` (left empty when not given); commands
 // with a config pass it on as training.device. src/cli/device_option.cpp.
-void add_device_option(CLI::App& command, std::string& device, const char* default_text);
+void add_device_option(Command& command, std::string& device, const char* default_text);
 // --dtype auto|fp32|bf16 (model.dtype) into `dtype` (left empty when not given), the same way.
-void add_dtype_option(CLI::App& command, std::string& dtype, const char* default_text);
+void add_dtype_option(Command& command, std::string& dtype, const char* default_text);
 
 // How to set a config setting with the command that was parsed (its own flag for it, or --set),
 // for a SettingError's message; empty when the command takes neither.
-std::string setting_advice(const CLI::App& app, const std::string& setting);
+std::string setting_advice(const Command& command, const std::string& setting);
 
 }  // namespace adacc

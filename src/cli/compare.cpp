@@ -1,6 +1,5 @@
 // adacc compare --config FILE --modes none,full,selective,quant --batch 1,2,4 --steps N
 //               [--format table|csv|json] [--output FILE] [--memory-budget SIZE [--max-batch]] [--no-fidelity]
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 
@@ -56,27 +55,27 @@ void run_compare(CompareArgs& args) {
 }
 }  // namespace
 
-void add_compare_command(CLI::App& app) {
+void add_compare_command(Command& program) {
     auto args = std::make_shared<CompareArgs>();
-    CLI::App* cmd = app.add_subcommand("compare", "Train each memory mode and batch a few steps and compare");
-    cmd->add_option("--config", args->config, "TOML run config (model, seq_len, data.train, optimizer)")->required();
-    cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
-    cmd->add_option("--modes", args->modes,
+    Command cmd = program.subcommand("compare", "Train each memory mode and batch a few steps and compare");
+    cmd.option("--config", args->config, "TOML run config (model, seq_len, data.train, optimizer)").required();
+    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    cmd.option("--modes", args->modes,
                     "memory modes, comma-separated (default: " + join_memory_mode_names(fixed_memory_modes()) + ")")
-        ->delimiter(',');
-    cmd->add_option("--batch", args->batches, "batch sizes, comma-separated (default: training.batch_size)")
-        ->delimiter(',')->check(CLI::PositiveNumber);
-    cmd->add_option("--steps", args->steps, "steps per (mode, batch)")->check(CLI::Range(1, 100000));
-    cmd->add_option("--warmup", args->warmup, "steps excluded from the median step time")->check(CLI::Range(0, 100000));
-    cmd->add_option("--format", args->format, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}));
-    cmd->add_option("--output", args->output, "also write the result to FILE");
-    add_device_option(*cmd, args->device, "training.device");
-    add_dtype_option(*cmd, args->dtype, "model.dtype");
-    cmd->add_option("--memory-budget", args->budget, "memory budget: batches over it are reported, not run");
-    cmd->add_flag("--max-batch", args->max_batch, "largest batch per mode under --memory-budget, verified by a step");
-    cmd->add_flag("--no-fidelity", args->no_fidelity,
+        .comma_separated();
+    cmd.option("--batch", args->batches, "batch sizes, comma-separated (default: training.batch_size)")
+        .comma_separated().positive();
+    cmd.option("--steps", args->steps, "steps per (mode, batch)").in_range(1, 100000);
+    cmd.option("--warmup", args->warmup, "steps excluded from the median step time").in_range(0, 100000);
+    cmd.option("--format", args->format, "table, csv or json").one_of({"table", "csv", "json"});
+    cmd.option("--output", args->output, "also write the result to FILE");
+    add_device_option(cmd, args->device, "training.device");
+    add_dtype_option(cmd, args->dtype, "model.dtype");
+    cmd.option("--memory-budget", args->budget, "memory budget: batches over it are reported, not run");
+    cmd.flag("--max-batch", args->max_batch, "largest batch per mode under --memory-budget, verified by a step");
+    cmd.flag("--no-fidelity", args->no_fidelity,
                   "skip grad_err / grad_cos (their extra forward and backward per mode, and none's, which must fit)");
-    cmd->callback([args] { run_compare(*args); });
+    cmd.on_run([args] { run_compare(*args); });
 }
 
 }  // namespace adacc

@@ -1,6 +1,5 @@
 // adacc config [--config FILE] [--set ...]   the fully resolved config as a table
 // adacc config --reference                    every key with its type, allowed values and help
-#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "src/cli/commands.h"
@@ -31,14 +30,14 @@ void run_config(const ConfigArgs& args) {
 }
 }  // namespace
 
-void add_config_command(CLI::App& app) {
+void add_config_command(Command& program) {
     auto args = std::make_shared<ConfigArgs>();
-    CLI::App* cmd = app.add_subcommand("config", "Print a resolved config, or the reference of every key");
-    cmd->add_option("--config", args->config, "TOML run config (default: the built-in defaults)");
-    cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
-    cmd->add_flag("--reference", args->reference, "list every key with its type, allowed values and meaning");
-    cmd->add_flag("--toml", args->toml, "print as TOML (loadable with --config) instead of a table");
-    cmd->callback([args] { run_config(*args); });
+    Command cmd = program.subcommand("config", "Print a resolved config, or the reference of every key");
+    cmd.option("--config", args->config, "TOML run config (default: the built-in defaults)");
+    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    cmd.flag("--reference", args->reference, "list every key with its type, allowed values and meaning");
+    cmd.flag("--toml", args->toml, "print as TOML (loadable with --config) instead of a table");
+    cmd.on_run([args] { run_config(*args); });
 }
 
 }  // namespace adacc

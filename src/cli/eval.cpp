@@ -5,7 +5,6 @@
 // a table and a one-line JSON summary on stdout, and with --output one JSON line per document.
 #include <omp.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -111,27 +110,27 @@ void run_eval_command(const EvalArgs& args) {
 
 }  // namespace
 
-void add_eval_command(CLI::App& app) {
+void add_eval_command(Command& program) {
     auto args = std::make_shared<EvalArgs>();
-    CLI::App* cmd = app.add_subcommand(
+    Command cmd = program.subcommand(
         "eval",
         "Score a model on LAMBADA (lambada_openai) or ARC-Easy the way lm-evaluation-harness does (zero-shot): "
         "a table and a JSON summary on stdout, per-document JSONL with --output");
-    add_model_options(*cmd, args->checkpoint, args->llmc_model);
-    add_device_option(*cmd, args->device, "cpu");
-    add_dtype_option(*cmd, args->dtype, "auto");
-    cmd->add_option("--task", args->task, "lambada or arc_easy")->required()->type_name("TASK");
-    cmd->add_option("--data", args->data,
+    add_model_options(cmd, args->checkpoint, args->llmc_model);
+    add_device_option(cmd, args->device, "cpu");
+    add_dtype_option(cmd, args->dtype, "auto");
+    cmd.option("--task", args->task, "lambada or arc_easy").required().type_name("TASK");
+    cmd.option("--data", args->data,
                     "the task's jsonl, or a folder holding it (directly or in lambada_openai/, arc_easy/)")
-        ->required()
-        ->type_name("PATH");
-    cmd->add_option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe")->required()->type_name("DIR");
-    cmd->add_option("--split", args->split, "test, or for arc_easy also dev / train")->capture_default_str();
-    cmd->add_option("--limit", args->limit, "score only the first N documents (0 = all)")->capture_default_str();
-    cmd->add_option("--batch", args->batch, "requests per forward pass")->check(CLI::Range(1, 4096))->capture_default_str();
-    cmd->add_option("--output", args->output, "write one JSON line per document here")->type_name("FILE");
-    cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024));
-    cmd->callback([args] { run_eval_command(*args); });
+        .required()
+        .type_name("PATH");
+    cmd.option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe").required().type_name("DIR");
+    cmd.option("--split", args->split, "test, or for arc_easy also dev / train").show_default();
+    cmd.option("--limit", args->limit, "score only the first N documents (0 = all)").show_default();
+    cmd.option("--batch", args->batch, "requests per forward pass").in_range(1, 4096).show_default();
+    cmd.option("--output", args->output, "write one JSON line per document here").type_name("FILE");
+    cmd.option("--threads", args->threads, "CPU threads (0 = all cores)").in_range(0, 1024);
+    cmd.on_run([args] { run_eval_command(*args); });
 }
 
 }  // namespace adacc

@@ -1,7 +1,6 @@
 // adacc export --checkpoint RUN_DIR|FILE --llmc-model OUT
 // Writes a checkpoint's parameters as llm.c's version-3 (fp32) GPT-2 model file, which llm.c's
 // trainers and `adacc eval|sample --llmc-model` read, and `adacc train --init-from` starts from.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <vector>
 
@@ -41,16 +40,16 @@ void run_export(const ExportArgs& args) {
 
 }  // namespace
 
-void add_export_command(CLI::App& app) {
+void add_export_command(Command& program) {
     auto args = std::make_shared<ExportArgs>();
-    CLI::App* cmd = app.add_subcommand("export", "Write a checkpoint's weights as an llm.c GPT-2 model file (fp32)");
-    cmd->add_option("--checkpoint", args->checkpoint, "checkpoint file or run folder (newest checkpoint)")
-        ->required()
-        ->type_name("DIR|FILE");
-    cmd->add_option("--llmc-model", args->llmc_model, "the llm.c model file to write (replaced atomically)")
-        ->required()
-        ->type_name("OUT");
-    cmd->callback([args] { run_export(*args); });
+    Command cmd = program.subcommand("export", "Write a checkpoint's weights as an llm.c GPT-2 model file (fp32)");
+    cmd.option("--checkpoint", args->checkpoint, "checkpoint file or run folder (newest checkpoint)")
+        .required()
+        .type_name("DIR|FILE");
+    cmd.option("--llmc-model", args->llmc_model, "the llm.c model file to write (replaced atomically)")
+        .required()
+        .type_name("OUT");
+    cmd.on_run([args] { run_export(*args); });
 }
 
 }  // namespace adacc

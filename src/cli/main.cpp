@@ -3,7 +3,6 @@
 // setting gets the way to set it with this command (setting_advice). Started by an MPI launcher
 // (`mpirun -np N adacc train`), the process joins the job first (src/dist/process_group.h), and
 // a failure on any rank ends every rank.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -21,17 +20,14 @@ struct Outcome {
     std::string message;
 };
 
-Outcome run_command(CLI::App& app, int argc, char** argv) {
+Outcome run_command(adacc::CommandLine& command_line, int argc, char** argv) {
     try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        // --help and --version exit 0; every other parse error is bad user input: status 2,
-        // as documented (CLI11's own codes are 100+).
-        return {app.exit(e) == 0 ? 0 : 2, ""};
+        if (const auto parse_ended = command_line.run(argc, argv)) return {*parse_ended, ""};
     } catch (const adacc::EarlyExit& e) {
         return {e.exit_status, ""};
     } catch (const adacc::SettingError& e) {
-        const std::string advice = adacc::setting_advice(app, e.setting());
+        const auto command = command_line.chosen_subcommand();
+        const std::string advice = command ? adacc::setting_advice(*command, e.setting()) : "";
         return {2, std::string("error: ") + e.what() + (advice.empty() ? "" : "; " + advice)};
     } catch (const adacc::UserError& e) {
         return {2, std::string("error: ") + e.what()};
@@ -46,24 +42,25 @@ Outcome run_command(CLI::App& app, int argc, char** argv) {
 int main(int argc, char** argv) {
     adacc::join_process_group(&argc, &argv);
     adacc::configure_cpu_threads();
-    CLI::App app{"adacc: GPT training with per-tensor activation memory management"};
-    app.require_subcommand(1);
-    adacc::add_train_command(app);
-    adacc::add_prepare_command(app);
-    adacc::add_tokenize_command(app);
-    adacc::add_sample_command(app);
-    adacc::add_memory_command(app);
-    adacc::add_compare_command(app);
-    adacc::add_eval_command(app);
-    adacc::add_config_command(app);
-    adacc::add_plan_command(app);
-    adacc::add_export_command(app);
+    adacc::CommandLine command_line("adacc: GPT training with per-tensor activation memory management");
+    command_line.require_subcommand();
+    adacc::Command program = command_line.program();
+    adacc::add_train_command(program);
+    adacc::add_prepare_command(program);
+    adacc::add_tokenize_command(program);
+    adacc::add_sample_command(program);
+    adacc::add_memory_command(program);
+    adacc::add_compare_command(program);
+    adacc::add_eval_command(program);
+    adacc::add_config_command(program);
+    adacc::add_plan_command(program);
+    adacc::add_export_command(program);
     // Data parallelism is training's: any other command would run N times over.
     if (adacc::process_group().world_size > 1 && (argc < 2 || std::string(argv[1]) != "train"))
         adacc::abort_process_group("error: only `adacc train` runs as several processes; start this command without "
                                    "mpirun / srun",
                                    2);
-    const Outcome outcome = run_command(app, argc, argv);
+    const Outcome outcome = run_command(command_line, argc, argv);
     // A failure on one rank of several ends them all (the others may be waiting for it in a
     // collective), with its message.
     if (!outcome.message.empty()) {

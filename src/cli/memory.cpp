@@ -3,7 +3,6 @@
 // (adacc, recompute-opt) need the budget: their row is the plan for it, and their largest batch
 // is the planner's, from one profile of the profiler's slice at batch 1 (a few forwards of two
 // blocks and the classifier on the CPU, whatever the --device: sizes follow the device).
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <optional>
 
@@ -94,23 +93,23 @@ void run_memory(MemoryArgs& args) {
 }
 }  // namespace
 
-void add_memory_command(CLI::App& app) {
+void add_memory_command(Command& program) {
     auto args = std::make_shared<MemoryArgs>();
-    CLI::App* cmd = app.add_subcommand("memory", "Per-mode memory breakdown of a config, without training");
-    cmd->add_option("--config", args->config, "TOML run config")->required();
-    cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
-    cmd->add_option("--memory-budget", args->budget, "memory budget (e.g. 24GiB): adds the largest batch per mode");
-    add_device_option(*cmd, args->device, "training.device; sizes are computed, so no GPU is needed");
-    add_dtype_option(*cmd, args->dtype, "model.dtype");
-    cmd->add_option("--world-size", args->world_size,
+    Command cmd = program.subcommand("memory", "Per-mode memory breakdown of a config, without training");
+    cmd.option("--config", args->config, "TOML run config").required();
+    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    cmd.option("--memory-budget", args->budget, "memory budget (e.g. 24GiB): adds the largest batch per mode");
+    add_device_option(cmd, args->device, "training.device; sizes are computed, so no GPU is needed");
+    add_dtype_option(cmd, args->dtype, "model.dtype");
+    cmd.option("--world-size", args->world_size,
                     "data-parallel ranks the sizes are per rank of (with --set training.zero=1 they share AdamW's "
                     "moments)")
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--modes", args->modes,
+        .positive();
+    cmd.option("--modes", args->modes,
                     "modes to show (default: " + join_memory_mode_names(fixed_memory_modes()) +
                         "; adacc and recompute-opt need --memory-budget)")
-        ->delimiter(',');
-    cmd->callback([args] { run_memory(*args); });
+        .comma_separated();
+    cmd.on_run([args] { run_memory(*args); });
 }
 
 }  // namespace adacc

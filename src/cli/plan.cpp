@@ -2,7 +2,6 @@
 //            [--granularity block|global] [--no-compress] [--world-size N] [--set ...]
 // Profiles the model (or reads a profile), solves the Adacc MILP for the budget and prints the
 // plan per (layer class, tensor), the predicted memory and added time, and the solver's status.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "src/adacc/adacc_regulator.h"
@@ -46,27 +45,27 @@ void run_plan(PlanArgs& args) {
 }
 }  // namespace
 
-void add_plan_command(CLI::App& app) {
+void add_plan_command(Command& program) {
     auto args = std::make_shared<PlanArgs>();
-    CLI::App* cmd = app.add_subcommand("plan", "Solve the Adacc keep/compress/recompute plan for a memory budget");
-    cmd->add_option("--config", args->config, "TOML run config (model, batch, seq_len)")->required();
-    cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
-    cmd->add_option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (default: memory.budget)");
-    cmd->add_option("--profile", args->profile, "reuse a profile.json instead of profiling (default: memory.profile)");
-    cmd->add_option("--save-profile", args->save_profile, "write the profile measured here to FILE");
-    add_device_option(*cmd, args->device, "training.device");
-    add_dtype_option(*cmd, args->dtype, "model.dtype");
-    cmd->add_option("--world-size", args->world_size,
+    Command cmd = program.subcommand("plan", "Solve the Adacc keep/compress/recompute plan for a memory budget");
+    cmd.option("--config", args->config, "TOML run config (model, batch, seq_len)").required();
+    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    cmd.option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (default: memory.budget)");
+    cmd.option("--profile", args->profile, "reuse a profile.json instead of profiling (default: memory.profile)");
+    cmd.option("--save-profile", args->save_profile, "write the profile measured here to FILE");
+    add_device_option(cmd, args->device, "training.device");
+    add_dtype_option(cmd, args->dtype, "model.dtype");
+    cmd.option("--world-size", args->world_size,
                     "data-parallel ranks the budget is per rank of (with --set training.zero=1 they share AdamW's "
                     "moments, so more of the budget is left for activations)")
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--format", args->format, "table or json")->check(CLI::IsMember({"table", "json"}));
-    cmd->add_option("--granularity", args->granularity,
+        .positive();
+    cmd.option("--format", args->format, "table or json").one_of({"table", "json"});
+    cmd.option("--granularity", args->granularity,
                     "block (one plan for every layer) or global (layers may differ); default: memory.granularity")
-        ->check(CLI::IsMember({"block", "global"}));
-    cmd->add_flag("--no-compress", args->no_compress,
+        .one_of({"block", "global"});
+    cmd.flag("--no-compress", args->no_compress,
                   std::string(memory_mode_name(MemoryMode::recompute_opt)) + ": plan with compression disabled");
-    cmd->callback([args] { run_plan(*args); });
+    cmd.on_run([args] { run_plan(*args); });
 }
 
 }  // namespace adacc

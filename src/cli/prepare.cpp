@@ -1,6 +1,5 @@
 // `adacc prepare`: text files -> GPT-2 token shards in llm.c's format. The rules (documents,
 // <|endoftext|> separators, the validation split) are in data/corpus_preparer.h.
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -75,31 +74,29 @@ void run_prepare(const PrepareArgs& args) {
 
 }  // namespace
 
-void add_prepare_command(CLI::App& app) {
+void add_prepare_command(Command& program) {
     auto args = std::make_shared<PrepareArgs>();
-    CLI::App* command = app.add_subcommand(
+    Command command = program.subcommand(
         "prepare",
         "Tokenize text into llm.c token shards (GPT-2 BPE): OUT/val_000000.bin holds the first --val-tokens "
         "tokens, OUT/train_NNNNNN.bin the rest. Each file is a document (fortune files: each %-separated "
         "entry), preceded by <|endoftext|>. Earlier shards in OUT are replaced once all the text is tokenized; "
         "a prepare that fails leaves OUT as it was.");
-    command
-        ->add_option("--input", args->corpus.inputs,
-                     "text files, directories (walked recursively) or pipes such as /dev/stdin")
-        ->type_name("FILE|DIR")
-        ->required();
-    command->add_option("--out", args->corpus.out_dir, "output directory for the shards")
-        ->type_name("DIR")
-        ->required();
-    command->add_option("--vocab", args->vocab, "directory holding GPT-2's encoder.json and vocab.bpe")
-        ->type_name("DIR");
-    command->add_option("--val-tokens", args->corpus.val_tokens, "tokens for the validation shard (0 = none)")
-        ->type_name("N")
-        ->capture_default_str();
-    command->add_option("--shard-tokens", args->corpus.shard_tokens, "most tokens per training shard")
-        ->type_name("N")
-        ->capture_default_str();
-    command->callback([args] { run_prepare(*args); });
+    command.option("--input", args->corpus.inputs, "text files, directories (walked recursively) or pipes such as /dev/stdin")
+        .type_name("FILE|DIR")
+        .required();
+    command.option("--out", args->corpus.out_dir, "output directory for the shards")
+        .type_name("DIR")
+        .required();
+    command.option("--vocab", args->vocab, "directory holding GPT-2's encoder.json and vocab.bpe")
+        .type_name("DIR");
+    command.option("--val-tokens", args->corpus.val_tokens, "tokens for the validation shard (0 = none)")
+        .type_name("N")
+        .show_default();
+    command.option("--shard-tokens", args->corpus.shard_tokens, "most tokens per training shard")
+        .type_name("N")
+        .show_default();
+    command.on_run([args] { run_prepare(*args); });
 }
 
 }  // namespace adacc

@@ -1,6 +1,5 @@
 // adacc sample --checkpoint DIR|FILE | --llmc-model FILE --prompt TEXT --vocab DIR
 //              [--tokens N --temperature T --top-k K --seed S]
-#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "data/tokenizer.h"
@@ -51,21 +50,21 @@ void run_sample(const SampleArgs& args) {
 
 }  // namespace
 
-void add_sample_command(CLI::App& app) {
+void add_sample_command(Command& program) {
     auto args = std::make_shared<SampleArgs>();
-    CLI::App* cmd = app.add_subcommand("sample", "Generate text from a checkpoint or an llm.c model file");
-    add_model_options(*cmd, args->checkpoint, args->llmc_model);
-    cmd->add_option("--prompt", args->prompt, "text to continue")->required();
-    add_device_option(*cmd, args->device, "cpu");
-    add_dtype_option(*cmd, args->dtype, "auto");
-    cmd->add_option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe")->required();
-    cmd->add_option("--tokens", args->options.tokens, "tokens to generate")->check(CLI::Range(1, 100000));
-    cmd->add_option("--temperature", args->options.temperature, "softmax temperature (0 = greedy)")
-        ->check(CLI::Range(0.0, 100.0));
-    cmd->add_option("--top-k", args->options.top_k, "sample among the k most likely tokens (0 = all)")
-        ->check(CLI::Range(0, 1 << 20));
-    cmd->add_option("--seed", args->options.seed, "sampling seed");
-    cmd->callback([args] { run_sample(*args); });
+    Command cmd = program.subcommand("sample", "Generate text from a checkpoint or an llm.c model file");
+    add_model_options(cmd, args->checkpoint, args->llmc_model);
+    cmd.option("--prompt", args->prompt, "text to continue").required();
+    add_device_option(cmd, args->device, "cpu");
+    add_dtype_option(cmd, args->dtype, "auto");
+    cmd.option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe").required();
+    cmd.option("--tokens", args->options.tokens, "tokens to generate").in_range(1, 100000);
+    cmd.option("--temperature", args->options.temperature, "softmax temperature (0 = greedy)")
+        .in_range(0.0, 100.0);
+    cmd.option("--top-k", args->options.top_k, "sample among the k most likely tokens (0 = all)")
+        .in_range(0, 1 << 20);
+    cmd.option("--seed", args->options.seed, "sampling seed");
+    cmd.on_run([args] { run_sample(*args); });
 }
 
 }  // namespace adacc

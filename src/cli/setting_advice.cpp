@@ -1,6 +1,5 @@
 // The command-line half of a SettingError (src/common/errors.h): the engine names the config
 // setting at fault; here it becomes the way to set it with the command the user ran.
-#include <CLI/CLI.hpp>
 #include <string>
 
 #include "src/cli/commands.h"
@@ -26,14 +25,10 @@ constexpr SettingFlag kSettingFlags[] = {
 
 }  // namespace
 
-std::string setting_advice(const CLI::App& app, const std::string& setting) {
-    const auto commands = app.get_subcommands();
-    if (commands.empty()) return "";
-    const CLI::App& command = *commands.front();
+std::string setting_advice(const Command& command, const std::string& setting) {
     for (const SettingFlag& f : kSettingFlags)
-        if (setting == f.setting && command.get_option_no_throw(f.flag))
-            return std::string("set it with ") + f.flag + " " + f.value;
-    if (command.get_option_no_throw("--set"))
+        if (setting == f.setting && command.takes(f.flag)) return std::string("set it with ") + f.flag + " " + f.value;
+    if (command.takes("--set"))
         return "set it in the config or with --set " + setting + "=VALUE";
     return "";
 }

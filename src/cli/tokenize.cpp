@@ -3,7 +3,6 @@
 //   adacc tokenize --vocab DIR --count    text -> the number of tokens
 //   adacc tokenize --vocab DIR --decode   whitespace-separated ids -> text (bytes as they are)
 // "<|endoftext|>" in the text is encoded as ordinary text (see data/tokenizer.h).
-#include <CLI/CLI.hpp>
 #include <charconv>
 #include <cstdio>
 #include <memory>
@@ -73,15 +72,15 @@ void run_tokenize(const TokenizeArgs& args) {
 
 }  // namespace
 
-void add_tokenize_command(CLI::App& app) {
+void add_tokenize_command(Command& program) {
     auto args = std::make_shared<TokenizeArgs>();
-    CLI::App* command = app.add_subcommand(
+    Command command = program.subcommand(
         "tokenize", "GPT-2 BPE on stdin: text -> token ids (one line), or ids -> text with --decode");
-    command->add_option("--vocab", args->vocab, "directory holding GPT-2's encoder.json and vocab.bpe")
-        ->type_name("DIR");
-    CLI::Option* decode = command->add_flag("--decode", args->decode, "read whitespace-separated ids, print the text");
-    command->add_flag("--count", args->count, "print only the number of tokens")->excludes(decode);
-    command->callback([args] { run_tokenize(*args); });
+    command.option("--vocab", args->vocab, "directory holding GPT-2's encoder.json and vocab.bpe")
+        .type_name("DIR");
+    CommandOption decode = command.flag("--decode", args->decode, "read whitespace-separated ids, print the text");
+    command.flag("--count", args->count, "print only the number of tokens").excludes(decode);
+    command.on_run([args] { run_tokenize(*args); });
 }
 
 }  // namespace adacc

@@ -1,6 +1,5 @@
 // adacc train --config FILE [--set section.key=value ...] [--init-from FILE|RUN_DIR] [--overwrite]
 // adacc train --resume RUN_DIR [--set section.key=value ...]
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 
@@ -149,22 +148,22 @@ void run_train(TrainArgs& args) {
 
 }  // namespace
 
-void add_train_command(CLI::App& app) {
+void add_train_command(Command& program) {
     auto args = std::make_shared<TrainArgs>();
-    CLI::App* cmd = app.add_subcommand("train", "Train a GPT model from a TOML config");
-    cmd->add_option("--config", args->config, "TOML run config (see configs/)");
-    cmd->add_option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
-    cmd->add_option("--resume", args->resume, "continue the run in RUN_DIR from its newest complete checkpoint");
-    cmd->add_option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (same as --set memory.budget=...)");
-    add_device_option(*cmd, args->device, "training.device");
-    add_dtype_option(*cmd, args->dtype, "model.dtype");
-    cmd->add_option("--init-from", args->init_from,
+    Command cmd = program.subcommand("train", "Train a GPT model from a TOML config");
+    cmd.option("--config", args->config, "TOML run config (see configs/)");
+    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    cmd.option("--resume", args->resume, "continue the run in RUN_DIR from its newest complete checkpoint");
+    cmd.option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (same as --set memory.budget=...)");
+    add_device_option(cmd, args->device, "training.device");
+    add_dtype_option(cmd, args->dtype, "model.dtype");
+    cmd.option("--init-from", args->init_from,
                     "start from these weights (llm.c GPT-2 model file, adacc checkpoint or run folder) with a fresh "
                     "optimizer and the data from the start");
-    cmd->add_flag("--overwrite", args->overwrite,
+    cmd.flag("--overwrite", args->overwrite,
                   "start over in a run folder that holds a run (deletes its config, metrics and checkpoints); with "
                   "--resume: resume beside checkpoints of a newer format, which may then be replaced");
-    cmd->callback([args] { run_train(*args); });
+    cmd.on_run([args] { run_train(*args); });
 }
 
 }  // namespace adacc
