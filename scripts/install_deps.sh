@@ -4,10 +4,11 @@
 # OpenAI's host is unreachable; python3-matplotlib: scripts/plot_metrics.py (the quickstart's PNG;
 # when python3 on PATH is not Debian's, e.g. pyenv, the script runs itself with /usr/bin/python3).
 # libopenmpi-dev, openmpi-bin: data parallelism across processes (`mpirun -np N adacc train`).
+# ccache: scripts/build.sh compiles through it when present.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-PACKAGES=(build-essential cmake pkg-config
+PACKAGES=(build-essential cmake pkg-config ccache
           libeigen3-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
           liblpsolve55-dev libgtest-dev libopenmpi-dev openmpi-bin
           fortunes fortunes-min curl ca-certificates unzip

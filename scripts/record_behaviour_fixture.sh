@@ -44,8 +44,9 @@ git worktree add --detach --quiet "$TMP/base" "$COMMIT"
 echo "building adacc at ${COMMIT:0:12} in $TMP/base (the options of $BUILD_DIR)"
 cmake -S "$TMP/base" -B "$TMP/base-build" -DCMAKE_BUILD_TYPE="$(cache CMAKE_BUILD_TYPE)" \
   -DADACC_NATIVE="$(cache ADACC_NATIVE)" -DADACC_SANITIZE="$(cache ADACC_SANITIZE)" \
+  -DCMAKE_CXX_COMPILER_LAUNCHER="$(cache CMAKE_CXX_COMPILER_LAUNCHER)" \
   -DADACC_CUDA=OFF -DADACC_BUILD_TESTS=OFF >/dev/null
-cmake --build "$TMP/base-build" -j"$(nproc)" --target adacc >/dev/null
+CCACHE_BASEDIR="$TMP/base" cmake --build "$TMP/base-build" -j"$(nproc)" --target adacc >/dev/null
 BASE_ADACC="$TMP/base-build/adacc"
 
 FIX=tests/fixtures/behaviour

@@ -2,6 +2,7 @@
 # The test command: installs dependencies, builds Release, runs the whole suite with ctest.
 #   scripts/test.sh              full suite, Release build in build/
 #   scripts/test.sh --sanitize   the suite under AddressSanitizer + UBSan, in build-asan/
+# Both build with host-compiler warnings as errors (ADACC_WERROR): CI keeps the code warning-free.
 # Tests that need ../shared/data skip with a message when it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +10,9 @@ bash scripts/install_deps.sh
 if [ "${1:-}" = "--sanitize" ]; then
   # The CUDA kernels run here under the SIMT emulation (sanitized); the nvcc targets are built and
   # linked by the Release build.
-  bash scripts/build.sh build-asan -DADACC_SANITIZE=ON -DADACC_NATIVE=ON -DADACC_CUDA_EMULATION_ONLY=ON
+  # The benchmarks are left out (nothing tests them; the Release build compiles them).
+  bash scripts/build.sh build-asan -DADACC_SANITIZE=ON -DADACC_NATIVE=ON -DADACC_CUDA_EMULATION_ONLY=ON \
+    -DADACC_BUILD_BENCHMARKS=OFF -DADACC_WERROR=ON
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # The SIGKILL resume tests kill a training process at moments chosen by wall time; they run in
   # the Release suite (a sanitized adacc is ~10x slower, so they would mostly test the timing).
@@ -21,6 +24,6 @@ if [ "${1:-}" = "--sanitize" ]; then
     -R '^(DataParallel|emulated\.CudaDataParallel)\.'
 
 else
-  bash scripts/build.sh build
+  bash scripts/build.sh build -DADACC_WERROR=ON
   ctest --test-dir build -j2 --output-on-failure --timeout 900
 fi

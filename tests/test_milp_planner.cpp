@@ -181,8 +181,17 @@ std::size_t random_budget(std::mt19937& rng, std::size_t fixed, std::size_t min_
     return b < 0 ? 0 : static_cast<std::size_t>(b);
 }
 
-PlannerOptions random_weights(std::mt19937& rng) {
+// The planner's options for a test of what it solves: a time limit no machine reaches, so that a
+// loaded or sanitized machine gets the same (optimal) answer; what the limit does is
+// TimeLimitGivesAFeasibleFlaggedPlan's subject, and how fast it solves is scripts/bench_planner.sh's.
+PlannerOptions untimed_options() {
     PlannerOptions o;
+    o.time_limit_s = 600;
+    return o;
+}
+
+PlannerOptions random_weights(std::mt19937& rng) {
+    PlannerOptions o = untimed_options();
     if (rng() % 4 == 0) o.memory_weight = 1e-3 * (rng() % 100) / 100.0;
     if (rng() % 8 == 0) o.time_weight = 0.5;
     return o;
@@ -427,7 +436,7 @@ TEST(MilpPlanner, InfeasibleBudgetNamesTheSmallestPlan) {
     // Smallest: x kept (1000) + a dropped (0) + b kept (2000) = 3000 per layer.
     EXPECT_EQ(min_block_bytes(p), 3000u);
     for (auto g : {PlanGranularity::block, PlanGranularity::global}) {
-        PlannerOptions o;
+        PlannerOptions o = untimed_options();
         o.granularity = g;
         const PlanResult r = MilpPlanner(o).solve({{p, 4}}, 10000, 500, 10000 + 500 + 4 * 3000 - 1);
         EXPECT_EQ(r.status, PlanResult::infeasible);
@@ -492,7 +501,7 @@ TEST(MilpPlanner, EdgeCases) {
     BlockProblem p;
     p.tensors = {{"x", 100, {}, 0, {}, true}, {"s", 8, {}, 0, {}, true}};
     for (auto g : {PlanGranularity::block, PlanGranularity::global}) {
-        PlannerOptions o;
+        PlannerOptions o = untimed_options();
         o.granularity = g;
         const PlanResult r = MilpPlanner(o).solve({{p, 3}}, 0, 0, 324);
         ASSERT_EQ(r.status, PlanResult::optimal) << r.message;
@@ -600,7 +609,7 @@ TEST(MilpPlanner, GptBlockShapeMatchesBruteForce) {
         SCOPED_TRACE("budget fraction " + std::to_string(f));
         const std::size_t budget = static_bytes + transient_bytes + L * lo +
                                    static_cast<std::size_t>(f * static_cast<double>(L * (hi - lo))) - (f < 0 ? 1 : 0);
-        const PlannerOptions o;
+        const PlannerOptions o = untimed_options();
         const auto expected = brute_block(plans, L, static_bytes, transient_bytes, budget, o);
         const auto expected_t = brute_block(plans_t, L, static_bytes, transient_bytes, budget, o);
         ASSERT_EQ(expected.has_value(), expected_t.has_value());
@@ -616,11 +625,10 @@ TEST(MilpPlanner, GptBlockShapeMatchesBruteForce) {
         ASSERT_EQ(rt.status, PlanResult::optimal) << rt.message;
         EXPECT_TRUE(close(r.objective_ms, *expected)) << r.objective_ms << " vs " << *expected;
         EXPECT_TRUE(close(rt.objective_ms, *expected)) << rt.objective_ms << " vs " << *expected;
-        EXPECT_LT(r.solve_ms, 50.0);
         check_consistent(r, {{collapsed, L}}, static_bytes, transient_bytes, budget, o);
 
         // The global form: per-layer plans, never worse, the same with or without transients.
-        PlannerOptions og;
+        PlannerOptions og = untimed_options();
         og.granularity = PlanGranularity::global;
         const PlanResult gl = MilpPlanner(og).solve({{collapsed, L}}, static_bytes, transient_bytes, budget);
         const PlanResult gt = MilpPlanner(og).solve({{with_transients, L}}, static_bytes, transient_bytes, budget);
@@ -629,7 +637,6 @@ TEST(MilpPlanner, GptBlockShapeMatchesBruteForce) {
         EXPECT_LE(gl.objective_ms, r.objective_ms * (1 + 1e-9));
         EXPECT_TRUE(close(gl.objective_ms, gt.objective_ms)) << gl.objective_ms << " vs " << gt.objective_ms;
         check_consistent(gl, {{collapsed, L}}, static_bytes, transient_bytes, budget, og);
-        EXPECT_LT(gl.solve_ms, 500.0);
     }
 }
 
