@@ -160,22 +160,27 @@ void release_barriers(Grid& g) {
     for (Fiber& f : g.fibers) f.state = FiberState::runnable;
 }
 
+// Thread t of the block, ready to start at fiber_entry. A function of its own: getcontext counts
+// as returning twice (as setjmp does), which would make the caller's loop variables suspect; here
+// it returns once, since makecontext replaces the context's entry.
+void start_fiber(Grid& g, int t, dim3 grid, dim3 block, dim3 block_idx) {
+    Fiber& f = g.fibers[t];
+    f.state = FiberState::runnable;
+    f.position =
+        ThreadPosition{dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y)), block_idx, block, grid, t};
+    f.stack = take_stack(static_cast<std::size_t>(t));
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack.base;
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = nullptr;
+    makecontext(&f.context, fiber_entry, 0);
+}
+
 void run_block(Grid& g, dim3 grid, dim3 block, dim3 block_idx) {
     const int n = static_cast<int>(block.x * block.y * block.z);
     g.block_idx = block_idx;
     std::fill(g.dynamic_smem.begin(), g.dynamic_smem.end(), 0xFF);  // NaN bytes: uninitialised reads show
-    for (int t = 0; t < n; ++t) {
-        Fiber& f = g.fibers[t];
-        f.state = FiberState::runnable;
-        f.position = ThreadPosition{dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y)), block_idx,
-                                    block, grid, t};
-        f.stack = take_stack(static_cast<std::size_t>(t));
-        getcontext(&f.context);
-        f.context.uc_stack.ss_sp = f.stack.base;
-        f.context.uc_stack.ss_size = kStackBytes;
-        f.context.uc_link = nullptr;
-        makecontext(&f.context, fiber_entry, 0);
-    }
+    for (int t = 0; t < n; ++t) start_fiber(g, t, grid, block, block_idx);
     const unsigned linear_block = block_idx.x + grid.x * (block_idx.y + grid.y * block_idx.z);
     const bool reverse = linear_block % 2 == 1;
     for (;;) {
