@@ -1,8 +1,8 @@
 // Data parallelism across processes (src/dist/process_group.h), run as users run it: `mpirun -np
 // 2 adacc train` on the CPU (--oversubscribe, one thread per rank) against one process.
 //   * 2 ranks x batch B train as 1 process x batch 2B (dropout off): the same losses and final
-//     parameters within 1e-6 relative — not bit for bit, because one process's matmuls sum the
-//     2B rows in another order than the two ranks' all-reduce does;
+//     parameters within the tolerances below — not bit for bit, because one process's matmuls
+//     sum the 2B rows in another order than the two ranks' all-reduce does;
 //   * 2 ranks x grad_accum 1 train as 1 process x grad_accum 2 with dropout on (rank r's
 //     micro-batch is the step's micro-batch r, in data and masks alike);
 //   * a 2-rank run checkpointed at step 3 and resumed on 1 rank (grad_accum 2: the same global
@@ -30,6 +30,24 @@
 namespace adacc {
 namespace {
 
+// Tolerances (u = 2^-24). Losses: the logged loss is a float. One process stores float(S/d) of a
+// double sum S of per-token losses (with grad_accum 2, float(float(S0/d) + S1/d)); each rank
+// stores float(S_r/d) and their double all-reduce rounds once more: from the same per-token losses
+// (step 1: every token's forward is the same operations on both sides) they differ by <= 4u L.
+// Later steps see parameters that differ where sums over tokens rounded differently (below), and
+// no closed-form bound on steps of training exists: AdamW's update m / (sqrt(v) + eps) is flat in
+// g to first order, except at step 1 for |g| within rounding of zero, where it can flip; there
+// dL/dp ~ 0, so a flip moves later losses at second order, ~lr_1^2 H ~ 1e-7 relative (estimated).
+// kLossRel = 4u + 13u of room for those: an estimate, not a bound.
+constexpr double kU = 1.0 / (1 << 24), kLossRel = 17 * kU;
+// Parameters: a flipped first update moves its parameter by 2 lr_1 = 1e-3 (lr_1 = 5e-4, the first
+// warmup step), so no relative bound near 1e-6 can hold. A flip needs |g| within 2 gamma(2BT)
+// sum |terms| of zero (gamma(n) = n u / (1 - n u)): about one of the ~30k elements at worst
+// (estimated from g / sum |terms| ~ N(0, 1.6 / 2BT)); the L2 bound allows kFlips of them, plus 17u
+// of ||p|| as for the losses.
+constexpr double kLr1 = 5e-4;
+constexpr int kFlips = 4;
+
 test::ProcessResult train(const std::filesystem::path& dir, const std::string& run, int ranks, const std::string& sets) {
     return test::train_job(test::adacc_binary(), dir, run, ranks, sets);
 }
@@ -43,13 +61,19 @@ void expect_close(const std::map<int, double>& got, const std::map<int, double>&
     }
 }
 
-double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+// ||got - want|| <= 2 lr_1 sqrt(flips) + rel ||want|| (the tolerances above).
+::testing::AssertionResult l2_close(const std::vector<float>& got, const std::vector<float>& want, int flips,
+                                    double rel) {
+    if (got.size() != want.size()) return ::testing::AssertionFailure() << got.size() << " vs " << want.size();
     double diff2 = 0, ref2 = 0;
     for (std::size_t i = 0; i < want.size(); ++i) {
         diff2 += std::pow(double(got[i]) - want[i], 2);
         ref2 += std::pow(double(want[i]), 2);
     }
-    return std::sqrt(diff2 / ref2);
+    const double bound = 2 * kLr1 * std::sqrt(double(flips)) + rel * std::sqrt(ref2);
+    if (std::sqrt(diff2) <= bound) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "L2 distance " << std::sqrt(diff2) << " (relative "
+                                         << std::sqrt(diff2 / ref2) << ") above " << bound;
 }
 
 TEST(DataParallel, TwoRanksTrainAsOneProcessWithTwiceTheBatch) {
@@ -59,10 +83,10 @@ TEST(DataParallel, TwoRanksTrainAsOneProcessWithTwiceTheBatch) {
     ASSERT_EQ(two.status, 0) << two.output;
     const auto one = train(dir, "one", 0, "--set training.batch_size=4 --set checkpoint.every=6");
     ASSERT_EQ(one.status, 0) << one.output;
-    expect_close(test::logged_losses(dir / "two"), test::logged_losses(dir / "one"), 1e-6);
+    expect_close(test::logged_losses(dir / "two"), test::logged_losses(dir / "one"), kLossRel);
     const std::vector<float> a = test::checkpoint_parameters(dir / "two"), b = test::checkpoint_parameters(dir / "one");
     ASSERT_EQ(a.size(), b.size());
-    EXPECT_LT(relative_l2(a, b), 1e-6);
+    EXPECT_TRUE(l2_close(a, b, kFlips, 17 * kU));
     // Rank 0 alone logs: one step line per step, tokens per step counting both ranks (2 x 2 x 16).
     EXPECT_EQ(two.output.find("step      1/6"), two.output.rfind("step      1/6")) << two.output;
 }
@@ -73,7 +97,7 @@ TEST(DataParallel, TwoRanksTrainAsOneProcessWithTwiceTheMicroBatchesWithDropout)
     const std::string dropout = "--set model.dropout=0.1 ";
     ASSERT_EQ(train(dir, "two", 2, dropout).status, 0);
     ASSERT_EQ(train(dir, "one", 0, dropout + "--set training.grad_accum=2").status, 0);
-    expect_close(test::logged_losses(dir / "two"), test::logged_losses(dir / "one"), 1e-6);
+    expect_close(test::logged_losses(dir / "two"), test::logged_losses(dir / "one"), kLossRel);
 }
 
 TEST(DataParallel, ATwoRankRunResumesOnOneRank) {
@@ -87,7 +111,7 @@ TEST(DataParallel, ATwoRankRunResumesOnOneRank) {
     const auto resumed = test::run_adacc("train --resume " + (dir / "run").string() + " --set training.grad_accum=2");
     ASSERT_EQ(resumed.status, 0) << resumed.output;
     EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
-    expect_close(test::logged_losses(dir / "run"), uninterrupted, 1e-6);
+    expect_close(test::logged_losses(dir / "run"), uninterrupted, kLossRel);
     // The 6 batches taken by step 3 cannot be shared by 4 ranks.
     std::filesystem::remove(checkpoint_path(dir / "run", 6));
     const auto four =
@@ -115,8 +139,11 @@ TEST(DataParallel, AnErrorOnOneRankEndsEveryRank) {
 
 // ZeRO-1 gives the result of plain data parallelism: the same gradient sums (reduce-scatter
 // instead of all-reduce: for two ranks the same additions) and updates; only the gradient norm is
-// summed in another order (per shard, then over ranks), so within 1e-6. A ZeRO-1 checkpoint holds
-// every moment (gathered) and resumes on one process.
+// summed in another order (per shard, then over ranks). Its norm is within 3u, the clipping factor
+// within 5u: a positive factor, so no update flips (kFlips = 0); AdamW's step-1 update moves by
+// at most 5u / 4 (|dU / d log g| <= 1/4) and each parameter by about an ulp, and later steps see
+// only such ulp-level differences (17u of ||p||, the losses' room; estimated, as for the losses).
+// A ZeRO-1 checkpoint holds every moment (gathered) and resumes on one process.
 TEST(DataParallel, ZeroOneTrainsAsPlainDataParallelismAndResumesOnOneRank) {
     ADACC_REQUIRE_MPI();
     const auto dir = test::write_data_parallel_job("dp_zero");
@@ -124,17 +151,17 @@ TEST(DataParallel, ZeroOneTrainsAsPlainDataParallelismAndResumesOnOneRank) {
     ASSERT_EQ(train(dir, "plain", 2, dropout).status, 0);
     const auto zero = train(dir, "zero", 2, dropout + "--set training.zero=1");
     ASSERT_EQ(zero.status, 0) << zero.output;
-    expect_close(test::logged_losses(dir / "zero"), test::logged_losses(dir / "plain"), 1e-6);
+    expect_close(test::logged_losses(dir / "zero"), test::logged_losses(dir / "plain"), kLossRel);
     const std::vector<float> a = test::checkpoint_parameters(dir / "zero"), b = test::checkpoint_parameters(dir / "plain");
     ASSERT_EQ(a.size(), b.size());
-    EXPECT_LT(relative_l2(a, b), 1e-6);
+    EXPECT_TRUE(l2_close(a, b, 0, 17 * kU));
     // Each rank held half of AdamW's m and v (the memory line counts one rank's arenas).
     EXPECT_NE(zero.output.find("adamw 117.50 KiB"), std::string::npos) << zero.output;
     const std::map<int, double> uninterrupted = test::logged_losses(dir / "zero");
     std::filesystem::remove(checkpoint_path(dir / "zero", 6));
     const auto resumed = test::run_adacc("train --resume " + (dir / "zero").string() + " --set training.grad_accum=2");
     ASSERT_EQ(resumed.status, 0) << resumed.output;
-    expect_close(test::logged_losses(dir / "zero"), uninterrupted, 1e-6);
+    expect_close(test::logged_losses(dir / "zero"), uninterrupted, kLossRel);
 }
 
 // ZeRO-1's accounting (no processes needed): each of W ranks holds ceil(n / W) of AdamW's moments,

@@ -23,20 +23,52 @@
 namespace adacc::test {
 namespace {
 
-// fp32 against the CPU's Eigen, which accumulates in fp32 in another order (the emulated
-// cuBLASLt rounds exact sums once, so the differences measured are the CPU's rounding):
-// relative 1e-5, plus an absolute floor for entries whose sum cancels to near zero, which grows
-// with the length k of the sum: inputs in [-1, 1], worst differences seen 1.5e-8 * k (k = C, OC or
-// N up to 300), floor 4e-8 * k.
-constexpr double kRel = 1e-5, kAbsPerTerm = 4e-8;
-double abs_floor(int k) { return kAbsPerTerm * k; }
+// Derived bounds (u = 2^-24, gamma(n) = n u / (1 - n u)): a sum of n products computed in fp32
+// in any order, with or without FMA, is within gamma(n) sum |a_i b_i| of the exact value (Higham,
+// Accuracy and Stability of Numerical Algorithms, eq. 3.5), so the CPU's Eigen, a GPU's cuBLASLt
+// and the emulation (the exact sum rounded once) are within 2 gamma(n) sum |a_i b_i| of each
+// other, computed per element from the inputs below. A bf16 result is the device's fp32 one
+// rounded to nearest, within 2^-8 of it (bf16 has 8 significant bits).
+constexpr double kU = 1.0 / (1 << 24), kBf16Rel = 1.0 / 256;
+double gamma(long n) { return n * kU / (1 - n * kU); }
 
-// bf16 results against the fp32 CPU twin fed the same (bf16-representable) inputs: the device
-// rounds its fp32 result once to bf16, an error of at most half an ulp, 2^-8 of the value (bf16
-// has 8 significant bits), on top of the fp32 differences above (which the absolute floors
-// cover; kRel covers the relative difference between the two fp32 results the rounding is
-// relative to). A rounding that another accumulation order flips stays within that bound.
-constexpr double kRelBf16 = 1.0 / 256 + kRel;
+// |got - want| <= abs[i] + rel |want| for every element; on failure the first bad index and count.
+::testing::AssertionResult all_within(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                                      const std::vector<double>& abs) {
+    if (got.size() != want.size() || abs.size() != want.size())
+        return ::testing::AssertionFailure() << "sizes differ: " << got.size() << ", " << want.size() << ", "
+                                             << abs.size();
+    std::size_t bad = 0, first = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+        if (!(std::fabs(double(got[i]) - want[i]) <= abs[i] + rel * std::fabs(double(want[i]))) && bad++ == 0)
+            first = i;
+    if (bad == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << bad << " of " << got.size() << " elements differ; first at " << first
+                                         << ": got " << got[first] << ", want " << want[first] << ", bound "
+                                         << abs[first] + rel * std::fabs(double(want[first]));
+}
+
+// fp32 results of E against the CPU's fp32, both within gamma(n) mag of the exact value: the
+// difference bound per element (rel_e = 0), or for bf16 one more rounding of the device's value v,
+// 2^-8 |v| <= 2^-8 (|want| + 2 gamma mag): rel_e = 2^-8 and the absolute part scaled by 1 + 2^-8.
+std::vector<double> order_bound(const std::vector<double>& mag, long n, double rel_e) {
+    std::vector<double> abs(mag.size());
+    for (std::size_t i = 0; i < mag.size(); ++i) abs[i] = (1 + rel_e) * 2 * gamma(n) * mag[i];
+    return abs;
+}
+
+// sum_k |a[i, k]| |b[k, j]| for row-major a (rows x inner) and b (inner x cols) given by strides.
+std::vector<double> abs_product(const std::vector<float>& a, long a_row, long a_inner, const std::vector<float>& b,
+                                long b_inner, long b_col, int rows, int inner, int cols) {
+    std::vector<double> out(static_cast<std::size_t>(rows) * cols, 0.0);
+    for (int i = 0; i < rows; ++i)
+        for (int k = 0; k < inner; ++k) {
+            const double ak = std::fabs(a[i * a_row + k * a_inner]);
+            for (int j = 0; j < cols; ++j)
+                out[static_cast<std::size_t>(i) * cols + j] += ak * std::fabs(b[k * b_inner + j * b_col]);
+        }
+    return out;
+}
 
 std::vector<float> nans(std::size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 
@@ -96,21 +128,26 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
                              hbias = representable_as(random_floats(c.m, 14), c.out);
     // Reference: D (in place, so padding and untouched batches gaps must keep their values),
     // rounded to fp32 and then to D's type, as cuBLASLt rounds its fp32 result.
+    // mag: |alpha| sum |a b| + |beta c| + |bias| per element of D, 0 where D must be left alone.
     std::vector<float> want = hd;
+    std::vector<double> mag(want.size(), 0.0);
     for (int i = 0; i < c.batch; ++i)
         for (long col = 0; col < c.n; ++col)
             for (long row = 0; row < c.m; ++row) {
-                double acc = 0;
+                double acc = 0, abs_acc = 0;
                 for (long kk = 0; kk < c.k; ++kk) {
                     const double av =
                         c.ta ? ha[i * as.stride + kk + row * as.ld] : ha[i * as.stride + row + kk * as.ld];
                     const double bv =
                         c.tb ? hb[i * bs.stride + col + kk * bs.ld] : hb[i * bs.stride + kk + col * bs.ld];
                     acc += av * bv;
+                    abs_acc += std::fabs(av * bv);
                 }
-                float& out = want[i * ds.stride + row + col * ds.ld];
+                const long at = i * ds.stride + row + col * ds.ld;
+                float& out = want[at];
                 double v = c.alpha * acc + (c.beta != 0.0f ? c.beta * static_cast<double>(out) : 0.0);
-                if (c.bias) v += hbias[row];
+                mag[at] = std::fabs(c.alpha) * abs_acc + std::fabs(c.beta * static_cast<double>(out));
+                if (c.bias) v += hbias[row], mag[at] += std::fabs(hbias[row]);
                 out = representable_as({static_cast<float>(v)}, c.out)[0];
             }
     DeviceArray<unsigned char> da(bytes_of(ha, c.in)), db(bytes_of(hb, c.in)), dd(bytes_of(hd, c.out)),
@@ -174,10 +211,15 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
                               ld, &heuristic.algo, blas.workspace, blas.workspace_bytes, stream),
                "matmul");
     // The emulation sums in double in the reference's order: bit-identical. A GPU sums in fp32,
-    // and a bf16 D may then round the other way: one bf16 ulp, 2^-7 of the value at most.
-    const bool exact = running_under_emulation();
-    const double rel = c.out == CUDA_R_16BF ? 1.0 / 128 : kRel;
-    EXPECT_TRUE(all_close(floats_of(dd.download(), c.out), want, exact ? 0.0 : rel, exact ? 0.0 : abs_floor(c.k)))
+    // within gamma(k + 3) mag (k products, alpha, beta C, the bias), and the reference is the exact
+    // value rounded once (u |v| <= u mag): D apart at most. A bf16 D then rounds both fp32 values,
+    // each by 2^-8 of itself: 2^-8 (2 |want| / (1 - 2^-8) + D) more.
+    const bool exact = running_under_emulation(), bf16_out = c.out == CUDA_R_16BF;
+    std::vector<double> limit(mag.size());
+    for (std::size_t i = 0; i < mag.size(); ++i)
+        limit[i] = exact ? 0.0 : (bf16_out ? 1 + kBf16Rel : 1.0) * (gamma(c.k + 3) + kU) * mag[i];
+    const double rel = exact || !bf16_out ? 0.0 : 2 * kBf16Rel / (1 - kBf16Rel);
+    EXPECT_TRUE(all_within(floats_of(dd.download(), c.out), want, rel, limit))
         << "m=" << c.m << " n=" << c.n << " k=" << c.k << " ta=" << c.ta << " tb=" << c.tb << " batch=" << c.batch
         << " beta=" << c.beta << " bias=" << c.bias << " in=" << c.in << " out=" << c.out;
     cublasLtMatmulPreferenceDestroy(pref);
@@ -324,7 +366,8 @@ struct Shape {
 const Shape kShapes[] = {{1, 40, 101}, {14, 72, 101}, {14, 40, 120}, {300, 72, 101}};
 
 // Inputs are representable in E; outputs (E, or fp32 for the parameter gradients) are compared as
-// floats, an E result within rel_e (kRel in fp32, kRelBf16 in bf16) of the CPU's.
+// floats, within the order bound of their sums (k terms: the products and the bias), plus for a
+// bf16 output its rounding (rel_e = 2^-8; 0 in fp32).
 template <typename E>
 void check_forward(const CudaTestContext& ctx, double rel_e) {
     for (const Shape& s : kShapes)
@@ -340,7 +383,10 @@ void check_forward(const CudaTestContext& ctx, double rel_e) {
             cuda::matmul_forward(ctx.get(), out.get(), dx.get(), dw.get(), with_bias ? db.get() : nullptr, s.N, s.C,
                                  s.OC);
             const auto got = out.download();
-            EXPECT_TRUE(all_close(host_values(got), want, rel_e, abs_floor(s.C)))
+            std::vector<double> mag = abs_product(x, s.C, 1, w, 1, s.C, s.N, s.C, s.OC);  // x (N x C) w^T
+            if (with_bias)
+                for (std::size_t i = 0; i < mag.size(); ++i) mag[i] += std::fabs(bias[i % s.OC]);
+            EXPECT_TRUE(all_within(host_values(got), want, rel_e, order_bound(mag, s.C + 1, rel_e)))
                 << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " bias=" << with_bias;
             // Deterministic: the same call again gives the same bits.
             cuda::matmul_forward(ctx.get(), out.get(), dx.get(), dw.get(), with_bias ? db.get() : nullptr, s.N, s.C,
@@ -352,30 +398,33 @@ void check_forward(const CudaTestContext& ctx, double rel_e) {
 TEST(CudaMatmul, ForwardMatchesTheCpu) {
     ADACC_REQUIRE_CUDA_DEVICE();
     CudaTestContext ctx;
-    check_forward<float>(ctx, kRel);
+    check_forward<float>(ctx, 0.0);
 }
 
 TEST(CudaMatmul, ForwardMatchesTheCpuInBf16) {
     ADACC_REQUIRE_CUDA_DEVICE();
     CudaTestContext ctx;
-    check_forward<bf16>(ctx, kRelBf16);
+    check_forward<bf16>(ctx, kBf16Rel);
 }
 
-// dinp is E (within rel_e); dweight and dbias are fp32 sums of the same E values in another
-// order, within kRel whatever E is.
+// dinp is E (its order bound, plus rel_e); dweight and dbias are fp32 sums of the same E values in
+// another order, N terms and, when accumulating, the value they are added to.
 template <typename E>
 void check_backward(const CudaTestContext& ctx, double rel_e) {
-    for (const Shape& s : kShapes)
+    for (const Shape& s : kShapes) {
+        const std::size_t nx = static_cast<std::size_t>(s.N) * s.C, nw = static_cast<std::size_t>(s.OC) * s.C,
+                          ny = static_cast<std::size_t>(s.N) * s.OC;
+        const auto x = representable<E>(random_floats(nx, 1)), w = representable<E>(random_floats(nw, 2)),
+                   dy = representable<E>(random_floats(ny, 4));
+        // Gradients already holding a micro-batch's sum (accumulate) or stale values.
+        const auto dw0 = random_floats(nw, 5), db0 = random_floats(s.OC, 6);
+        const std::vector<double> dx_mag = abs_product(dy, s.OC, 1, w, s.C, 1, s.N, s.OC, s.C),  // dy w
+            dw_mag = abs_product(dy, 1, s.OC, x, s.C, 1, s.OC, s.N, s.C);                          // dy^T x
+        std::vector<double> db_mag(s.OC, 0.0);
+        for (std::size_t i = 0; i < ny; ++i) db_mag[i % s.OC] += std::fabs(dy[i]);
         for (bool accumulate : {false, true})
             for (bool with_dinp : {true, false})
                 for (bool with_dbias : {true, false}) {
-                    const std::size_t nx = static_cast<std::size_t>(s.N) * s.C,
-                                      nw = static_cast<std::size_t>(s.OC) * s.C,
-                                      ny = static_cast<std::size_t>(s.N) * s.OC;
-                    const auto x = representable<E>(random_floats(nx, 1)), w = representable<E>(random_floats(nw, 2)),
-                               dy = representable<E>(random_floats(ny, 4));
-                    // Gradients already holding a micro-batch's sum (accumulate) or stale values.
-                    const auto dw0 = random_floats(nw, 5), db0 = random_floats(s.OC, 6);
                     std::vector<float> dx_want(nx), dw_want = dw0, db_want = db0;
                     cpu::matmul_backward(cpu::default_context(), with_dinp ? dx_want.data() : nullptr, dw_want.data(),
                                          with_dbias ? db_want.data() : nullptr, dy.data(), x.data(), w.data(), s.N, s.C,
@@ -391,28 +440,37 @@ void check_backward(const CudaTestContext& ctx, double rel_e) {
                         " accumulate=" + std::to_string(accumulate) + " dinp=" + std::to_string(with_dinp) +
                         " dbias=" + std::to_string(with_dbias);
                     if (with_dinp) {
-                        EXPECT_TRUE(all_close(host_values(gdx.download()), dx_want, rel_e, abs_floor(s.OC))) << where;
+                        EXPECT_TRUE(all_within(host_values(gdx.download()), dx_want, rel_e,
+                                               order_bound(dx_mag, s.OC, rel_e)))
+                            << where;
                     }
-                    EXPECT_TRUE(all_close(gdw.download(), dw_want, kRel, abs_floor(s.N))) << where;
+                    std::vector<double> mag = dw_mag;
+                    if (accumulate)
+                        for (std::size_t i = 0; i < nw; ++i) mag[i] += std::fabs(dw0[i]);
+                    EXPECT_TRUE(all_within(gdw.download(), dw_want, 0.0, order_bound(mag, s.N + 1, 0.0))) << where;
                     if (with_dbias) {
-                        EXPECT_TRUE(all_close(gdb.download(), db_want, kRel, abs_floor(s.N))) << where;
+                        mag = db_mag;
+                        if (accumulate)
+                            for (int i = 0; i < s.OC; ++i) mag[i] += std::fabs(db0[i]);
+                        EXPECT_TRUE(all_within(gdb.download(), db_want, 0.0, order_bound(mag, s.N + 1, 0.0))) << where;
                     } else if (!accumulate) {
                         // Null dbias: nothing written there (still the NaNs it was filled with).
                         for (float v : gdb.download()) EXPECT_TRUE(std::isnan(v)) << where;
                     }
                 }
+    }
 }
 
 TEST(CudaMatmul, BackwardMatchesTheCpu) {
     ADACC_REQUIRE_CUDA_DEVICE();
     CudaTestContext ctx;
-    check_backward<float>(ctx, kRel);
+    check_backward<float>(ctx, 0.0);
 }
 
 TEST(CudaMatmul, BackwardMatchesTheCpuInBf16) {
     ADACC_REQUIRE_CUDA_DEVICE();
     CudaTestContext ctx;
-    check_backward<bf16>(ctx, kRelBf16);
+    check_backward<bf16>(ctx, kBf16Rel);
 }
 
 // Bit-identical results: a recomputation equals the first run, the dbias sums do not depend on
