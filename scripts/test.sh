@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds Release, runs the whole suite with ctest.
-#   scripts/test.sh              full suite, Release build in build/
-#   scripts/test.sh --sanitize   the suite under AddressSanitizer + UBSan, in build-asan/
+#   scripts/test.sh                     full suite, Release build in build/
+#   scripts/test.sh --sanitize          the suite under AddressSanitizer + UBSan, in build-asan/,
+#                                       but for the slow repeats below
+#   scripts/test.sh --sanitize --all    the sanitized suite with the slow repeats too
 # Both build with host-compiler warnings as errors (ADACC_WERROR): CI keeps the code warning-free.
 # Tests that need ../shared/data skip with a message when it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SANITIZE=0 ALL=0
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize) SANITIZE=1 ;;
+    --all) ALL=1 ;;
+    *) echo "error: unknown option $arg (scripts/test.sh [--sanitize [--all]])" >&2; exit 2 ;;
+  esac
+done
 bash scripts/install_deps.sh
-if [ "${1:-}" = "--sanitize" ]; then
+if [ "$SANITIZE" = 1 ]; then
   # The CUDA kernels run here under the SIMT emulation (sanitized); the nvcc targets are built and
   # linked by the Release build.
   # The benchmarks are left out (nothing tests them; the Release build compiles them).
@@ -16,14 +26,19 @@ if [ "${1:-}" = "--sanitize" ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # The SIGKILL resume tests kill a training process at moments chosen by wall time; they run in
   # the Release suite (a sanitized adacc is ~10x slower, so they would mostly test the timing).
-  ctest --test-dir build-asan -j2 --output-on-failure --timeout 1200 -E '^(Resume|DataParallel|emulated\.CudaDataParallel)\.'
+  EXCLUDE='^(Resume|DataParallel|emulated\.CudaDataParallel)\.'
+  # The slow repeats: the whole of ../shared/data's LAMBADA, ARC-Easy and tokenizer files, which
+  # repeat at full size what the committed fixtures test (Fixtures.*, TokenizerTest.*). The Release
+  # suite runs them; under the sanitizers they take 4 minutes, so only --all runs them here.
+  [ "$ALL" = 1 ] || EXCLUDE="$EXCLUDE|^SharedData\.|^TokenizerTest\.MatchesTiktokenOnWholeSharedFiles$"
+  ctest --test-dir build-asan -j2 --output-on-failure --timeout 1200 -E "$EXCLUDE"
   # The mpirun tests without the leak checker: Open MPI does not free what MPI_Init allocates, and
   # its plugins are unloaded before the check, so those reports cannot even be told apart from ours
   # (every other test still checks this code for leaks).
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 ctest --test-dir build-asan -j2 --output-on-failure --timeout 1200 \
     -R '^(DataParallel|emulated\.CudaDataParallel)\.'
-
 else
+  [ "$ALL" = 0 ] || { echo "error: --all is for --sanitize (the Release suite always runs everything)" >&2; exit 2; }
   bash scripts/build.sh build -DADACC_WERROR=ON
   ctest --test-dir build -j2 --output-on-failure --timeout 900
 fi
