@@ -30,8 +30,9 @@
 // generates for the build's flags (-march=native: ISA extensions, vector width, FMA contraction),
 // sanitizers and the thread count. The test pins the threads to 2 (training.threads, eval
 // --threads) and keys each record by ADACC_CODEGEN_KEY (cmake/codegen_key.cmake: the compiler, the
-// -march it resolved and a hash of every target option and predefined macro the flags give), so
-// two CPUs share a record exactly when their builds compile the same code.
+// -march it resolved and a hash of every target option and predefined macro the flags give) and
+// by the cache sizes Eigen's GEMM reads at run time to block its sums, so two CPUs share a record
+// exactly when their builds compile the same code and sum in the same order.
 // Every case runs on every platform and checks what holds everywhere:
 //  * recomputation (full, selective) gives keep-all's losses and weights bit for bit;
 //  * every recorded platform's numbers are matched within a tolerance derived from float32
@@ -59,6 +60,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <Eigen/Core>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -118,22 +120,23 @@ fs::path expected_dir() {
 }
 std::string source_path(const std::string& relative) { return (fs::path(ADACC_SOURCE_DIR) / relative).string(); }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+// The cache sizes Eigen's GEMM blocks by, which it reads from the CPU at run time: the depth
+// block kc (and so the order in which each dot product is summed) follows from L1, the row block of
+// small products from L2 and whether there is an L3 (evaluateProductBlockingSizesHeuristic). Two
+// machines whose compilers generate the same code but whose caches differ sum in another order.
+std::string eigen_cache_key() {
+    const auto kib = [](std::ptrdiff_t bytes) { return std::to_string(bytes / 1024) + "K"; };
+    return "eigen-cache " + kib(Eigen::l1CacheSize()) + "/" + kib(Eigen::l2CacheSize()) + "/" +
+           kib(Eigen::l3CacheSize());
+}
 
 // The record this build checks: the code its compiler generates (ADACC_CODEGEN_KEY, set by
-// CMakeLists.txt from cmake/codegen_key.cmake), and whether it runs under the sanitizers (which
-// the key's hash covers too; named here for a human reading the records).
-std::string platform_key() { return std::string(ADACC_CODEGEN_KEY) + (kSanitized ? " asan+ubsan" : ""); }
+// CMakeLists.txt from cmake/codegen_key.cmake), the caches Eigen blocks its GEMM by, and whether
+// it runs under the sanitizers (which the codegen key's hash covers too; named here for a human
+// reading the records).
+std::string platform_key() {
+    return std::string(ADACC_CODEGEN_KEY) + " | " + eigen_cache_key() + (test::kSanitized ? " asan+ubsan" : "");
+}
 
 std::string recorded_commit() {
     const char* v = std::getenv("ADACC_FIXTURE_COMMIT");
@@ -562,7 +565,7 @@ void drop_near_ties(json& expected, json& actual, double tolerance) {
 TEST(BehaviourFixture, QuickstartNone30Steps) {
     // 4-5 minutes under ASan (the 50257-token classifier), 8 on a loaded machine, near
     // run_adacc's 10-minute limit: the Release build checks this case, the sanitized one skips it.
-    if (kSanitized) GTEST_SKIP() << "30 quickstart steps take ~5 min under AddressSanitizer; checked in the Release build";
+    if (test::kSanitized) GTEST_SKIP() << "30 quickstart steps take ~5 min under AddressSanitizer; checked in the Release build";
     const std::optional<json> records = expected_records("quickstart_none_30");
     if (!records) return;
     const fs::path dir = test::scratch_dir("behaviour_quickstart");

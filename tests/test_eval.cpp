@@ -12,6 +12,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -64,7 +65,18 @@ std::size_t ascii_trailing_spaces(const std::string& s) {
 struct Reference {
     double ll = 0.0;
     bool greedy = true;
+    std::vector<int> argmax;     // the arg-max at each continuation position
+    double min_top_two_gap = 0;  // the smallest (best - second best logit) over those positions
 };
+
+// How far a logit of the scorer may lie from the reference's: the two compute the same sums over
+// C-long rows in other orders (another batch, padding and thread split), so they differ by rounding
+// alone; the log-likelihoods are compared within the same 1e-5. An arg-max can differ only where the
+// top two logits are within twice this of each other, so the greedy flags and tokens are compared
+// only where the reference's gap is wider (near-ties may flip with the order of sums, which
+// differs between CPU generations).
+constexpr double kLogitTolerance = 1e-5;
+bool argmax_is_decided(double top_two_gap) { return top_two_gap > 2 * kLogitTolerance; }
 
 // Scores `cont` after `ctx` one token at a time: token i is predicted by a B = 1 forward over
 // everything before it, starting where the harness's window (the last W+1 tokens of ctx + cont)
@@ -84,17 +96,22 @@ Reference reference_score(GPTModel& plain, const std::vector<int>& ctx, const st
         std::vector<float> last(static_cast<std::size_t>(Vp));
         plain.read_logits(static_cast<std::size_t>(T - 1), 1, last.data());
         const float* row = last.data();
-        double best = row[0];
+        double best = row[0], second = -INFINITY;
         int argmax = 0;
         for (int v = 1; v < V; ++v)
             if (row[v] > best) {
+                second = best;
                 best = row[v];
                 argmax = v;
+            } else {
+                second = std::max(second, static_cast<double>(row[v]));
             }
         double sum = 0.0;
         for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - best);
         r.ll += static_cast<double>(row[cont[j]]) - best - std::log(sum);
         r.greedy = r.greedy && argmax == cont[j];
+        r.argmax.push_back(argmax);
+        r.min_top_two_gap = j == 0 ? best - second : std::min(r.min_top_two_gap, best - second);
     }
     return r;
 }
@@ -223,18 +240,25 @@ TEST(Scoring, MatchesTokenByTokenReferenceIncludingTruncationAndGreedyHits) {
     });
     EXPECT_EQ(callbacks, 8u);  // 40 requests, 5 per forward
     EXPECT_EQ(finished, 40u);
-    int greedy = 0;
+    int greedy = 0, decided = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {
         const Reference ref = reference_score(models.plain, requests[i].context, requests[i].continuation);
         EXPECT_NEAR(results[i].loglikelihood, ref.ll, 1e-5) << "request " << i;
-        EXPECT_EQ(results[i].is_greedy, ref.greedy) << "request " << i;
         EXPECT_EQ(results[i].greedy_tokens.size(), requests[i].continuation.size());
+        if (!argmax_is_decided(ref.min_top_two_gap)) continue;
+        ++decided;
+        EXPECT_EQ(results[i].is_greedy, ref.greedy) << "request " << i;
+        EXPECT_EQ(results[i].greedy_tokens, ref.argmax) << "request " << i;
         greedy += results[i].is_greedy;
         if (i % 3 == 0) {
             EXPECT_TRUE(results[i].is_greedy) << "request " << i;
         }
     }
-    EXPECT_GE(greedy, 14);
+    // Random weights leave near-ties rare (40 of 40 decided where this was written); the greedy
+    // checks must still have something to check.
+    std::printf("greedy flags compared on %d of %zu requests (the rest have a near-tie)\n", decided, requests.size());
+    EXPECT_GE(decided, 30);
+    EXPECT_GE(greedy, 10);
 }
 
 TEST(Scoring, BatchedEqualsUnbatched) {
@@ -248,19 +272,25 @@ TEST(Scoring, BatchedEqualsUnbatched) {
         for (int t = 0; t < cont_len; ++t) r.continuation.push_back(static_cast<int>(gen() % 300));
         requests.push_back(r);
     }
-    GPTModel model = GPTModel::for_inference(config, 37, config.max_seq_len);
-    model.init_weights(5);
+    ModelPair models(config, 37, config.max_seq_len, 5);
+    GPTModel& model = models.eval;
     const auto one = score_requests(model, requests, 1);
+    std::vector<bool> decided(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i)
+        decided[i] = argmax_is_decided(
+            reference_score(models.plain, requests[i].context, requests[i].continuation).min_top_two_gap);
     double worst = 0.0;
     for (const int batch : {2, 8, 37}) {
         const auto many = score_requests(model, requests, batch);
         for (std::size_t i = 0; i < requests.size(); ++i) {
             EXPECT_NEAR(many[i].loglikelihood, one[i].loglikelihood, 1e-5) << "batch " << batch << " request " << i;
             worst = std::max(worst, std::abs(many[i].loglikelihood - one[i].loglikelihood));
+            if (!decided[i]) continue;  // a near-tie between the top two logits (kLogitTolerance)
             EXPECT_EQ(many[i].is_greedy, one[i].is_greedy);
             EXPECT_EQ(many[i].greedy_tokens, one[i].greedy_tokens);
         }
     }
+    EXPECT_GE(std::count(decided.begin(), decided.end(), true), 30);
     // Rows never interact, but a row's place in the matrix (batch, padding to the longest input)
     // and the threads' split of the columns can change the order in which Eigen's GEMM kernels
     // sum, so results may differ in the last bits: measured 0 on 1 thread, 4.75e-8 on 2.

@@ -421,6 +421,11 @@ TEST(GradAccumulation, MicroBatchesEqualOneBigBatch) {
         diff2 += std::pow(double(big.grads()[i]) - small.grads()[i], 2);
         ref2 += std::pow(double(big.grads()[i]), 2);
     }
+    // The two sum the same 64 rows' terms in another order (4 partial sums of 16 rows, or one of
+    // 64): any order is within gamma(64) = 3.8e-6 times the sum of |terms| (Higham). The terms
+    // themselves may differ in their last bits (Eigen blocks a product by its row count, so a row's
+    // activations can round differently in a batch of 8 or of 2), a relative u or so each. 1e-5 is
+    // that bound with room for sums whose terms cancel (sum |terms| > |sum|); measured 6.7e-8.
     EXPECT_LT(std::sqrt(diff2 / ref2), 1e-5);
     // The AdamW update, element by element: at step 1 (m = v = 0 before, the bias corrections
     // equal 1 - beta) AdamW's update is U(x) = x / (|x| + eps) in exact arithmetic, x = g * scale,

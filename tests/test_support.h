@@ -12,6 +12,20 @@
 
 namespace adacc::test {
 
+// Whether this test binary runs under AddressSanitizer (scripts/test.sh --sanitize): its code is
+// ~10x slower there, so a test that needs long steps takes smaller ones, and its records differ.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 // n token ids uniform in [0, vocab) from a fixed seed (std::mt19937: the same ids on every machine).
 std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed);
 
