@@ -39,6 +39,7 @@ file(GLOB ADACC_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/test
 set(ADACC_CUDA_TEST_SUPPORT ${CMAKE_SOURCE_DIR}/tests/cuda/cuda_test_support.cpp $<TARGET_OBJECTS:adacc_test_support>)
 
 add_executable(test_cuda_emulated ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT})
+target_compile_options(test_cuda_emulated PRIVATE ${ADACC_TEST_OPTIMIZATION})
 adacc_link_engine(test_cuda_emulated adacc_cuda_emulated)
 target_link_libraries(test_cuda_emulated PRIVATE GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_cuda_emulated PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
@@ -49,6 +50,7 @@ gtest_discover_tests(test_cuda_emulated DISCOVERY_TIMEOUT 60 TEST_PREFIX "emulat
 
 if(TARGET adacc_cuda)
   add_executable(test_cuda_device ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT})
+  target_compile_options(test_cuda_device PRIVATE ${ADACC_TEST_OPTIMIZATION})
   target_include_directories(test_cuda_device PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
   adacc_link_engine(test_cuda_device adacc_cuda)
   target_link_libraries(test_cuda_device PRIVATE GTest::gtest GTest::gtest_main)
