@@ -6,9 +6,11 @@
 #              CPU of the last decade runs them; CUDA runtime linked statically; kernels for
 #              sm_80 and sm_90 plus sm_90 PTX)
 #   DIR/lib/   the shared libraries they need that a bare machine may lack (libstdc++, libgomp,
-#              pcre2, toml++, ...), found with ldd; cuBLASLt is taken from the GPU machine's toolkit
-#   DIR/gpu_check.sh, DIR/configs/   the check itself and the model configs
-# Usage: bash scripts/gpu_bundle.sh [DIR]   then on the GPU machine: bash DIR/gpu_check.sh
+#              pcre2, toml++, ...), found with ldd; cuBLASLt and cuDNN are the GPU machine's own
+#              (its CUDA toolkit's or pip's nvidia-* wheels'), found by gpu_check.sh's preflight
+#   DIR/gpu_check.sh, DIR/configs/, DIR/COMMIT   the check itself, the model configs, the commit
+# Usage: bash scripts/gpu_bundle.sh [DIR]   then on the GPU machine, one call after the other:
+#   bash DIR/gpu_check.sh 1; bash DIR/gpu_check.sh 2   (it ends by printing the device tool's calls)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR="${1:-gpu_bundle}"
@@ -24,12 +26,13 @@ for exe in adacc bench_gpu test_cuda_device; do
   cp "$BUILD/$exe" "$DIR/bin/"
   strip --strip-debug "$DIR/bin/$exe"
 done
-# Shared libraries besides glibc's own and the GPU stack (the driver's libcuda, the toolkit's cuBLASLt).
+# Shared libraries besides glibc's own and the GPU stack (the driver's libcuda, the toolkit's cuBLASLt
+# and cuDNN).
 for exe in "$DIR"/bin/*; do
   ldd "$exe" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcublas*) ;;
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcublas*|libcudnn*) ;;
     *) cp -L "$lib" "$DIR/lib/" ;;
   esac
 done
@@ -42,3 +45,21 @@ if [ "$SIZE" -gt $((64 * 1024 * 1024)) ]; then
   echo "gpu_bundle: over the 64 MiB a device run can carry" >&2
   exit 1
 fi
+
+# What to give the device tool: the bundle carried (an ignored path, relative to the repository
+# root), call 1 and then at once call 2 while the machine is warm, then give the machine back.
+case "$DIR" in
+  /*) REL="${DIR#"$PWD"/}" ;;
+  *) REL="${DIR#./}" ;;
+esac
+REL="${REL%/}"
+echo
+echo "gpu_bundle: on a GPU machine, two calls of the device tool (run), then give_back:"
+for call in 1 2; do
+  echo "  run command=\"bash $REL/gpu_check.sh $call\" carry=[\"$REL\"] timeout_s=540"
+done
+case "$REL" in /* | ../*) echo "  ($DIR is outside this repository: carry needs a path inside it)" ;; esac
+echo "  each brings back one file, gpu_check_call<N>.tar.gz; if less than 540 s of device time is left"
+echo "  for a call, prefix it with GPU_CHECK_BUDGET_S=<seconds left less 30>"
+echo
+bash "$DIR/gpu_check.sh" --plan || { echo "gpu_bundle: a call's step timeouts add up to more than 480 s" >&2; exit 1; }
