@@ -94,6 +94,46 @@ TEST(Compare, StepsAreTrainingSteps) {
     expect_compare_matches_training(planned, MemoryMode::adacc, (full + none) / 2, dir);
 }
 
+// A planned mode whose planner gives no plan (here: a budget no plan meets) is reported as not
+// planned, with the planner's reason, not as "does not fit": the same row is printed when the
+// planner fails for any other reason. A fixed mode over the budget still does not fit.
+TEST(Compare, APlannedModeWithoutAPlanSaysSoInsteadOfOverBudget) {
+    const auto dir = test::scratch_dir("compare_unplanned");
+    const RunConfig config = small_run(dir);
+    CompareOptions options;
+    options.modes = {MemoryMode::full, MemoryMode::adacc};
+    options.batches = {config.training.batch_size};
+    options.steps = 2;
+    options.budget = 4096;  // below the parameters alone
+    options.fidelity = false;
+    const auto rows = run_comparison(config, options);
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_FALSE(rows[0].plan_error.has_value());
+    EXPECT_FALSE(rows[0].fits);
+    ASSERT_TRUE(rows[1].plan_error.has_value());
+    EXPECT_FALSE(rows[1].plan_error->empty());
+    EXPECT_FALSE(rows[1].ran);
+
+    const std::string text = format_comparison(rows, "text");
+    const auto line_of = [&text](const std::string& mode) {
+        const std::size_t at = text.find("\n" + mode + " ");
+        return at == std::string::npos ? std::string() : text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+    };
+    EXPECT_NE(line_of("full").find("does not fit the budget"), std::string::npos) << text;
+    EXPECT_NE(line_of("adacc").find("not planned (the reason is above)"), std::string::npos) << text;
+    EXPECT_EQ(line_of("adacc").find("does not fit"), std::string::npos) << text;
+
+    const auto json = nlohmann::json::parse(format_comparison(rows, "json"));
+    EXPECT_EQ(json[0]["fits"], false);
+    EXPECT_TRUE(json[1]["fits"].is_null());
+    EXPECT_EQ(json[1]["plan_error"], *rows[1].plan_error);
+    const std::string csv = format_comparison(rows, "csv");
+    EXPECT_NE(csv.find("\nfull,2,16,,"), std::string::npos) << csv;
+    const std::size_t adacc_line = csv.find("\nadacc,");
+    ASSERT_NE(adacc_line, std::string::npos) << csv;
+    EXPECT_EQ(csv.substr(adacc_line).find(",no,"), std::string::npos) << "fits_budget left empty: " << csv;
+}
+
 // Gradient fidelity against an independent computation: the gradients of one step at init (dropout
 // off) read straight from two models, and relative L2 and cosine summed here in long double.
 // Recomputation gives keep-all's gradients bit for bit (0 and 1 exactly); INT4 does not.

@@ -91,7 +91,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
                                       first_training_batch(at_batch), nullptr);
                 } catch (const UserError& e) {
                     std::fprintf(stderr, "compare: %s batch %d: %s\n", memory_mode_name(mode), B, e.what());
-                    row.fits = false;
+                    row.plan_error = e.what();
                     rows.push_back(row);
                     continue;
                 }
@@ -215,8 +215,10 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
     if (format == "json") {
         nlohmann::json out = nlohmann::json::array();
         for (const auto& r : rows)
-            out.push_back({{"mode", memory_mode_name(r.mode)}, {"batch", r.batch}, {"seq", r.seq}, {"fits", r.fits},
-                           {"ran", r.ran}, {"tape_peak_bytes", r.tape_peak_bytes}, {"total_bytes", r.total_bytes},
+            out.push_back({{"mode", memory_mode_name(r.mode)}, {"batch", r.batch}, {"seq", r.seq},
+                           {"fits", r.plan_error ? nlohmann::json() : nlohmann::json(r.fits)},
+                           {"ran", r.ran}, {"plan_error", r.plan_error ? nlohmann::json(*r.plan_error) : nlohmann::json()},
+                           {"tape_peak_bytes", r.tape_peak_bytes}, {"total_bytes", r.total_bytes},
                            {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"loss", r.loss},
                            {"loss_delta_pct", r.loss_delta_pct ? nlohmann::json(*r.loss_delta_pct) : nlohmann::json()},
                            {"gradient", r.gradients ? gradient_json(*r.gradients) : nlohmann::json()}});
@@ -243,10 +245,14 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
             out += std::string(mode) + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) + "," +
                    (r.ran ? std::to_string(r.tape_peak_bytes) : "") + "," + std::to_string(r.total_bytes) + "," +
                    (r.ran ? fixed(r.step_ms, 2) + "," + fixed(r.tokens_per_s, 1) + "," + fixed(r.loss, 5) : ",,") +
-                   "," + delta + "," + (r.fits ? "yes" : "no") + "," + grad_err + "," + grad_cos + "\n";
+                   "," + delta + "," + (r.plan_error ? "" : r.fits ? "yes" : "no") + "," + grad_err + "," + grad_cos +
+                   "\n";
             continue;
         }
-        if (!r.ran)
+        if (r.plan_error)
+            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   not planned (the reason is above)\n", mode,
+                          r.batch, r.seq, "-", "-");
+        else if (!r.ran)
             std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   does not fit the budget\n", mode,
                           r.batch, r.seq, "-", r.total_bytes ? format_bytes(r.total_bytes).c_str() : "-");
         else

@@ -22,6 +22,10 @@ struct CompareRow {
     int batch = 0, seq = 0;
     bool fits = true;                 // false: over the budget (none is still run, as the reference)
     bool ran = false;
+    // A planned mode whose planner gave no plan: why (printed to stderr as it happens). Such a row
+    // says neither that it fits nor that it does not: the planner may have failed for another
+    // reason than the budget (a missing device, a profile of another model).
+    std::optional<std::string> plan_error;
     std::size_t tape_peak_bytes = 0;  // measured by the tape
     std::size_t total_bytes = 0;      // every arena as allocated (tape at its planned capacity)
     double step_ms = 0;               // median over the steps after warm-up
