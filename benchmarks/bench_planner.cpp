@@ -1,11 +1,11 @@
-// Planner solve-time benchmark (DESIGN §7, issue 5's "≤ 50 ms block, ≤ 500 ms global for
-// gpt-1.5b"). Builds the GPT-2 block's plan problem from BlockGraph at the preset's shape (tensor
-// sizes exact, 64-byte aligned; one compress option per codec that can store a tensor, at the
-// codec's exact bound, for the candidates --codecs names (memory.codecs; default paper+group, the
-// engine's); op times synthetic: FLOPs at --gflops, memory-bound ops and codecs at --gbs), then times
-// MilpPlanner::solve_block and solve_global for one class of all layers and for a two-class
-// variant (half the layers with larger compressed sizes, as deeper layers with more outlier
-// channels would have), at several budgets between the smallest plan and keep-everything.
+// Planner solve-time benchmark (docs/design.md, 'The planner'; issue 5's "≤ 50 ms block, ≤ 500 ms
+// global for gpt-1.5b"). Builds the GPT-2 block's plan problem from BlockGraph at the preset's
+// shape (tensor sizes exact, 64-byte aligned; one compress option per codec that can store a
+// tensor, at the codec's exact bound, for the candidates --codecs names (memory.codecs; default
+// paper+group, the engine's); op times synthetic: FLOPs at --gflops, memory-bound ops and codecs at
+// --gbs), then times MilpPlanner::solve_block and solve_global for one class of all layers and for
+// a two-class variant (half the layers with larger compressed sizes, as deeper layers with more
+// outlier channels would have), at several budgets between the smallest plan and keep-everything.
 // Usage: bench_planner [--preset gpt-1.5b] [--batch 8] [--seq 1024] [--dropout 0.1] [--reps 20]
 //                      [--codecs paper|paper+group|all]
 
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
     }
     std::printf("\nbudget = static + transient + fraction x keep-all activations; solve ms = median of %d (max)\n", reps);
     std::printf("global: one frontier per independent part of the block (the default); global1: one frontier per\n"
-                "block (split_independent_parts = false), as DESIGN 7 states it; both exact\n");
+                "block (split_independent_parts = false); both exact\n");
     std::printf("worst solve: block %.2f ms (target <= 50), global %.2f ms (target <= 500); global1 %.2f ms\n",
                 worst[0], worst[1], worst[2]);
     return worst[0] <= 50 && worst[1] <= 500 ? 0 : 1;  // global1 is for comparison only

@@ -1,7 +1,7 @@
-// Activation compression codecs (DESIGN §6), backend-neutral part: the forms in which the tape
-// stores a tensor whose policy is "compress", their blob layout and exact sizes. Everything here
-// is pure arithmetic on shapes and parameters, the same for every backend; the kernels that write
-// and read blobs live with their backend (the CPU's in kernels/cpu/codecs.h).
+// Activation compression codecs (docs/design.md, 'Codecs'), backend-neutral part: the forms in
+// which the tape stores a tensor whose policy is "compress", their blob layout and exact sizes.
+// Everything here is pure arithmetic on shapes and parameters, the same for every backend; the
+// kernels that write and read blobs live with their backend (the CPU's in kernels/cpu/codecs.h).
 //
 // A tensor is a row-major rows x cols matrix of activations (fp32, or bf16 on CUDA, read as the
 // floats they are: a bf16 tensor gives the blob of the same values in fp32), or, for bitpack,

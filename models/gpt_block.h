@@ -1,7 +1,7 @@
-// The GPT-2 block described as data (DESIGN §3): an ordered list of ops, each naming its
-// inputs, outputs and parameters, plus every tensor's size and whether backward needs it.
-// The forward/backward driver (src/engine/driver.cpp), the memory accounting and the planner all
-// read this one description, so adding an op or a block type changes one place.
+// The GPT-2 block described as data (docs/design.md, 'The block as data'): an ordered list of ops,
+// each naming its inputs, outputs and parameters, plus every tensor's size and whether backward
+// needs it. The forward/backward driver (src/engine/driver.cpp), the memory accounting and the
+// planner all read this one description, so adding an op or a block type changes one place.
 #pragma once
 
 #include <cstddef>

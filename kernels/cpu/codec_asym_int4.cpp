@@ -1,6 +1,6 @@
-// Asymmetric group INT4 for softmax probabilities (DESIGN §6): values lie in [0, 1] and a
-// group's range rarely reaches down to -max, so a symmetric code would waste half its 16 levels.
-// Per row group of G: s = (max - min) / 15, o = min + 8 s (the middle of the range, so the
+// Asymmetric group INT4 for softmax probabilities (docs/design.md, 'Codecs'): values lie in [0, 1]
+// and a group's range rarely reaches down to -max, so a symmetric code would waste half its 16
+// levels. Per row group of G: s = (max - min) / 15, o = min + 8 s (the middle of the range, so the
 // codes are the same signed [-8, 7] nibbles as elsewhere), q = clip(round((x - o) / s), -8, 7),
 // x^ = fma(q, s, o). A constant group (s = 0; causal softmax's masked-out tail is all zeros)
 // stores code 0 and decodes to min exactly.

@@ -1,7 +1,7 @@
-// Bit-packing for dropout masks (DESIGN §6), lossless: the mask's bytes hold 0 or 1, so one bit
-// per element is all it needs (8x smaller). Bit i % 8 of byte i / 8 is element i; any nonzero
-// byte packs as 1 and unpacks as 1. The blob is A(ceil(n / 8)) bytes, padding zeroed, no header.
-// Reached through compress / decompress with Codec::bitpack (n = rows * cols).
+// Bit-packing for dropout masks (docs/design.md, 'Codecs'), lossless: the mask's bytes hold 0 or 1,
+// so one bit per element is all it needs (8x smaller). Bit i % 8 of byte i / 8 is element i; any
+// nonzero byte packs as 1 and unpacks as 1. The blob is A(ceil(n / 8)) bytes, padding zeroed, no
+// header. Reached through compress / decompress with Codec::bitpack (n = rows * cols).
 #include <cstring>
 
 #include "kernels/cpu/codecs.h"

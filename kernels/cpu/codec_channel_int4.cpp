@@ -1,5 +1,5 @@
-// Channel-wise symmetric INT4 for Q, K and V (DESIGN §6): attention's q, k, v differ in scale
-// from channel to channel far more than from token to token, so one scale per column
+// Channel-wise symmetric INT4 for Q, K and V (docs/design.md, 'Codecs'): attention's q, k, v differ
+// in scale from channel to channel far more than from token to token, so one scale per column
 // (s_j = max_i |x_ij| / 7) fits them better than row groups do.
 #include <omp.h>
 

@@ -1,7 +1,7 @@
 // Group INT4: the naive symmetric group codec (mode `quant`) and the outlier-separated one for
-// Linear/LayerNorm inputs (DESIGN §6), which quantizes its non-outlier channels with the very
-// same group kernel. The blob layouts, sizes and header are kernels/codec_format.cpp's; the
-// entry points that dispatch to each family are in codecs.cpp.
+// Linear/LayerNorm inputs (docs/design.md, 'Codecs'), which quantizes its non-outlier channels with
+// the very same group kernel. The blob layouts, sizes and header are kernels/codec_format.cpp's;
+// the entry points that dispatch to each family are in codecs.cpp.
 #include <omp.h>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
-// Activation compression codecs, CPU implementation (DESIGN §6). The formats themselves (what
-// each codec stores, the blob layout, the exact sizes and bounds, the header) are backend-neutral
-// and documented in kernels/codec_format.h; this header declares the kernels that write and read
-// them on the CPU.
+// Activation compression codecs, CPU implementation (docs/design.md, 'Codecs'). The formats
+// themselves (what each codec stores, the blob layout, the exact sizes and bounds, the header) are
+// backend-neutral and documented in kernels/codec_format.h; this header declares the kernels that
+// write and read them on the CPU.
 //
 // Threads: every kernel runs on the current OpenMP team size (omp_set_num_threads), in
 // parallel over rows (column statistics over column ranges); blobs and decoded values do not

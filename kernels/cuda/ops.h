@@ -1,7 +1,8 @@
 // CUDA kernels: the declarations of kernels/ops.inc in namespace adacc::cuda, one op family per
 // file of kernels/cuda/ with the same names as kernels/cpu/. Pointers are device memory; every
-// kernel is queued on ctx.stream and returns without waiting, except those that return a value
-// to the host (sum_of_squares, codec_outlier_count, codec_error), which synchronise.
+// kernel is queued on ctx.stream and returns without waiting, except the two that return a value
+// to the host (codec_outlier_count and codec_error, which only profiling and the monitor's
+// sampling call), which synchronise.
 #pragma once
 
 #include "kernels/activation.h"

@@ -1,7 +1,7 @@
-// The activation-planning problem in the abstract (DESIGN §7): one block's saved tensors, each of
-// which backward needs and which can be kept at full size, compressed, or dropped and recomputed
-// by re-running its producing op. It knows nothing of the engine, so the planner
-// (src/adacc/milp_planner.h) can be tested against brute-force enumeration.
+// The activation-planning problem in the abstract (docs/design.md, 'The planner'): one block's
+// saved tensors, each of which backward needs and which can be kept at full size, compressed, or
+// dropped and recomputed by re-running its producing op. It knows nothing of the engine, so the
+// planner (src/adacc/milp_planner.h) can be tested against brute-force enumeration.
 //
 // How the engine builds a BlockProblem from its BlockGraph (models/gpt_block.h):
 //   * One PlanTensor per tensor the block saves (TensorInfo::saved), in forward order; tensor i's

@@ -1,6 +1,7 @@
-// The Adacc monitor's eyes inside forward (DESIGN §8): a ModelObserver that, on sampled steps,
-// decodes every compressed tensor right after its compression and records per tensor kind the
-// worst blob size, outlier fraction and relative error over layers, per tensor kind and codec.
+// The Adacc monitor's eyes inside forward (docs/design.md, 'The monitor and re-planning'): a
+// ModelObserver that, on sampled steps, decodes every compressed tensor right after its compression
+// and records per tensor kind the worst blob size, outlier fraction and relative error over layers,
+// per tensor kind and codec.
 #pragma once
 
 #include <utility>

@@ -1,13 +1,14 @@
-// The MILP planner (DESIGN §7) and the block-problem helpers of src/adacc/block_problem.h.
+// The MILP planner (docs/design.md, 'The planner') and the block-problem helpers of
+// src/adacc/block_problem.h.
 //
 // ---- The block model ----
-// DESIGN §7 states it with binaries keep_i + comp_i + drop_i = 1 and run_i per tensor, run_i >=
-// drop_i, and run_p >= run_i + drop_p - 1 for every input p of i. A tensor may be compressible
-// by several codecs (its compress options): comp_i is then one binary per option, comp_io, and
-// keep_i + sum_o comp_io + drop_i = 1 (one binary per (tensor, option)). A compressed tensor stops
-// a recompute chain whatever its codec, so the options differ only in their own bytes and time.
-// PlannerOptions::literal_model builds exactly that. The default builds an equivalent, smaller
-// model:
+// docs/design.md, 'The planner' states it with binaries keep_i + comp_i + drop_i = 1 and run_i per
+// tensor, run_i >= drop_i, and run_p >= run_i + drop_p - 1 for every input p of i. A tensor may be
+// compressible by several codecs (its compress options): comp_i is then one binary per option,
+// comp_io, and keep_i + sum_o comp_io + drop_i = 1 (one binary per (tensor, option)). A compressed
+// tensor stops a recompute chain whatever its codec, so the options differ only in their own bytes
+// and time. PlannerOptions::literal_model builds exactly that. The default builds an equivalent,
+// smaller model:
 //   * keep_i = 1 - sum_o comp_io - drop_i is eliminated (sum_o comp_io + drop_i <= 1), and
 //     variables exist only for the choices a tensor allows (must_keep tensors have none) and
 //     worth making: a compress option that another option of the tensor matches or beats in both

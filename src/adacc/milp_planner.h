@@ -1,6 +1,7 @@
-// The Adacc planner (DESIGN §7): the cheapest keep / compress / recompute plan whose memory fits a
-// budget, as a mixed-integer program solved with lp_solve. It works on the abstract problem of
-// src/adacc/block_problem.h (no engine types), so tests compare it with brute-force enumeration.
+// The Adacc planner (docs/design.md, 'The planner'): the cheapest keep / compress / recompute plan
+// whose memory fits a budget, as a mixed-integer program solved with lp_solve. It works on the
+// abstract problem of src/adacc/block_problem.h (no engine types), so tests compare it with
+// brute-force enumeration.
 //
 // Two granularities:
 //   block   one plan per layer class, applied to all its layers (the Adacc paper's approach; with a
@@ -40,14 +41,15 @@ struct PlannerOptions {
     double mip_gap_abs = 1e-9;   // (ms of objective)
     double time_weight = 1.0;    // >= 0
     double memory_weight = 0.0;  // >= 0, ms per byte
-    // Build DESIGN §7's model literally (keep/comp/drop binaries summing to 1, run binaries with
-    // run >= drop and the chain rows for every input) instead of the equivalent reduced one
-    // (see milp_planner.cpp). Same optimum, more variables; for cross-checking.
+    // Build the model of docs/design.md, 'The planner' literally (keep/comp/drop binaries summing
+    // to 1, run binaries with run >= drop and the chain rows for every input) instead of the
+    // equivalent reduced one (see milp_planner.cpp). Same optimum, more variables; for
+    // cross-checking.
     bool literal_model = false;
     // Global form: split each block into independent parts (tensors coupled only through
     // transients belong together) and build one frontier per part instead of one per block. Exact
     // either way (see milp_planner.cpp); the parts' frontiers are far smaller. False: the
-    // block-level frontier of DESIGN §7, for cross-checking.
+    // block-level frontier (docs/design.md, 'The planner'), for cross-checking.
     bool split_independent_parts = true;
 };
 

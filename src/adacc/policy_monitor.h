@@ -1,10 +1,10 @@
-// PolicyMonitor (DESIGN §8): watches the compressed tensors' statistics (outlier fraction,
-// relative error, compressed size) with exponential backoff — every step at first, then every
-// 2, 4, 8, ... steps (up to a cap) while they stay stable, back to every step when they move —
-// and says when the plan no longer fits: a statistic left its tolerance around the value the
-// plan was solved with, an error exceeds memory.max_codec_error, or the predicted memory exceeds
-// the budget. A minimum number of steps
-// between plan switches keeps it from thrashing.
+// PolicyMonitor (docs/design.md, 'The monitor and re-planning'): watches the compressed tensors'
+// statistics (outlier fraction, relative error, compressed size) with exponential backoff — every
+// step at first, then every 2, 4, 8, ... steps (up to a cap) while they stay stable, back to every
+// step when they move — and says when the plan no longer fits: a statistic left its tolerance
+// around the value the plan was solved with, an error exceeds memory.max_codec_error, or the
+// predicted memory exceeds the budget. A minimum number of steps between plan switches keeps it
+// from thrashing.
 #pragma once
 
 #include <cmath>

@@ -1,10 +1,10 @@
-// Profiler (DESIGN §7): measures, per saved tensor kind of a block, the forward time of its
-// producing op, its full size, and for every codec that can store it the compress and decompress
-// times, compressed bytes, outlier fraction and error — what the planner weighs. It runs a slice
-// of the model, never the whole: the embeddings, the first kProfiledLayers blocks at the model's
-// width, the final layernorm and the classifier, so planning a model needs only the memory of
-// that slice (a GPT-4.7B plans on a machine that could not hold its weights). A profile is saved
-// as profile.json in the run folder and can be reused (--profile FILE).
+// Profiler (docs/design.md, 'The profiler'): measures, per saved tensor kind of a block, the
+// forward time of its producing op, its full size, and for every codec that can store it the
+// compress and decompress times, compressed bytes, outlier fraction and error — what the planner
+// weighs. It runs a slice of the model, never the whole: the embeddings, the first kProfiledLayers
+// blocks at the model's width, the final layernorm and the classifier, so planning a model needs
+// only the memory of that slice (a GPT-4.7B plans on a machine that could not hold its weights). A
+// profile is saved as profile.json in the run folder and can be reused (--profile FILE).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
-// Per-(layer, tensor) activation policies (DESIGN §4-§5): every tensor backward needs is kept
-// on the tape at full precision, dropped and recomputed before its block's backward, or kept
-// as a compressed blob. Memory modes are named plans; the Adacc planner produces others.
+// Per-(layer, tensor) activation policies (docs/design.md, 'The tape' and 'Memory modes'): every
+// tensor backward needs is kept on the tape at full precision, dropped and recomputed before its
+// block's backward, or kept as a compressed blob. Memory modes are named plans; the Adacc planner
+// produces others.
 #pragma once
 
 #include <string>
@@ -20,8 +21,8 @@ struct TensorPolicy {
     bool operator==(const TensorPolicy&) const = default;
 };
 
-// DESIGN §3's table (the Adacc paper's per-layer-type choice): the codec Adacc uses for tensor
-// `kind` when the planner's candidates are the paper's.
+// The table of docs/design.md, 'Codecs' (the Adacc paper's per-layer-type choice): the codec Adacc
+// uses for tensor `kind` when the planner's candidates are the paper's.
 Codec adacc_codec(TensorKind kind);
 // Every codec that can store a block tensor of `kind`: bitpack for the dropout masks, the four
 // INT4 codecs (group, outlier, channel, asymmetric) for activations.

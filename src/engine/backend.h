@@ -1,8 +1,9 @@
-// The seam between the engine and a device (DESIGN §2): a Backend owns its memory (one
-// allocation per arena), moves bytes between host and device, and hands out its kernels
-// (kernels/kernel_table.h) with the KernelContext they run in. The driver, the tape, the
-// optimizer, eval and the profiler reach kernels and device memory only through it; the CPU
-// backend is src/engine/cpu_backend.cpp, a CUDA one joins beside it.
+// The seam between the engine and a device (docs/design.md, 'Backends'): a Backend owns its memory
+// (one allocation per arena), moves bytes between host and device, and hands out its kernels
+// (kernels/kernel_table.h) with the KernelContext they run in. The driver, the tape, the optimizer,
+// eval and the profiler reach kernels and device memory only through it. The backends are the
+// CPU's, src/engine/cpu_backend.cpp, and CUDA's, src/cuda/cuda_backend.cpp (in a build without
+// CUDA, src/cuda/no_cuda_backend.cpp stands in for it and says how to get it).
 #pragma once
 
 #include <cstddef>

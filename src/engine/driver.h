@@ -1,10 +1,10 @@
-// The forward / backward driver (DESIGN §4): walks the block description of models/gpt_block.h
-// layer by layer, calling the backend's kernels on the model's arenas. Forward pushes every
-// tensor backward needs onto the tape in the order of the layout's tape schedule and in the
-// form the ActivationPlan says (kept, compressed into a slot reserved at the codec's bound, or
-// recorded as dropped); backward first brings each block's tensors back (decompressing, or
-// re-running the ops of dropped ones) and releases the block's slots after its backward. The
-// driver allocates nothing: every buffer it touches is in ModelArenas.
+// The forward / backward driver (docs/design.md, 'The tape'): walks the block description of
+// models/gpt_block.h layer by layer, calling the backend's kernels on the model's arenas. Forward
+// pushes every tensor backward needs onto the tape in the order of the layout's tape schedule and
+// in the form the ActivationPlan says (kept, compressed into a slot reserved at the codec's bound,
+// or recorded as dropped); backward first brings each block's tensors back (decompressing, or
+// re-running the ops of dropped ones) and releases the block's slots after its backward. The driver
+// allocates nothing: every buffer it touches is in ModelArenas.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
-// Memory accounting before allocation (DESIGN §3): every arena's size for a model, batch and
-// memory mode, the largest batch a budget holds, and the `adacc memory` table (after
-// Megatron's theoretical-memory report).
+// Memory accounting before allocation (docs/design.md, 'Memory: arenas and accounting'): every
+// arena's size for a model, batch and memory mode, the largest batch a budget holds, and the
+// `adacc memory` table (after Megatron's theoretical-memory report).
 #pragma once
 
 #include <cstdint>

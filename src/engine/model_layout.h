@@ -1,8 +1,8 @@
-// A model's memory as pure arithmetic (DESIGN §4): every arena's size, every workspace buffer's
-// place and the tape schedule — the ordered list of slots one forward pushes, each at its
-// reserved size (a compressed tensor at its codec's upper bound). The same schedule sizes the
-// tape before anything is allocated and drives the pushes at run time, so capacity and use
-// cannot drift apart. Nothing here allocates backend memory or runs a kernel.
+// A model's memory as pure arithmetic (docs/design.md, 'Memory: arenas and accounting'): every
+// arena's size, every workspace buffer's place and the tape schedule — the ordered list of slots
+// one forward pushes, each at its reserved size (a compressed tensor at its codec's upper bound).
+// The same schedule sizes the tape before anything is allocated and drives the pushes at run time,
+// so capacity and use cannot drift apart. Nothing here allocates backend memory or runs a kernel.
 #pragma once
 
 #include <cstddef>

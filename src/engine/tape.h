@@ -1,11 +1,11 @@
-// TapeAllocator (DESIGN §4): the one buffer holding every activation backward needs, in a
-// backend's memory. Forward pushes slots in the form their policy says (full tensor, compressed
-// blob reserved at its codec's upper bound, or a zero-byte record for a recomputed tensor), in
-// the order of the model's tape schedule (src/engine/model_layout.h); backward releases a
-// block's slots after its backward, so the tape is a stack and never fragments. Slot offsets are
-// 64-byte aligned. The accounting lives on the host and is exact: reserved bytes per policy at
-// the peak, and the exact size of the compressed slots whose blobs were measured (the monitor's
-// sampled steps) — what compare and the tests read. No size is ever read back from the device.
+// TapeAllocator (docs/design.md, 'The tape'): the one buffer holding every activation backward
+// needs, in a backend's memory. Forward pushes slots in the form their policy says (full tensor,
+// compressed blob reserved at its codec's upper bound, or a zero-byte record for a recomputed
+// tensor), in the order of the model's tape schedule (src/engine/model_layout.h); backward releases
+// a block's slots after its backward, so the tape is a stack and never fragments. Slot offsets are
+// 64-byte aligned. The accounting lives on the host and is exact: reserved bytes per policy at the
+// peak, and the exact size of the compressed slots whose blobs were measured (the monitor's sampled
+// steps) — what compare and the tests read. No size is ever read back from the device.
 #pragma once
 
 #include <array>

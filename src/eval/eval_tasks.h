@@ -1,5 +1,6 @@
 // The two evaluation tasks, LAMBADA (lm-evaluation-harness `lambada_openai`) and ARC-Easy
-// (`arc_easy`), zero-shot, as the harness builds and scores them (../shared/data/EVAL_PROTOCOLS.md):
+// (`arc_easy`), zero-shot, as the harness builds and scores them (docs/evaluation.md, 'What
+// exactly is computed'):
 //
 //   lambada   {"text": ...} per line. context = text before the last ASCII space, continuation =
 //             " " + the last space-separated piece, kept as is (it may hold punctuation or

@@ -1,6 +1,6 @@
 // Log-likelihood scoring of (context, continuation) pairs, exactly as lm-evaluation-harness
 // scores them for a decoder-only model (TemplateLM.loglikelihood, _encode_pair and
-// HFLM._loglikelihood_tokens; ../shared/data/EVAL_PROTOCOLS.md section 0):
+// HFLM._loglikelihood_tokens; docs/evaluation.md, 'What exactly is computed'):
 //
 //   1. Trailing whitespace of the context (Python's str.rstrip()) moves to the front of the
 //      continuation.
