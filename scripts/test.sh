@@ -26,17 +26,13 @@ if [ "$SANITIZE" = 1 ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # The SIGKILL resume tests kill a training process at moments chosen by wall time; they run in
   # the Release suite (a sanitized adacc is ~10x slower, so they would mostly test the timing).
-  EXCLUDE='^(Resume|DataParallel|emulated\.CudaDataParallel)\.'
+  # The mpirun tests run their ranks without the leak checker (tests/test_support.cpp: mpirun).
+  EXCLUDE='^Resume\.'
   # The slow repeats: the whole of ../shared/data's LAMBADA, ARC-Easy and tokenizer files, which
   # repeat at full size what the committed fixtures test (Fixtures.*, TokenizerTest.*). The Release
   # suite runs them; under the sanitizers they take 4 minutes, so only --all runs them here.
   [ "$ALL" = 1 ] || EXCLUDE="$EXCLUDE|^SharedData\.|^TokenizerTest\.MatchesTiktokenOnWholeSharedFiles$"
   ctest --test-dir build-asan -j2 --output-on-failure --timeout 1200 -E "$EXCLUDE"
-  # The mpirun tests without the leak checker: Open MPI does not free what MPI_Init allocates, and
-  # its plugins are unloaded before the check, so those reports cannot even be told apart from ours
-  # (every other test still checks this code for leaks).
-  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 ctest --test-dir build-asan -j2 --output-on-failure --timeout 1200 \
-    -R '^(DataParallel|emulated\.CudaDataParallel)\.'
 else
   [ "$ALL" = 0 ] || { echo "error: --all is for --sanitize (the Release suite always runs everything)" >&2; exit 2; }
   bash scripts/build.sh build -DADACC_WERROR=ON

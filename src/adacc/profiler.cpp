@@ -4,6 +4,7 @@
 #include <memory>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "src/engine/activation_plan.h"
 #include "src/common/units.h"

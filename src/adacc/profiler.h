@@ -9,7 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // declarations only: the planner's many includers skip json.hpp
 #include <string>
 #include <vector>
 
