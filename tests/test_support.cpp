@@ -140,11 +140,10 @@ std::string mpirun(int ranks) {
     // Under AddressSanitizer the ranks run without its leak checker: Open MPI does not free what
     // MPI_Init allocates, and its plugins are unloaded before the check, so those reports cannot
     // be told apart from ours (the test process itself, and every other test, still check leaks).
-    const std::string no_leak_check = kSanitized ? "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 " : "";
-    const std::string forwarded = kSanitized ? "-x ASAN_OPTIONS " : "";
-    return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none " +
-           no_leak_check + "mpirun --oversubscribe -x OMP_NUM_THREADS=1 " + forwarded + "-np " + std::to_string(ranks) +
-           " ";
+    const std::string ranks_without_leak_check = kSanitized ? "-x ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 " : "";
+    return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+           "mpirun --oversubscribe -x OMP_NUM_THREADS=1 " +
+           ranks_without_leak_check + "-np " + std::to_string(ranks) + " ";
 }
 
 std::string mpi_unavailable() {
