@@ -16,17 +16,12 @@
 
 #include "data/token_shard.h"
 #include "src/common/errors.h"
+#include "src/common/file_io.h"
 
 namespace adacc {
 namespace {
 
 // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) about "'" + string + "'" here.
-std::string quoted(const std::filesystem::path& path) {
-    std::string text = "'";
-    text += path.string();
-    text += '\'';
-    return text;
-}
 
 std::vector<std::filesystem::path> files_under(const std::filesystem::path& dir) {
     std::vector<std::filesystem::path> files;
@@ -158,6 +153,7 @@ public:
         std::vector<std::filesystem::path> moved;
         for (const auto& shard : shards) {
             moved.push_back(out_dir_ / shard.filename());
+            require_regular_or_absent(moved.back());  // a link or device of a shard's name stays
             std::error_code error;
             std::filesystem::rename(shard, moved.back(), error);
             if (error)
@@ -167,7 +163,8 @@ public:
         static const std::regex shard_name(R"((val|train)_\d{6}\.bin)");
         const std::set<std::filesystem::path> kept(moved.begin(), moved.end());
         for (const auto& entry : std::filesystem::directory_iterator(out_dir_))
-            if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), shard_name) &&
+            if (entry.symlink_status().type() == std::filesystem::file_type::regular &&
+                std::regex_match(entry.path().filename().string(), shard_name) &&
                 !kept.contains(entry.path()))
                 std::filesystem::remove(entry.path());
         std::filesystem::remove(path_);

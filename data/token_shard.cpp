@@ -10,12 +10,12 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <stdexcept>
 #include <utility>
 
 #include "src/common/errors.h"
+#include "src/common/file_io.h"
 
 namespace adacc {
 namespace {
@@ -23,8 +23,6 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "shards are little-endian; so is every supported host");
 
 constexpr std::string_view kMakeShards = "create shards with `adacc prepare`";
-
-std::string quoted(const std::filesystem::path& path) { return "'" + path.string() + "'"; }
 
 // Reads up to `bytes` at `offset`, fewer only where the file ends; returns how many.
 std::size_t read_at(int fd, const std::filesystem::path& path, std::uint64_t offset, void* out, std::size_t bytes) {
@@ -83,22 +81,10 @@ void write_token_shard(const std::filesystem::path& path, std::span<const std::u
     header[1] = kTokenShardVersion;
     header[2] = static_cast<std::int32_t>(tokens.size());
 
-    std::filesystem::path temporary = path;
-    temporary += ".tmp";
-    {
-        std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
-        if (!stream)
-            throw UserError("cannot create " + quoted(temporary) + ": check that the directory exists and is writable");
-        stream.write(reinterpret_cast<const char*>(header.data()), sizeof(header));
-        stream.write(reinterpret_cast<const char*>(tokens.data()),
-                     static_cast<std::streamsize>(tokens.size_bytes()));
-        stream.close();
-        if (!stream) {
-            std::filesystem::remove(temporary);
-            throw UserError("writing " + quoted(temporary) + " failed (is the disk full?)");
-        }
-    }
-    std::filesystem::rename(temporary, path);
+    AtomicFileWriter out(path);
+    out.write(header.data(), sizeof(header));
+    out.write(tokens.data(), tokens.size_bytes());
+    out.commit();
 }
 
 std::vector<std::uint16_t> read_token_shard(const std::filesystem::path& path) {

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "src/common/errors.h"
+#include "src/common/file_io.h"
 
 namespace adacc {
 namespace {
@@ -21,8 +22,6 @@ constexpr std::string_view kEndOfText = "<|endoftext|>";
 constexpr std::uint32_t kNoRank = std::numeric_limits<std::uint32_t>::max();
 constexpr std::string_view kVocabFix =
     "pass --vocab DIR holding encoder.json and vocab.bpe (`scripts/download_data.sh vocab DIR` fetches them)";
-
-std::string quoted(const std::filesystem::path& path) { return std::string("'").append(path.string()).append("'"); }
 
 // ---- GPT-2's byte <-> printable-unicode mapping ---------------------------------------------
 // encoder.json and vocab.bpe spell token bytes as printable characters: a byte that is printable

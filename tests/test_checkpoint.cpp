@@ -264,7 +264,7 @@ TEST(RunDir, NewestCompleteCheckpointSkipsTmpAndTruncatedNewerFiles) {
     write_small_checkpoint(checkpoint_path(run, 300), 300);
     fs::resize_file(checkpoint_path(run, 300), fs::file_size(checkpoint_path(run, 300)) / 2);
     write_small_checkpoint(checkpoint_path(run, 400), 400);
-    fs::rename(checkpoint_path(run, 400), checkpoint_path(run, 400).string() + ".tmp");  // an unfinished write
+    fs::rename(checkpoint_path(run, 400), checkpoint_path(run, 400).string() + ".x1Y2z3.tmp");  // an unfinished write
 
     std::vector<std::string> rejected;
     EXPECT_EQ(newest_complete_checkpoint(run, &rejected), checkpoint_path(run, 200));
@@ -283,12 +283,16 @@ TEST(RunDir, StepsAreOrderedNumericallyNotByName) {
 TEST(RunDir, PruneKeepsTheNewestKAndTheOneJustWritten) {
     const auto run = test::scratch_dir("run");
     for (int step = 1; step <= 6; ++step) write_small_checkpoint(checkpoint_path(run, step * 10), step);
-    std::ofstream(checkpoint_path(run, 70).string() + ".tmp") << "stale";
+    // An interrupted write's temporary (AtomicFileWriter's name) goes; files adacc did not make stay,
+    // a user's own "<checkpoint>.tmp" among them.
+    std::ofstream(checkpoint_path(run, 70).string() + ".a1B2c3.tmp") << "stale";
+    std::ofstream(checkpoint_path(run, 70).string() + ".tmp") << "not ours";
     std::ofstream(checkpoint_dir(run) / "notes.txt") << "not ours";
 
     prune_checkpoints(run, 3, checkpoint_path(run, 60));
     for (int step = 1; step <= 6; ++step) EXPECT_EQ(fs::exists(checkpoint_path(run, step * 10)), step >= 4) << step;
-    EXPECT_FALSE(fs::exists(checkpoint_path(run, 70).string() + ".tmp"));
+    EXPECT_FALSE(fs::exists(checkpoint_path(run, 70).string() + ".a1B2c3.tmp"));
+    EXPECT_TRUE(fs::exists(checkpoint_path(run, 70).string() + ".tmp"));
     EXPECT_TRUE(fs::exists(checkpoint_dir(run) / "notes.txt"));
 
     // Resumed from an older step: the file just written survives even though it is not newest.
@@ -300,16 +304,16 @@ TEST(RunDir, PruneKeepsTheNewestKAndTheOneJustWritten) {
     EXPECT_FALSE(fs::exists(checkpoint_path(run, 50)));
 }
 
-TEST(RunDir, ResolveCheckpointAcceptsAFileARunFolderOrItsCheckpointsFolder) {
+TEST(RunDir, OpenCheckpointAcceptsAFileARunFolderOrItsCheckpointsFolder) {
     const auto run = test::scratch_dir("run");
     write_small_checkpoint(checkpoint_path(run, 5), 5);
     write_small_checkpoint(checkpoint_path(run, 8), 8);
-    EXPECT_EQ(resolve_checkpoint(checkpoint_path(run, 5)), checkpoint_path(run, 5));
-    EXPECT_EQ(resolve_checkpoint(run), checkpoint_path(run, 8));
-    EXPECT_EQ(resolve_checkpoint(checkpoint_dir(run)), checkpoint_path(run, 8));
-    EXPECT_NE(error_of([&] { resolve_checkpoint(run / "missing"); }).find("does not exist"), std::string::npos);
+    EXPECT_EQ(open_checkpoint(checkpoint_path(run, 5))->path(), checkpoint_path(run, 5));
+    EXPECT_EQ(open_checkpoint(run)->path(), checkpoint_path(run, 8));
+    EXPECT_EQ(open_checkpoint(checkpoint_dir(run))->path(), checkpoint_path(run, 8));
+    EXPECT_NE(error_of([&] { open_checkpoint(run / "missing"); }).find("does not exist"), std::string::npos);
     const auto empty = test::scratch_dir("run");
-    EXPECT_NE(error_of([&] { resolve_checkpoint(empty); }).find("no complete checkpoint"), std::string::npos);
+    EXPECT_NE(error_of([&] { open_checkpoint(empty); }).find("no complete checkpoint"), std::string::npos);
 }
 
 TEST(RunDir, AnAbandonedWriteLeavesThePreviousFileIntact) {

@@ -102,7 +102,7 @@ TEST_F(Cli, OutOfRange) {
 TEST_F(Cli, BadMemoryBudget) {
     for (const char* command : {"train", "memory", "compare", "plan"})
         expect_user_error(std::string(command) + " --config " + config() + " --memory-budget lots",
-                          {"memory.budget = \"lots\"", "must be a size such as"});
+                          {"memory.budget = \"lots\"", "must be a size of at least one byte such as"});
 }
 
 TEST_F(Cli, MissingShard) {

@@ -217,7 +217,9 @@ TEST(Config, OutOfRangeNamesKeyValueAndAllowedRange) {
         {"lr.min=0.1", "lr.min = 0.1, but it must be in [0, lr.max] (lr.max = 0.0006)"},
         {"lr.schedule=linear", "lr.schedule = \"linear\", but it must be one of cosine, constant"},
         {"memory.mode=fast", "memory.mode = \"fast\", but it must be one of none, full, selective, quant, adacc, recompute-opt"},
-        {"memory.budget=lots", "memory.budget = \"lots\", but it must be a size such as \"24GiB\""},
+        {"memory.budget=lots", "memory.budget = \"lots\", but it must be a size of at least one byte such as \"24GiB\""},
+        // 0 bytes holds nothing: refused here for every command (it read as "no limit" in one).
+        {"memory.budget=0", "memory.budget = \"0\", but it must be a size of at least one byte"},
         {"optimizer.beta1=1", "optimizer.beta1 = 1.0, but it must be in [0, 1)"},
         {"optimizer.beta2=-0.5", "optimizer.beta2 = -0.5, but it must be in [0, 1)"},
         {"optimizer.eps=0", "optimizer.eps = 0.0, but it must be > 0"},
@@ -305,9 +307,17 @@ TEST(Config, LoadConfigAppliesOverridesAfterTheFileThenValidates) {
     const auto config = load_config(path, {"training.batch_size=5", "model.max_seq_len=32", "training.seq_len=32"});
     EXPECT_EQ(config.training.batch_size, 5);
     EXPECT_EQ(config.training.seq_len, 32);
-    // The file alone would be fine; the override makes it invalid, and the message names the file.
-    const auto message = error_of([&] { load_config(path, {"training.seq_len=64"}); });
-    EXPECT_NE(message.find("invalid config " + path.string() + ": training.seq_len = 64"), std::string::npos) << message;
+    // The file alone would be fine; the override makes it invalid, so the message blames the
+    // command line, not the file, and is a SettingError for the key (the CLI adds its flag).
+    try {
+        load_config(path, {"training.seq_len=64"});
+        FAIL() << "training.seq_len beyond model.max_seq_len must be refused";
+    } catch (const SettingError& e) {
+        EXPECT_EQ(e.setting(), "training.seq_len");
+        const std::string message = e.what();
+        EXPECT_NE(message.find("invalid value on the command line: training.seq_len = 64"), std::string::npos) << message;
+        EXPECT_EQ(message.find(path.string()), std::string::npos) << message;
+    }
 }
 
 void expect_same_config(const RunConfig& a, const RunConfig& b) {
@@ -455,6 +465,14 @@ TEST(Size, ParsesBytesAndUnits) {
     EXPECT_EQ(parse_size("3TiB"), 3 * TiB);
     EXPECT_EQ(parse_size("0.5 KiB"), 512u);
     EXPECT_EQ(parse_size("18446744073709551615"), 18446744073709551615ull);
+    // Every unit format_bytes prints is read back: "1048576TiB" was accepted and printed as
+    // "1.00 EiB", which was then refused.
+    EXPECT_EQ(parse_size("2PiB"), 2 * 1024 * TiB);
+    EXPECT_EQ(parse_size("1EiB"), 1024 * 1024 * TiB);
+    EXPECT_EQ(parse_size("1048576TiB"), parse_size("1EiB"));
+    EXPECT_EQ(parse_size(format_bytes(parse_size("1048576TiB"))), parse_size("1EiB"));
+    EXPECT_EQ(parse_size("1EB"), 1000000000000000000ull);
+    EXPECT_NE(error_of([] { parse_size("16EiB"); }).find("too large"), std::string::npos);
 }
 
 TEST(Size, RejectsMalformedSizesWithAHint) {

@@ -52,7 +52,7 @@ std::vector<nlohmann::json> step_records(const fs::path& run_dir) {
 
 std::vector<float> checkpoint_params(const fs::path& run_or_file, const GPTConfig& shape) {
     GPTModel model = GPTModel::for_inference(shape, 1, 1);
-    load_model_weights(run_or_file, model);
+    load_model_weights(*open_checkpoint(run_or_file), model);
     return {model.params(), model.params() + model.num_params()};
 }
 

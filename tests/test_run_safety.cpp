@@ -15,13 +15,16 @@
 #include <cmath>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
+#include <utility>
 
 #include "data/token_shard.h"
 #include "src/io/checkpoint.h"
 #include "src/common/units.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/common/file_io.h"
 #include "src/engine/memory_report.h"
 #include "src/train/trainer.h"
 #include "tests/test_support.h"
@@ -164,6 +167,30 @@ TEST_F(RunSafety, SkipNonfiniteSkipsThatManyStepsWithoutUpdating) {
     } catch (const UserError& e) {
         EXPECT_TRUE(contains(e.what(), "training diverged at step 3: the loss is nan")) << e.what();
     }
+}
+
+// With fidelity measured every step, a skipped step recorded grad_err 0.0 and grad_cos 0.0: the
+// NaN gradients compared as "no error". A skipped step records no fidelity; the others do.
+TEST_F(RunSafety, SkippedStepsRecordNoGradientFidelity) {
+    RunConfig cfg = load_config(config(), {"training.steps=4", "training.skip_nonfinite=1",
+                                           "training.fidelity_every=1", "memory.mode=quant"});
+    Trainer trainer(cfg, std::nullopt);
+    const auto& wpe = trainer.model().layout().info(ParamId::wpe);
+    float saved = 0;
+    trainer.set_step_hook([&](int step, GPTModel& model) {
+        float* first = model.params() + wpe.offset;
+        if (step == 2) saved = std::exchange(*first, std::nanf(""));
+        if (step == 3) *first = saved;
+    });
+    ASSERT_EQ(trainer.run(), 0);
+    std::set<int> measured;
+    for (const auto& record : metrics())
+        if (record.contains("grad_err")) {
+            measured.insert(record["step"].get<int>());
+            EXPECT_TRUE(record["grad_err"].is_number() && record["grad_cos"].is_number()) << record.dump();
+            EXPECT_GT(record["grad_cos"].get<double>(), 0.5) << record.dump();
+        }
+    EXPECT_EQ(measured, (std::set<int>{1, 3, 4})) << "step 2 was skipped: it has no fidelity to record";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -519,42 +546,45 @@ TEST_F(RunSafety, SizesThatWouldOverflowAreRefused) {
     EXPECT_TRUE(contains(r.output, "more than 1 EiB of activations")) << r.output;
 }
 
-// A full disk: /dev/full answers every write with ENOSPC.
+// A full disk, as a file-size limit (ulimit -f, in KiB; SIGXFSZ ignored) makes it: every write past
+// the limit fails (EFBIG), as writes to a full disk do (ENOSPC). Each file is written under a name
+// of its own (src/common/file_io.h), so a test can no longer plant /dev/full at a fixed ".tmp".
+test::ProcessResult run_adacc_with_file_limit(int kib, const std::string& args) {
+    return test::run_shell("/bin/sh -c \"ulimit -f " + std::to_string(kib) + "; trap '' XFSZ; exec " +
+                           test::adacc_binary() + " " + args + "\"");
+}
+
 TEST_F(RunSafety, FullDiskForTheConfigIsAnErrorNotAnEmptyFile) {
-    fs::create_directories(run_dir);
-    fs::create_symlink("/dev/full", run_dir / "config.toml.tmp");
-    const auto r = run_adacc("train --config " + config());
+    const auto r = run_adacc_with_file_limit(0, "train --config " + config());
     EXPECT_EQ(r.status, 2) << r.output;
-    EXPECT_TRUE(contains(r.output, "No space left on device")) << r.output;
+    EXPECT_TRUE(contains(r.output, "File too large")) << r.output;
     EXPECT_TRUE(contains(r.output, "config.toml' was not written")) << r.output;
     EXPECT_FALSE(fs::exists(run_dir / "config.toml"));
 }
 
 TEST_F(RunSafety, FullDiskForACheckpointNamesTheFileThatFailed) {
     ASSERT_EQ(run_adacc("train --config " + config("[checkpoint]\nevery = 2\nkeep = 5\n")).status, 0);
-    fs::create_symlink("/dev/full", checkpoint_path(run_dir, 6).string() + ".tmp");
-    const auto r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=6");
+    // A limit below a checkpoint's size and above what the resumed run writes besides it.
+    const auto checkpoint_bytes = fs::file_size(checkpoint_path(run_dir, 4));
+    const int kib = static_cast<int>(checkpoint_bytes / 1024 / 2);
+    ASSERT_GT(kib * 1024, 2 * (fs::file_size(run_dir / "config.toml") + fs::file_size(run_dir / "metrics.jsonl")));
+    const auto r = run_adacc_with_file_limit(kib, "train --resume " + run_dir.string() + " --set training.steps=6");
     EXPECT_EQ(r.status, 2) << r.output;
-    EXPECT_TRUE(contains(r.output, "No space left on device")) << r.output;
+    EXPECT_TRUE(contains(r.output, "File too large")) << r.output;
     EXPECT_TRUE(contains(r.output, "ckpt_00000006.bin' was not written")) << r.output;
     EXPECT_FALSE(contains(r.output, "previous")) << r.output;
     EXPECT_EQ(*checkpoint_step(*newest_complete_checkpoint(run_dir)), 4) << "the earlier checkpoint is intact";
+    for (const auto& file : checkpoints()) EXPECT_FALSE(atomic_write_target(file)) << file << " was left behind";
 }
 
-// A file-size limit (ulimit -f) makes writes past it fail, as a full disk does.
+// A file-size limit makes writes to metrics.jsonl past it fail, as a full disk does.
 TEST_F(RunSafety, MetricsThatCannotBeWrittenStopTheRun) {
     const auto r = run_adacc("train --config " + config() + " --set training.steps=200");
     ASSERT_EQ(r.status, 0) << r.output;
     fs::remove_all(run_dir);
-    const std::string command = "ulimit -f 4; trap '' XFSZ; exec " + test::adacc_binary() + " train --config " +
-                                config() + " --set training.steps=200 2>&1";
-    FILE* pipe = popen(("/bin/sh -c \"" + command + "\"").c_str(), "r");
-    std::string output;
-    char buffer[4096];
-    while (const std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
-    const int status = pclose(pipe);
-    EXPECT_EQ(WEXITSTATUS(status), 2) << output;
-    EXPECT_TRUE(contains(output, "cannot write to " + (run_dir / "metrics.jsonl").string())) << output;
+    const auto limited = run_adacc_with_file_limit(4, "train --config " + config() + " --set training.steps=200");
+    EXPECT_EQ(limited.status, 2) << limited.output;
+    EXPECT_TRUE(contains(limited.output, "cannot write to " + (run_dir / "metrics.jsonl").string())) << limited.output;
 }
 
 }  // namespace

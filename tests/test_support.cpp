@@ -1,5 +1,7 @@
 #include "tests/test_support.h"
 
+#include <gtest/gtest.h>
+
 #include <random>
 
 #include <fcntl.h>
@@ -81,6 +83,11 @@ ProcessResult run_shell(const std::string& shell_command, bool merge_stderr, int
     while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) result.output.append(buffer.data(), n);
     const int status = pclose(pipe);
     result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    // Every command a test runs is also a probe of the error paths: a user's mistake (the only
+    // kind a test provokes) must be an "error: ..." naming it, never main()'s last resort.
+    if (result.output.find("internal error") != std::string::npos)
+        ADD_FAILURE() << "`" << shell_command << "` reached \"internal error\" (status " << result.status
+                      << "): a user's mistake must be a UserError naming it and the fix\n" << result.output;
     return result;
 }
 

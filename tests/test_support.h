@@ -56,7 +56,8 @@ struct ProcessResult {
     std::string output;
 };
 // Runs shell `command` capturing stdout and stderr (or stdout alone, stderr discarded); a run past
-// `timeout_s` seconds is killed and reports status 124.
+// `timeout_s` seconds is killed and reports status 124. An output holding "internal error"
+// (main()'s last resort) fails the calling test: every command a test runs is a user's command.
 ProcessResult run_shell(const std::string& command, bool merge_stderr = true, int timeout_s = 600);
 // run_shell of `adacc ARGS` (ARGS is shell text).
 ProcessResult run_adacc(const std::string& args, bool merge_stderr = true);

@@ -1,12 +1,12 @@
 // adacc compare --config FILE --modes none,full,selective,quant --batch 1,2,4 --steps N
 //               [--format table|csv|json] [--output FILE] [--memory-budget SIZE [--max-batch]] [--no-fidelity]
 #include <cstdio>
-#include <fstream>
 
 #include "src/cli/commands.h"
 #include "src/train/compare.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/common/file_io.h"
 #include "src/engine/memory_mode.h"
 
 namespace adacc {
@@ -51,7 +51,11 @@ void run_compare(CompareArgs& args) {
         if (args.format == "table") text += format_recovery(rows);
     }
     std::printf("%s", text.c_str());
-    if (!args.output.empty()) std::ofstream(args.output) << text;
+    if (!args.output.empty()) {
+        AtomicFileWriter out(args.output);
+        out.write(text.data(), text.size());
+        out.commit();
+    }
 }
 }  // namespace
 

@@ -24,7 +24,7 @@ void run_config(const ConfigArgs& args) {
         config = load_config(args.config, args.overrides);
     } else {
         for (const auto& o : args.overrides) apply_override(config, o);
-        validate_config(config, "--set");
+        validate_config(config, "--set", args.overrides);
     }
     std::printf("%s", args.toml ? to_toml(config).c_str() : format_config_table(config).c_str());
 }

@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -15,6 +14,7 @@
 #include "src/cli/commands.h"
 #include "src/common/units.h"
 #include "src/common/errors.h"
+#include "src/common/file_io.h"
 #include "src/eval/eval_tasks.h"
 #include "src/eval/evaluation.h"
 #include "src/common/progress_bar.h"
@@ -69,11 +69,8 @@ void run_eval_command(const EvalArgs& args) {
                                              resolve_model_dtype(args.dtype, device));
     load_weights(weights, model);
 
-    std::unique_ptr<std::ofstream> output;
-    if (!args.output.empty()) {  // opened before the long run, so a bad path fails at once
-        output = std::make_unique<std::ofstream>(args.output, std::ios::trunc);
-        if (!*output) throw UserError("cannot write " + args.output + ": check that its folder exists and is writable");
-    }
+    std::unique_ptr<AtomicFileWriter> output;  // opened before the long run, so a bad path fails at once
+    if (!args.output.empty()) output = std::make_unique<AtomicFileWriter>(args.output);
 
     ProgressBar bar(harness_task_name(*task), 30);
     const EvalRun run = run_eval(model, prepared, batch, [&](const EvalProgress& p) {
@@ -89,12 +86,13 @@ void run_eval_command(const EvalArgs& args) {
     bar.finish();
 
     if (output) {
-        for (std::size_t d = 0; d < prepared.docs.size(); ++d)
-            *output << doc_json(*task, d, prepared.docs[d], run.docs[d], encoder)
-                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                    << '\n';
-        output->close();
-        if (!*output) throw UserError("writing " + args.output + " failed (disk full?)");
+        for (std::size_t d = 0; d < prepared.docs.size(); ++d) {
+            const std::string line = doc_json(*task, d, prepared.docs[d], run.docs[d], encoder)
+                                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                     "\n";
+            output->write(line.data(), line.size());
+        }
+        output->commit();
     }
 
     print_table(run.summary, args.split, model_file.string());

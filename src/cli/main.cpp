@@ -5,6 +5,8 @@
 // a failure on any rank ends every rank.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <new>
 #include <string>
 
 #include "src/cli/commands.h"
@@ -31,6 +33,14 @@ Outcome run_command(adacc::CommandLine& command_line, int argc, char** argv) {
         return {2, std::string("error: ") + e.what() + (advice.empty() ? "" : "; " + advice)};
     } catch (const adacc::UserError& e) {
         return {2, std::string("error: ") + e.what()};
+    } catch (const std::filesystem::filesystem_error& e) {
+        // The paths are the user's (a missing or read-only folder); what() names them and the reason.
+        return {2, std::string("error: ") + e.what() + "; check the path, its folder's permissions and free space"};
+    } catch (const std::bad_alloc&) {
+        // Allocations are sized by the config: a batch, sequence or model too large for the process.
+        return {2, "error: out of memory: this run needs more memory than the process may allocate (the machine, "
+                   "its cgroup or ulimit -v); lower training.batch_size, training.seq_len or the model, or use a "
+                   "memory mode that recomputes (see `adacc memory`)"};
     } catch (const std::exception& e) {
         return {3, std::string("internal error: ") + e.what()};
     }

@@ -28,7 +28,7 @@ struct TrainArgs {
 };
 
 // Besides the model's shape (kGPTShapeFields: the checkpoint's tensors), a resumed run keeps what
-// its saved data position and dropout masks mean.
+// its saved data position and dropout masks mean, and the [stress] its initial weights had.
 struct FixedTrainingKey {
     const char* key;
     std::int64_t (*get)(const RunConfig&);
@@ -41,18 +41,22 @@ constexpr FixedTrainingKey kFixedTrainingKeys[] = {
 
 void refuse_changes_resume_cannot_make(const RunConfig& stored, const RunConfig& resumed, const std::string& run_dir) {
     std::string changed;
-    const auto compare = [&](const std::string& key, std::int64_t in_run, std::int64_t asked) {
+    const auto compare = [&](const std::string& key, auto in_run, auto asked) {
         if (in_run != asked)
             changed += "\n  " + key + ": " + std::to_string(in_run) + " in the run, " + std::to_string(asked) + " asked";
     };
     for (const auto& field : kGPTShapeFields)
         compare(std::string("model.") + field.name, stored.model.*field.member, resumed.model.*field.member);
     for (const auto& fixed : kFixedTrainingKeys) compare(fixed.key, fixed.get(stored), fixed.get(resumed));
+    // [stress] shapes the initial weights, which the checkpoint's weights have long replaced.
+    compare("stress.outlier_channels", stored.stress.outlier_channels, resumed.stress.outlier_channels);
+    compare("stress.outlier_scale", stored.stress.outlier_scale, resumed.stress.outlier_scale);
     if (changed.empty()) return;
     throw UserError("--resume " + run_dir + " cannot change:" + changed +
                     "\nthe checkpoint's tensors, data position and dropout masks depend on them (another shape is a "
-                    "different model); resume without these --set, or start a new run in another folder "
-                    "(--config FILE --init-from " + run_dir + " starts from its weights)");
+                    "different model), and [stress] applies only to a run's initial weights; resume without these "
+                    "--set, or start a new run in another folder (--config FILE --init-from " + run_dir +
+                    " starts from its weights, and applies [stress] to them)");
 }
 
 // Refuses to resume beside checkpoints this build cannot read, unless told to overwrite: pruning
@@ -76,12 +80,13 @@ RunConfig resume_config(const TrainArgs& args, std::optional<std::filesystem::pa
     for (const auto& why : rejected) std::fprintf(stderr, "skipping checkpoint: %s\n", why.c_str());
     if (!checkpoint)
         throw UserError("no complete checkpoint in " + args.resume + "/checkpoints: nothing to resume; " +
-                        "start a new run with --config FILE");
+                        "start a new run there with --config FILE --overwrite (deletes the files the folder holds), " +
+                        "or in another logging.run_dir");
     const RunConfig stored = checkpoint_config(CheckpointReader(*checkpoint));
     RunConfig config = stored;
     for (const auto& o : args.overrides) apply_override(config, o);
     config.logging.run_dir = args.resume;
-    validate_config(config, "--set");
+    validate_config(config, "--set", args.overrides);
     refuse_changes_resume_cannot_make(stored, config, args.resume);
     return config;
 }

@@ -1,10 +1,12 @@
 #include "src/common/file_io.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
 #include <string>
+#include <string_view>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
@@ -14,6 +16,11 @@
 namespace adacc {
 
 namespace {
+
+// An AtomicFileWriter's temporary is "<final name>.XXXXXX.tmp": mkostemps fills the six X's with
+// letters and digits.
+constexpr std::string_view kTempSuffix = ".tmp";
+constexpr std::size_t kUniqueChars = 6;
 
 std::string system_reason() { return std::strerror(errno); }
 
@@ -25,14 +32,88 @@ void sync_directory(const std::filesystem::path& dir) {
     ::close(fd);
 }
 
+const char* kind_of(mode_t mode) {
+    if (S_ISLNK(mode)) return "a symbolic link";
+    if (S_ISDIR(mode)) return "a folder";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISFIFO(mode)) return "a fifo";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+// The permissions a new file gets from open(..., 0666): mkostemps makes its file 0600.
+mode_t new_file_mode() {
+    static const mode_t mode = [] {
+        const mode_t mask = ::umask(0);
+        ::umask(mask);
+        return static_cast<mode_t>(0666 & ~mask);
+    }();
+    return mode;
+}
+
+// The file a symlink at `path` points to (through every link on the way); `path` itself otherwise.
+std::filesystem::path through_symlink(const std::filesystem::path& path) {
+    std::error_code error;
+    if (!std::filesystem::is_symlink(path, error)) return path;
+    const std::filesystem::path target = std::filesystem::weakly_canonical(path, error);
+    if (error) throw UserError("cannot follow the link " + quoted(path) + ": " + error.message());
+    return target;
+}
+
 }  // namespace
 
-AtomicFileWriter::AtomicFileWriter(std::filesystem::path final_path)
-    : final_path_(std::move(final_path)), temp_path_(final_path_.string() + ".tmp") {
-    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+std::string quoted(const std::filesystem::path& path) {
+    std::string text = "'";  // appended piecewise: GCC 12 misreports "'" + string + "'" (-Wrestrict)
+    text += path.string();
+    return text + "'";
+}
+
+void require_regular_or_absent(const std::filesystem::path& path) {
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) {
+        if (errno == ENOENT) return;
+        throw UserError("cannot write " + quoted(path) + ": " + system_reason() +
+                        "; name a file in a folder that exists or can be made");
+    }
+    if (S_ISREG(info.st_mode)) return;
+    const std::string fix = S_ISLNK(info.st_mode)
+                                ? "remove the link or name another file (`adacc export --force` writes the file it "
+                                  "points to instead)"
+                                : "remove it or name another file";
+    throw UserError(quoted(path) + " is " + kind_of(info.st_mode) + ", and adacc replaces only regular files: " + fix);
+}
+
+void create_parent_folders(const std::filesystem::path& file) {
+    if (!file.has_parent_path()) return;
+    std::error_code error;
+    std::filesystem::create_directories(file.parent_path(), error);
+    if (error)
+        throw UserError("cannot create the folder " + quoted(file.parent_path()) + " for " + quoted(file.filename()) +
+                        ": " + error.message() + "; create it, or choose a writable place");
+}
+
+std::optional<std::filesystem::path> atomic_write_target(const std::filesystem::path& path) {
+    const std::string name = path.filename().string();
+    const std::size_t tail = 1 + kUniqueChars + kTempSuffix.size();  // ".XXXXXX.tmp"
+    if (name.size() <= tail || !name.ends_with(kTempSuffix) || name[name.size() - tail] != '.') return std::nullopt;
+    const std::size_t unique_at = name.size() - tail + 1;
+    for (std::size_t i = unique_at; i < unique_at + kUniqueChars; ++i)
+        if (!std::isalnum(static_cast<unsigned char>(name[i]))) return std::nullopt;
+    return path.parent_path() / name.substr(0, name.size() - tail);
+}
+
+AtomicFileWriter::AtomicFileWriter(std::filesystem::path final_path, ExistingTarget existing)
+    : final_path_(existing == ExistingTarget::write_through_symlink ? through_symlink(final_path)
+                                                                     : std::move(final_path)) {
+    require_regular_or_absent(final_path_);
+    std::string name = final_path_.string() + "." + std::string(kUniqueChars, 'X') + std::string(kTempSuffix);
+    fd_ = ::mkostemps(name.data(), static_cast<int>(kTempSuffix.size()), O_CLOEXEC);
     if (fd_ < 0)
-        throw UserError("cannot create '" + temp_path_.string() + "': " + system_reason() +
-                        "; check that the folder exists and is writable");
+        throw UserError("cannot write " + quoted(final_path_) + ": " + system_reason() + " (creating its temporary " +
+                        quoted(std::filesystem::path(name)) + "); check that the folder exists and is writable");
+    temp_path_ = name;
+    ::fchmod(fd_, new_file_mode());
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -84,6 +165,12 @@ void AtomicFileWriter::commit() {
         fail("close");
     }
     fd_ = -1;
+    try {
+        require_regular_or_absent(final_path_);  // again: it may have been made while we wrote
+    } catch (const UserError&) {
+        ::unlink(temp_path_.c_str());
+        throw;
+    }
     if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
         const std::string reason = system_reason();
         ::unlink(temp_path_.c_str());

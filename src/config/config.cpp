@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <toml++/toml.h>
 #include <type_traits>
@@ -242,11 +243,15 @@ struct SizeParse {
 };
 SizeParse try_parse_size(std::string_view text);
 
+// A budget of 0 bytes holds nothing: it is refused here, once for every command, rather than read
+// as "no limit" by one and "fits nothing" by another.
 Allowed size_or_empty() {
-    return {"a size such as \"24GiB\", \"1.5 GB\" or \"123456\" (bytes), or \"\" for no limit",
+    return {"a size of at least one byte such as \"24GiB\", \"1.5 GB\" or \"123456\" (bytes), or \"\" for no limit",
             [](const ConfigValue& v, const RunConfig&) {
                 const auto& text = std::get<std::string>(v);
-                return text.empty() || try_parse_size(text).error.empty();
+                if (text.empty()) return true;
+                const SizeParse parsed = try_parse_size(text);
+                return parsed.error.empty() && parsed.bytes > 0;
             }};
 }
 
@@ -750,6 +755,10 @@ constexpr SizeUnit kSizeUnits[] = {
     {"m", kKiB * kKiB}, {"mib", kKiB * kKiB}, {"mb", 1000 * 1000},
     {"g", kKiB * kKiB * kKiB}, {"gib", kKiB * kKiB * kKiB}, {"gb", 1000ull * 1000 * 1000},
     {"t", kKiB * kKiB * kKiB * kKiB}, {"tib", kKiB * kKiB * kKiB * kKiB}, {"tb", 1000ull * 1000 * 1000 * 1000},
+    {"p", kKiB * kKiB * kKiB * kKiB * kKiB}, {"pib", kKiB * kKiB * kKiB * kKiB * kKiB},
+    {"pb", 1000ull * 1000 * 1000 * 1000 * 1000},
+    {"e", kKiB * kKiB * kKiB * kKiB * kKiB * kKiB}, {"eib", kKiB * kKiB * kKiB * kKiB * kKiB * kKiB},
+    {"eb", 1000ull * 1000 * 1000 * 1000 * 1000 * 1000},
 };
 
 constexpr const char* kTooLarge = "too large (sizes are limited to 16 EiB)";
@@ -825,16 +834,29 @@ std::optional<std::string> activation_size_problem(const RunConfig& config) {
            "use a smaller batch, sequence or model";
 }
 
+// The keys `overrides` ("section.key=value") set.
+std::set<std::string, std::less<>> overridden_keys(const std::vector<std::string>& overrides) {
+    std::set<std::string, std::less<>> keys;
+    for (const auto& assignment : overrides)
+        keys.insert(std::string(trim(std::string_view(assignment).substr(0, assignment.find('=')))));
+    return keys;
+}
+
 }  // namespace
 
-void validate_config(const RunConfig& config, std::string_view source_name) {
+void validate_config(const RunConfig& config, std::string_view source_name, const std::vector<std::string>& overrides) {
     const std::string where = source_name.empty() ? "config" : "config " + std::string(source_name);
+    const auto from_command_line = overridden_keys(overrides);
     for (const auto& key : registry()) {
         const auto value = key.get(config);
         if (key.allowed.holds(value, config)) continue;
-        std::string message = "invalid " + where + ": " + key.full_name() + " = " + format_value(value) +
-                              ", but it must be " + key.allowed.description + key.allowed.bound_note(config);
-        throw UserError(message + "; fix it there or with --set " + key.full_name() + "=VALUE");
+        const std::string problem = key.full_name() + " = " + format_value(value) + ", but it must be " +
+                                    key.allowed.description + key.allowed.bound_note(config);
+        // A value the command line set is the command line's mistake: the advice names its flag.
+        if (from_command_line.contains(key.full_name()))
+            throw SettingError(key.full_name(), "invalid value on the command line: " + problem);
+        throw UserError("invalid " + where + ": " + problem + "; fix it there or with --set " + key.full_name() +
+                        "=VALUE");
     }
     if (const auto problem = config.model.validate())
         throw UserError("invalid " + where + ": " + *problem + "; fix the [model] section or pick a preset");
@@ -868,7 +890,7 @@ RunConfig load_config(const std::filesystem::path& file, const std::vector<std::
     RunConfig config;
     apply_toml(config, text.str(), file.string());
     for (const auto& assignment : overrides) apply_override(config, assignment);
-    validate_config(config, file.string());
+    validate_config(config, file.string(), overrides);
     return config;
 }
 

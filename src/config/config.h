@@ -40,7 +40,10 @@ void apply_override(RunConfig& config, std::string_view assignment);
 
 // Throws UserError for the first key whose value is out of its allowed range, naming the key,
 // its value and the allowed range or values; `source_name` (a file, or empty) says where to fix it.
-void validate_config(const RunConfig& config, std::string_view source_name = {});
+// A key one of `overrides` set ("section.key=value", --set and the flags that stand for one) is
+// the command line's to fix: a SettingError, which the command line turns into that flag's advice.
+void validate_config(const RunConfig& config, std::string_view source_name = {},
+                     const std::vector<std::string>& overrides = {});
 // Where the config's model runs: training.device and model.dtype resolved ("auto": the device's
 // default). SettingError when the device does not run the dtype.
 // The target of a run of `world_size` data-parallel ranks (this job's by default): with

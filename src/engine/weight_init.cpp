@@ -24,6 +24,10 @@ void init_run_weights(GPTModel& model, const RunConfig& config) {
 
 void init_weights_with_stress(GPTModel& model, std::uint64_t seed, const StressSection& stress, int depth) {
     model.init_weights(seed, depth);
+    apply_stress(model, stress);
+}
+
+void apply_stress(GPTModel& model, const StressSection& stress) {
     if (stress.outlier_channels == 0) return;
     std::vector<float> staging;
     const float* host = model.host_readable(ModelArena::parameters, staging);

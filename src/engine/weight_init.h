@@ -19,6 +19,10 @@ void init_run_weights(GPTModel& model, const RunConfig& config);
 // profiler's): it gets exactly those layers' weights.
 void init_weights_with_stress(GPTModel& model, std::uint64_t seed, const StressSection& stress, int depth);
 
+// `stress`'s outlier channels on the weights `model` holds (scale_outlier_channels); nothing when
+// outlier_channels is 0. A run started with --init-from applies it to the weights it loaded.
+void apply_stress(GPTModel& model, const StressSection& stress);
+
 // The same weights as host floats in ParameterLayout order (a model of one token is built for it).
 std::vector<float> initial_parameters(const RunConfig& config);
 

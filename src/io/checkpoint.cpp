@@ -12,6 +12,7 @@
 #include "src/common/units.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/common/file_io.h"
 #include "src/io/llmc_model_io.h"
 
 namespace adacc {
@@ -68,12 +69,6 @@ std::string format_shape(std::span<const std::int64_t> shape) {
     std::string text = "[";
     for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
     return text + "]";
-}
-
-std::string quoted(const fs::path& path) {
-    std::string text = "'";  // appended piecewise: GCC 12 misreports "'" + string + "'" (-Wrestrict)
-    text += path.string();
-    return text + "'";
 }
 
 UserError corrupt(const fs::path& file, const std::string& what) {
@@ -234,16 +229,36 @@ std::vector<std::pair<std::int64_t, fs::path>> checkpoints_newest_first(const fs
     return found;
 }
 
-std::optional<fs::path> newest_complete_in(const fs::path& dir, std::vector<std::string>* rejected) {
-    for (const auto& [step, path] : checkpoints_newest_first(dir)) {
-        try {
-            CheckpointReader reader(path);
-            return path;
-        } catch (const UserError& error) {
-            if (rejected) rejected->push_back(error.what());
+// The newest checkpoint in `dir` that opens as complete, left open. A run still training there
+// may prune a checkpoint between the listing and the open: then the folder is listed once more.
+std::unique_ptr<CheckpointReader> open_newest_complete_in(const fs::path& dir, std::vector<std::string>* rejected) {
+    for (int listing = 0; listing < 2; ++listing) {
+        std::vector<std::string> unreadable;
+        std::unique_ptr<CheckpointReader> newest;
+        bool pruned = false;
+        for (const auto& [step, path] : checkpoints_newest_first(dir)) {
+            try {
+                newest = std::make_unique<CheckpointReader>(path);
+                break;
+            } catch (const UserError& error) {
+                std::error_code ignored;
+                if ((pruned = !fs::exists(path, ignored))) break;
+                unreadable.push_back(error.what());
+            }
         }
+        if (pruned) continue;
+        if (rejected) rejected->insert(rejected->end(), unreadable.begin(), unreadable.end());
+        return newest;
     }
-    return std::nullopt;
+    throw UserError("the run in " + quoted(dir.filename() == "checkpoints" ? dir.parent_path() : dir) +
+                    " is still writing checkpoints: its newest was pruned twice while being opened; wait for the run "
+                    "to finish, or pass one of its checkpoint files");
+}
+
+// A checkpoint's temporary, left by a run killed while writing it (AtomicFileWriter's name).
+bool is_checkpoint_temporary(const fs::path& path) {
+    const auto target = atomic_write_target(path);
+    return target && checkpoint_step(*target);
 }
 
 void remove_file(const fs::path& path) {
@@ -263,7 +278,7 @@ void write_checkpoint(const fs::path& file, const nlohmann::json& meta, const st
     const std::uint64_t data_offset = align_up(table_offset + table_bytes, kCheckpointAlignment);
     auto stored = plan_layout(tensors, data_offset);
 
-    if (file.has_parent_path()) fs::create_directories(file.parent_path());
+    create_parent_folders(file);
     AtomicFileWriter out(file);
     const Header blank{};
     out.write(&blank, sizeof blank);
@@ -422,7 +437,9 @@ std::optional<std::int64_t> checkpoint_step(const fs::path& file) {
 }
 
 std::optional<fs::path> newest_complete_checkpoint(const fs::path& run_dir, std::vector<std::string>* rejected) {
-    return newest_complete_in(checkpoint_dir(run_dir), rejected);
+    const auto reader = open_newest_complete_in(checkpoint_dir(run_dir), rejected);
+    if (!reader) return std::nullopt;
+    return reader->path();
 }
 
 std::vector<fs::path> newer_format_checkpoints(const fs::path& run_dir) {
@@ -443,12 +460,15 @@ std::vector<fs::path> newer_format_checkpoints(const fs::path& run_dir) {
 std::vector<fs::path> checkpoint_files(const fs::path& run_dir) {
     std::vector<fs::path> files;
     std::error_code error;
-    for (const auto& entry : fs::directory_iterator(checkpoint_dir(run_dir), error)) {
-        const auto& path = entry.path();
-        if (checkpoint_step(path) || (path.extension() == ".tmp" && checkpoint_step(path.parent_path() / path.stem())))
-            files.push_back(path);
-    }
+    for (const auto& entry : fs::directory_iterator(checkpoint_dir(run_dir), error))
+        if (checkpoint_step(entry.path())) files.push_back(entry.path());
     return files;
+}
+
+void remove_checkpoint_temporaries(const fs::path& run_dir) {
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(checkpoint_dir(run_dir), error))
+        if (is_checkpoint_temporary(entry.path())) remove_file(entry.path());
 }
 
 void prune_checkpoints(const fs::path& run_dir, int keep, const fs::path& just_written) {
@@ -457,24 +477,19 @@ void prune_checkpoints(const fs::path& run_dir, int keep, const fs::path& just_w
     const auto found = checkpoints_newest_first(checkpoint_dir(run_dir));
     for (std::size_t i = static_cast<std::size_t>(keep); i < found.size(); ++i)
         if (found[i].first != protected_step) remove_file(found[i].second);
-
-    std::error_code error;
-    for (const auto& entry : fs::directory_iterator(checkpoint_dir(run_dir), error)) {
-        const auto& path = entry.path();
-        if (path.extension() == ".tmp" && checkpoint_step(path.parent_path() / path.stem())) remove_file(path);
-    }
+    remove_checkpoint_temporaries(run_dir);
 }
 
-fs::path resolve_checkpoint(const fs::path& file_or_run_dir) {
+std::shared_ptr<const CheckpointReader> open_checkpoint(const fs::path& file_or_run_dir) {
     std::error_code error;
-    if (fs::is_regular_file(file_or_run_dir, error)) return file_or_run_dir;
+    if (fs::is_regular_file(file_or_run_dir, error)) return std::make_shared<CheckpointReader>(file_or_run_dir);
     if (!fs::is_directory(file_or_run_dir, error))
         throw UserError(quoted(file_or_run_dir) +
                         " does not exist; pass a checkpoint file (RUN_DIR/checkpoints/ckpt_00001000.bin) or a run folder");
     const fs::path dir = fs::is_directory(checkpoint_dir(file_or_run_dir), error) ? checkpoint_dir(file_or_run_dir)
                                                                                    : file_or_run_dir;
     std::vector<std::string> rejected;
-    if (const auto newest = newest_complete_in(dir, &rejected)) return *newest;
+    if (auto newest = open_newest_complete_in(dir, &rejected)) return newest;
     std::string message = "no complete checkpoint in " + quoted(dir);
     for (const auto& reason : rejected) message += "\n  skipped: " + reason;
     throw UserError(message + "\npass a checkpoint file, or the run folder of a run that has saved one");

@@ -129,16 +129,22 @@ std::optional<std::filesystem::path> newest_complete_checkpoint(const std::files
 // unless the user says so.
 std::vector<std::filesystem::path> newer_format_checkpoints(const std::filesystem::path& run_dir);
 
-// Every checkpoint file (ckpt_*.bin and stale ckpt_*.bin.tmp) in RUN_DIR/checkpoints.
+// Every checkpoint file (ckpt_*.bin, complete or not) in RUN_DIR/checkpoints.
 std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& run_dir);
 
+// Deletes the temporaries of checkpoints whose writing was cut short (a kill, a full disk):
+// only files named as AtomicFileWriter names them, so nothing adacc did not make.
+void remove_checkpoint_temporaries(const std::filesystem::path& run_dir);
+
 // Keeps the `keep` checkpoints with the highest steps and `just_written` (even if it is not
-// among them, e.g. after resuming from an older step); deletes the other checkpoints and any
-// stale ckpt_*.bin.tmp left by an interrupted write.
+// among them, e.g. after resuming from an older step); deletes the other checkpoints and the
+// temporaries of interrupted writes.
 void prune_checkpoints(const std::filesystem::path& run_dir, int keep, const std::filesystem::path& just_written);
 
-// What a --checkpoint argument names: a checkpoint file as is; a run folder (or its
-// checkpoints/ folder) as its newest complete checkpoint. UserError when there is none.
-std::filesystem::path resolve_checkpoint(const std::filesystem::path& file_or_run_dir);
+// What a --checkpoint argument names, opened: a checkpoint file as is; a run folder (or its
+// checkpoints/ folder) as its newest complete checkpoint. UserError when there is none. The file
+// stays open, so a run still writing there cannot prune it away from the reader; one pruned
+// between listing and opening lists the folder again (and twice is a UserError saying so).
+std::shared_ptr<const CheckpointReader> open_checkpoint(const std::filesystem::path& file_or_run_dir);
 
 }  // namespace adacc

@@ -30,12 +30,6 @@ struct LlmcHeader {
     std::int32_t version = 0;
 };
 
-std::string quoted(const fs::path& path) {
-    std::string text = "'";  // appended piecewise: GCC 12 misreports "'" + string + "'" (-Wrestrict)
-    text += path.string();
-    return text + "'";
-}
-
 std::string describe_shape(const GPTConfig& c) {
     return "n_layer=" + std::to_string(c.n_layer) + ", n_embd=" + std::to_string(c.n_embd) +
            ", n_head=" + std::to_string(c.n_head) + ", vocab_size=" + std::to_string(c.vocab_size) +
@@ -135,7 +129,8 @@ void load_llmc_model(const fs::path& file, const GPTConfig& expected, float* par
     }
 }
 
-void save_llmc_model(const fs::path& file, const GPTConfig& config, const float* params) {
+LlmcModelWritten save_llmc_model(const fs::path& file, const GPTConfig& config, const float* params,
+                                 ExistingTarget existing) {
     std::array<std::int32_t, kHeaderInts> header{};
     header[0] = kLlmcModelMagic;
     header[1] = kLlmcVersionFp32;
@@ -145,11 +140,12 @@ void save_llmc_model(const fs::path& file, const GPTConfig& config, const float*
     header[5] = config.n_head;
     header[6] = config.n_embd;
     header[7] = config.padded_vocab_size();
-    if (file.has_parent_path()) fs::create_directories(file.parent_path());
-    AtomicFileWriter out(file);
+    create_parent_folders(file);
+    AtomicFileWriter out(file, existing);
     out.write(header.data(), kHeaderBytes);
     out.write(params, ParameterLayout(config).total() * sizeof(float));
     out.commit();
+    return {out.path(), out.size()};
 }
 
 }  // namespace adacc

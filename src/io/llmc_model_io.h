@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "models/gpt_config.h"
+#include "src/common/file_io.h"
 
 namespace adacc {
 
@@ -27,7 +28,15 @@ GPTConfig read_llmc_header(const std::filesystem::path& file);
 // differs from `expected` or the file is truncated.
 void load_llmc_model(const std::filesystem::path& file, const GPTConfig& expected, float* params);
 
-// Writes a version-3 (fp32) file, atomically.
-void save_llmc_model(const std::filesystem::path& file, const GPTConfig& config, const float* params);
+// What save_llmc_model wrote: the file (a symlink's target when written through it) and its size.
+struct LlmcModelWritten {
+    std::filesystem::path file;
+    std::uint64_t bytes = 0;
+};
+
+// Writes a version-3 (fp32) file, atomically (src/common/file_io.h: a unique temporary, renamed
+// over a regular file only).
+LlmcModelWritten save_llmc_model(const std::filesystem::path& file, const GPTConfig& config, const float* params,
+                                 ExistingTarget existing = ExistingTarget::replace_regular_file);
 
 }  // namespace adacc

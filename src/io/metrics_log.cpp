@@ -1,5 +1,8 @@
 #include "src/io/metrics_log.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -35,11 +38,16 @@ void drop_records_after(const std::filesystem::path& file, int step) {
 }  // namespace
 
 MetricsLog::MetricsLog(const std::filesystem::path& file, int keep_through_step) {
+    require_regular_or_absent(file);  // a link, fifo or device named metrics.jsonl is not ours to write
     if (keep_through_step >= 0) drop_records_after(file, keep_through_step);
-    file_ = std::fopen(file.c_str(), "a");
-    if (!file_)
-        throw UserError("cannot open " + file.string() + " for writing: " + std::strerror(errno) +
-                        "; check that logging.run_dir is writable");
+    // O_NOFOLLOW: a link put there after the check above is refused too.
+    const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0 || !(file_ = ::fdopen(fd, "a"))) {
+        const std::string reason = std::strerror(errno);
+        if (fd >= 0) ::close(fd);
+        throw UserError("cannot open " + quoted(file) + " for writing: " + reason +
+                        "; check that logging.run_dir is writable and that metrics.jsonl is a regular file");
+    }
     path_ = file;
 }
 

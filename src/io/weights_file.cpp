@@ -18,12 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string quoted(const fs::path& path) {
-    std::string text = "'";  // appended piecewise: GCC 12 misreports "'" + string + "'" (-Wrestrict)
-    text += path.string();
-    return text + "'";
-}
-
 constexpr const char* kAccepted =
     "pass an llm.c GPT-2 model file (e.g. gpt2_124M.bin), an adacc checkpoint file or a run folder";
 
@@ -46,8 +40,9 @@ std::string matching_preset(const GPTConfig& shape) {
 WeightsFile open_checkpoint_weights(const fs::path& file_or_run_dir) {
     WeightsFile weights;
     weights.format = WeightsFormat::adacc_checkpoint;
-    weights.path = resolve_checkpoint(file_or_run_dir);
-    weights.shape = checkpoint_config(CheckpointReader(weights.path)).model;
+    weights.checkpoint = open_checkpoint(file_or_run_dir);
+    weights.path = weights.checkpoint->path();
+    weights.shape = checkpoint_config(*weights.checkpoint).model;
     return weights;
 }
 
@@ -101,7 +96,7 @@ void check_weights_shape(const WeightsFile& weights, const GPTConfig& config) {
 void load_weights(const WeightsFile& weights, GPTModel& model) {
     check_weights_shape(weights, model.config());
     if (weights.format == WeightsFormat::adacc_checkpoint) {
-        load_model_weights(weights.path, model);  // refuses non-finite parameters itself
+        load_model_weights(*weights.checkpoint, model);  // refuses non-finite parameters itself
         return;
     }
     std::vector<float> host(model.num_params());

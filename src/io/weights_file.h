@@ -6,9 +6,11 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "models/gpt_config.h"
+#include "src/io/checkpoint.h"
 #include "src/engine/gpt_model.h"
 
 namespace adacc {
@@ -19,6 +21,9 @@ struct WeightsFile {
     WeightsFormat format = WeightsFormat::adacc_checkpoint;
     std::filesystem::path path;  // the checkpoint file (a run folder resolved) or the llm.c file
     GPTConfig shape;             // the model it holds (llm.c files store no dropout: 0)
+    // An adacc checkpoint, held open from the moment it was chosen: a run still training in its
+    // folder may prune it before the weights are read, and the open file stays readable.
+    std::shared_ptr<const CheckpointReader> checkpoint;
 };
 
 // An adacc checkpoint file or run folder (UserError when it has no complete checkpoint).

@@ -76,6 +76,11 @@ Fidelity compare_vectors(const float* got, const float* ref, std::size_t n) {
         ref2 += r * r;
     }
     Fidelity f;
+    // A non-finite gradient has no error or angle to speak of: NaN (null in metrics.jsonl), never 0.
+    if (!std::isfinite(err) || !std::isfinite(dot) || !std::isfinite(got2) || !std::isfinite(ref2)) {
+        f.relative_l2 = f.cosine = std::numeric_limits<double>::quiet_NaN();
+        return f;
+    }
     // A zero reference: no error when the other is zero too, an unbounded one otherwise.
     f.relative_l2 = ref2 > 0 ? std::sqrt(err / ref2) : (err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
     f.cosine = got2 > 0 && ref2 > 0 ? dot / std::sqrt(got2 * ref2) : (got2 == ref2 ? 1.0 : 0.0);

@@ -10,6 +10,7 @@
 
 #include "src/io/checkpoint.h"
 #include "src/common/errors.h"
+#include "src/common/file_io.h"
 
 namespace adacc {
 
@@ -20,7 +21,16 @@ namespace {
 // The files of a run besides its checkpoints.
 constexpr const char* kRunFiles[] = {"config.toml", "metrics.jsonl", "profile.json"};
 
-std::string quoted(const fs::path& path) { return "'" + path.string() + "'"; }
+constexpr const char* kStartOverAdvice =
+    "start over there with --overwrite (deletes those files), or choose another logging.run_dir";
+
+// The listing of a refused folder: its first four files, and how many more.
+std::string list_files(const std::vector<fs::path>& files) {
+    std::string listing;
+    for (std::size_t i = 0; i < files.size() && i < 4; ++i) listing += "\n  " + files[i].string();
+    if (files.size() > 4) listing += "\n  ... (" + std::to_string(files.size() - 4) + " more)";
+    return listing;
+}
 
 }  // namespace
 
@@ -77,15 +87,15 @@ void remove_failed_start_files(const fs::path& run_dir) {
 }
 
 void claim_run_folder_for_fresh_run(const fs::path& run_dir, bool overwrite) {
+    remove_checkpoint_temporaries(run_dir);  // a killed write's leftovers: nothing to keep or resume
     const auto files = existing_run_files(run_dir);
     if (files.empty()) return;
     if (!overwrite) {
-        std::string listing;
-        for (std::size_t i = 0; i < files.size() && i < 4; ++i) listing += "\n  " + files[i].string();
-        if (files.size() > 4) listing += "\n  ... (" + std::to_string(files.size() - 4) + " more)";
-        throw UserError("the run folder " + quoted(run_dir) + " already holds a run:" + listing +
-                        "\ncontinue it with `adacc train --resume " + run_dir.string() +
-                        "`, start over with --overwrite (deletes those files), or choose another logging.run_dir");
+        if (checkpoint_files(run_dir).empty())
+            throw UserError("the run folder " + quoted(run_dir) + " holds a run that saved no checkpoint, so there " +
+                            "is nothing to resume:" + list_files(files) + "\n" + kStartOverAdvice);
+        throw UserError("the run folder " + quoted(run_dir) + " already holds a run:" + list_files(files) +
+                        "\ncontinue it with `adacc train --resume " + run_dir.string() + "`, or " + kStartOverAdvice);
     }
     for (const auto& file : files) {
         std::error_code error;

@@ -32,8 +32,8 @@ private:
 // checkpoint files); empty when the folder is new or holds none of them.
 std::vector<std::filesystem::path> existing_run_files(const std::filesystem::path& run_dir);
 
-// Refuses a fresh run into a folder holding a run (naming what is there and the choices), or,
-// with `overwrite`, deletes those files.
+// Removes the temporaries of killed checkpoint writes, then refuses a fresh run into a folder
+// holding a run (naming what is there and the choices), or, with `overwrite`, deletes those files.
 void claim_run_folder_for_fresh_run(const std::filesystem::path& run_dir, bool overwrite);
 // After a fresh run failed before its first step: removes the run files it wrote (config.toml,
 // metrics.jsonl, profile.json; never a checkpoint), so a retry needs no --overwrite.

@@ -48,23 +48,26 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     backend_for(parse_device(config_.training.device));
     // The run folder is rank 0's: the other ranks of a data-parallel job write nothing there.
     const bool root = process_group().is_root();
-    if (root) {
-        create_run_folder(run_dir_);
-        const std::string text = to_toml(config_);
-        AtomicFileWriter out(run_dir_ / "config.toml");  // a full disk is an error, not an empty file
-        out.write(text.data(), text.size());
-        out.commit();
-    }
+    if (root) create_run_folder(run_dir_);
     std::printf("%s", format_config_table(config_).c_str());
     // A fresh run that fails to start (a data file that is not there, a model too large) leaves
     // no run files behind, so the same command works again once the cause is fixed; a fresh run's
     // folder held none before (claim_run_folder_for_fresh_run), so all of them are this start's.
+    // The config is saved once the start succeeded: a refused resume leaves the run's as it was.
     try {
         start(resume_checkpoint, init_from);
+        if (root) save_run_config();
     } catch (...) {
         if (!resume_checkpoint && root) remove_failed_start_files(run_dir_);
         throw;
     }
+}
+
+void Trainer::save_run_config() const {
+    const std::string text = to_toml(config_);
+    AtomicFileWriter out(run_dir_ / "config.toml");  // a full disk is an error, not an empty file
+    out.write(text.data(), text.size());
+    out.commit();
 }
 
 void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoint,
@@ -87,7 +90,9 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
         std::printf("resumed from %s at step %d\n", resume_checkpoint->c_str(), progress_.step);
     } else if (init_from) {
         load_weights(*init_from, *model_);
-        std::printf("initialised from %s\n", describe_weights(*init_from).c_str());
+        apply_stress(*model_, config_.stress);
+        std::printf("initialised from %s%s\n", describe_weights(*init_from).c_str(),
+                    config_.stress.outlier_channels ? ", then [stress] outlier channels scaled" : "");
     } else {
         init_run_weights(*model_, config_);
     }
@@ -251,7 +256,9 @@ int Trainer::run() {
         }
         // Gradient fidelity and eval tasks run on rank 0 alone (they take no collective step).
         const bool root = process_group().is_root();
-        if (!stop_signal && root && fidelity_ && (step % t.fidelity_every == 0 || step == t.steps)) log_fidelity(step);
+        // A skipped step's gradients were not finite: it has no fidelity to record (0 would read as perfect).
+        if (!stop_signal && root && fidelity_ && result.updated && (step % t.fidelity_every == 0 || step == t.steps))
+            log_fidelity(step);
         if (!stop_signal && root && evaluator_ && evaluator_->due(step, t.steps)) {
             const nlohmann::json record = evaluator_->evaluate(*model_, step);
             std::printf("step %6d/%d | eval %s\n", step, t.steps, TrainingEvaluator::describe(record).c_str());

@@ -48,9 +48,10 @@ private:
     [[noreturn]] void stop_diverged(int step, const std::string& what) const;
     void save_checkpoint();
     void make_model(int B, int T);
-    // Everything the constructor does once the run folder holds config.toml (data, model, weights).
+    // Everything the constructor does once the run folder exists (data, model, weights).
     void start(const std::optional<std::filesystem::path>& resume_checkpoint,
                const std::optional<WeightsFile>& init_from);
+    void save_run_config() const;  // RUN_DIR/config.toml: the resolved config this run trains with
     void write_metrics(const nlohmann::json& line);  // a line of metrics.jsonl (rank 0 alone writes it)
     void log_replan(const ReplanEvent& event);
     float validation_loss();

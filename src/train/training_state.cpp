@@ -157,9 +157,8 @@ TrainingProgress load_training_checkpoint(const std::filesystem::path& file, GPT
     return progress;
 }
 
-void load_model_weights(const std::filesystem::path& checkpoint, GPTModel& model) {
-    const CheckpointReader reader(resolve_checkpoint(checkpoint));
-    read_arena(reader, model, ModelArena::parameters, "params");
+void load_model_weights(const CheckpointReader& checkpoint, GPTModel& model) {
+    read_arena(checkpoint, model, ModelArena::parameters, "params");
 }
 
 }  // namespace adacc

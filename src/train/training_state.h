@@ -11,6 +11,7 @@
 #include "data/dataloader.h"
 #include "src/engine/gpt_model.h"
 #include "src/config/run_config.h"
+#include "src/io/checkpoint.h"
 
 namespace adacc {
 
@@ -42,8 +43,8 @@ std::optional<std::filesystem::path> save_training_checkpoint(const std::filesys
 // stored config); non-finite parameters or moments are refused. Each failure is a UserError.
 TrainingProgress load_training_checkpoint(const std::filesystem::path& file, GPTModel& model);
 
-// Parameters only, for sample/eval: from an adacc checkpoint (file or run folder); non-finite
-// parameters are refused.
-void load_model_weights(const std::filesystem::path& checkpoint, GPTModel& model);
+// Parameters only, for sample/eval and --init-from: from an opened adacc checkpoint
+// (open_checkpoint); non-finite parameters are refused.
+void load_model_weights(const CheckpointReader& checkpoint, GPTModel& model);
 
 }  // namespace adacc
