@@ -54,6 +54,10 @@ void check_plan_fits_machine(const RunConfig& config, MemoryMode mode, const Ada
 }
 
 namespace {
+// The codec parameters a run profiles with (no setting changes them): a profile file must have
+// been measured with them too.
+const CodecParams kRunCodecParams{};
+
 // The batch the profiler's slice runs at: B when the slice, keeping everything, fits both the
 // budget and the target's memory, else the largest batch that does (times and sizes are scaled
 // linearly to B). The budget binds the profiling too: a run never holds more than it was given.
@@ -98,13 +102,8 @@ AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_byt
       plan_{ActivationPlan(BlockGraph(config.model, 1, 1), config.model.n_layer), {}, {}, {}, {}, {}, {}},
       monitor_(options_.monitor) {
     const int B = config.training.batch_size, T = config.training.seq_len;
-    if (options_.profile_file) {
-        profile_ = Profile::load(*options_.profile_file);
-        if (profile_.batch != B || profile_.seq != T)
-            throw UserError("profile " + options_.profile_file->string() + " was measured for batch " +
-                            std::to_string(profile_.batch) + " x seq " + std::to_string(profile_.seq) + ", not " +
-                            std::to_string(B) + " x " + std::to_string(T) + ": omit --profile to profile again");
-    }
+    if (options_.profile_file)
+        profile_ = Profile::load(*options_.profile_file, config.model, B, T, target_, kRunCodecParams);
     measured_batch_ = profile_.tensors.empty() ? profiling_batch(config.model, B, T, budget_bytes, target_)
                                                : profile_.measured_batch;
     tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(std::min(measured_batch_, B)) * T);
@@ -121,7 +120,7 @@ void AdaccRegulator::solve(const float* weights, const std::vector<CodecSample>&
     const bool have_profile = !profile_.tensors.empty();
     if (!have_profile || weights) {
         const ProfileWeights source{weights, config_.training.seed, config_.stress};
-        Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens_, source, target_);
+        Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens_, source, target_, kRunCodecParams);
         if (have_profile) {
             fresh.op_ms = profile_.op_ms;
             for (auto& t : fresh.tensors)

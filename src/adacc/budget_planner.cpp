@@ -35,12 +35,6 @@ void collect_inputs(const BlockGraph& block, const Profile& profile, const OpInf
     }
 }
 
-std::size_t compressed_bound(const GPTConfig& config, const TensorInfo& t, Codec codec, int B, int T,
-                             const CodecParams& params) {
-    const std::size_t rows = tensor_rows(config, t.kind, B, T);
-    return codec_max_bytes(codec, rows, t.numel / rows, params);
-}
-
 // The compress options of one tensor: the candidates within the error tolerance that no other
 // admitted candidate matches or beats in bytes, time and error at once (see CodecChoice).
 std::vector<CompressOption> compress_options(const GPTConfig& config, const TensorInfo& info, int B, int T,

@@ -1,9 +1,13 @@
 #include "src/adacc/profiler.h"
 
 #include <algorithm>
-#include <memory>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "src/engine/activation_plan.h"
@@ -61,8 +65,24 @@ CodecMeasurement measure_codec(const GPTModel& model, TensorKind kind, Codec cod
     return m;
 }
 
-// Profile files written before every codec was measured per tensor lack "codecs".
-constexpr int kProfileFormat = 2;
+// Format 3 names what a profile was measured for ("measured_for") and keeps compressed sizes
+// within their bound; format 2 lacks both, format 1 lacks "codecs".
+constexpr int kProfileFormat = 3;
+
+// A block op or codec pass taking longer than a day per layer is not a measurement (the largest
+// models' ops at the largest batches take minutes on a CPU); the cap keeps the planner's sums of
+// times finite.
+constexpr double kMaxProfileMs = 86400e3;
+// Every codec rounds each element to within half a step of its group's (or channel's) range, so
+// its relative L2 error is at most 1 for the symmetric codecs and sqrt(G) / 15 <= 4.3 for the
+// asymmetric one (G <= kMaxGroupSize): an error above 10 is not a measurement.
+constexpr double kMaxRelativeError = 10;
+
+// Linear scaling also scales what a blob holds whatever the batch (its header, per-channel scales),
+// so a size measured at a smaller batch may scale past the exact bound; no blob exceeds it.
+std::size_t scaled_bytes(std::size_t bytes, double scale, std::size_t bound) {
+    return std::min(bound, static_cast<std::size_t>(double(bytes) * scale));
+}
 
 // Sums each block op's forward time over layers and repeats.
 class OpTimer final : public ModelObserver {
@@ -110,6 +130,25 @@ bool profile_slice_fits(const GPTConfig& config, int B, int T, std::uint64_t byt
     return GPTModel::plan_memory(slice, B, T, keep_all, {}, ModelUse::training, target).total() <= bytes;
 }
 
+Profile profile_subject(const GPTConfig& config, int batch, int seq, const ComputeTarget& target,
+                        const CodecParams& codec_params) {
+    Profile p;
+    p.batch = batch;
+    p.seq = seq;
+    p.codec_params = codec_params;
+    p.block = {config.n_embd,    config.n_head, profile_slice(config).n_layer, config.dropout,
+               config.attention, target.device, target.activation};
+    return p;
+}
+
+bool is_profiled(const TensorInfo& t) { return t.saved && !t.tiny && t.kind != TensorKind::x && t.numel > 0; }
+
+std::size_t compressed_bound(const GPTConfig& config, const TensorInfo& t, Codec codec, int B, int T,
+                             const CodecParams& params) {
+    const std::size_t rows = tensor_rows(config, t.kind, B, T);
+    return codec_max_bytes(codec, rows, t.numel / rows, params);
+}
+
 int profiled_layer(int layer, int layers_profiled) { return std::min(layer, std::max(layers_profiled, 1) - 1); }
 
 double layer_error(const CodecMeasurement& m, int layer) {
@@ -139,11 +178,8 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
     load_weights(model, config, weights);
     const DropoutContext dropout{weights.seed, 1, 0, true};
     model.forward(tokens.data(), tokens.data(), Bm, T, dropout, 0.0f);  // warm-up: threads, caches, first touch
-    Profile profile;
-    profile.batch = batch;
-    profile.seq = T;
+    Profile profile = profile_subject(config, batch, T, target, codec_params);
     profile.measured_batch = Bm;
-    profile.codec_params = codec_params;
     for (const auto& op : model.block().ops()) profile.op_names.push_back(op.name);
     profile.op_ms.assign(profile.op_names.size(), 0.0);
     OpTimer timer(profile.op_ms);
@@ -156,16 +192,15 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
 
     const BlockGraph planned(config, batch, T, target.activation);
     for (const TensorInfo& t : model.block().tensors()) {
-        if (!t.saved || t.tiny || t.kind == TensorKind::x || t.numel == 0) continue;
+        if (!is_profiled(t)) continue;
         TensorProfile p;
         p.kind = t.kind;
         p.name = t.name;
         p.bytes = planned.tensor(t.kind).bytes();
-        const std::size_t rows = tensor_rows(config, t.kind, batch, T), cols = planned.tensor(t.kind).numel / rows;
         for (Codec codec : codecs_that_store(t.kind)) {
             CodecMeasurement m = measure_codec(model, t.kind, codec, Bm, T, codec_params);
-            m.compressed_bytes = static_cast<std::size_t>(double(m.compressed_bytes) * scale);
-            m.compressed_bound = codec_max_bytes(codec, rows, cols, codec_params);
+            m.compressed_bound = compressed_bound(config, planned.tensor(t.kind), codec, batch, T, codec_params);
+            m.compressed_bytes = scaled_bytes(m.compressed_bytes, scale, m.compressed_bound);
             m.compress_ms *= scale;
             m.decompress_ms *= scale;
             p.codecs.push_back(m);
@@ -183,11 +218,10 @@ Profile rescale_profile(const Profile& profile, const GPTConfig& config, int bat
     const BlockGraph planned(config, batch, profile.seq);
     for (auto& t : out.tensors) {
         const TensorInfo& info = planned.tensor(t.kind);
-        const std::size_t rows = tensor_rows(config, t.kind, batch, profile.seq);
         t.bytes = t.bytes / profile.batch * batch;  // exact: every block tensor has B rows of a fixed size
         for (auto& m : t.codecs) {
-            m.compressed_bytes = static_cast<std::size_t>(double(m.compressed_bytes) * scale);
-            m.compressed_bound = codec_max_bytes(m.codec, rows, info.numel / rows, profile.codec_params);
+            m.compressed_bound = compressed_bound(config, info, m.codec, batch, profile.seq, profile.codec_params);
+            m.compressed_bytes = scaled_bytes(m.compressed_bytes, scale, m.compressed_bound);
             m.compress_ms *= scale;
             m.decompress_ms *= scale;
         }
@@ -195,16 +229,210 @@ Profile rescale_profile(const Profile& profile, const GPTConfig& config, int bat
     return out;
 }
 
+namespace {
+
+// What `p` was measured for, as profile.json's "measured_for" holds it: the profile's batch, seq,
+// block and codec parameters (profile_subject's fields).
+nlohmann::json measured_for(const Profile& p) {
+    const ProfiledBlock& b = p.block;
+    return {{"n_embd", b.n_embd},
+            {"n_head", b.n_head},
+            {"layers", b.layers},
+            {"dropout", b.dropout},
+            {"attention", attention_impl_name(b.attention)},
+            {"device", device_name(b.device)},
+            {"dtype", model_dtype_name(b.dtype)},
+            {"batch", p.batch},
+            {"seq", p.seq},
+            {"codec",
+             {{"group_size", p.codec_params.group_size},
+              {"outlier_z", p.codec_params.outlier_z},
+              {"max_outlier_channels", p.codec_params.max_outlier_channels}}}};
+}
+
+// A profile.json that is not a measurement of the block it names; the message names the key.
+class MalformedProfile : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// A value of profile.json with its key (tensors[2].codecs[0].relative_error), so that what is
+// wrong with it is said of that key.
+class Field {
+public:
+    Field(const nlohmann::json& value, std::string key) : value_(value), key_(std::move(key)) {}
+
+    Field operator[](const std::string& name) const {
+        if (!value_.is_object() || !value_.contains(name)) fail((key_.empty() ? "it" : key_) + " has no " + name);
+        return {value_[name], key_.empty() ? name : key_ + "." + name};
+    }
+    std::vector<Field> items() const {
+        if (!value_.is_array()) refuse("not a list");
+        std::vector<Field> out;
+        for (std::size_t i = 0; i < value_.size(); ++i) out.emplace_back(value_[i], key_ + "[" + std::to_string(i) + "]");
+        return out;
+    }
+    std::string text() const {
+        if (!value_.is_string()) refuse("not a name");
+        return value_.get<std::string>();
+    }
+    // A whole number in [lo, hi].
+    std::uint64_t whole(std::uint64_t lo, std::uint64_t hi) const {
+        if (!value_.is_number_unsigned() || value_.get<std::uint64_t>() < lo || value_.get<std::uint64_t>() > hi)
+            refuse("not a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        return value_.get<std::uint64_t>();
+    }
+    // A finite number in [lo, hi].
+    double number(double lo, double hi) const {
+        const double x = value_.is_number() ? value_.get<double>() : std::nan("");
+        if (!(x >= lo && x <= hi))  // false for NaN
+            refuse("not a number in [" + format_number(lo) + ", " + format_number(hi) + "]");
+        return x;
+    }
+    // Throws MalformedProfile: "KEY is VALUE, " + `problem`.
+    [[noreturn]] void refuse(const std::string& problem) const { fail(key_ + " is " + value_.dump() + ", " + problem); }
+    [[noreturn]] static void fail(const std::string& problem) { throw MalformedProfile(problem); }
+    const nlohmann::json& json() const { return value_; }
+
+private:
+    static std::string format_number(double x) {
+        std::ostringstream out;
+        out << x;
+        return out.str();
+    }
+    const nlohmann::json& value_;
+    std::string key_;
+};
+
+// Refuses `file` unless `profile`'s measured_for equals `run`'s field by field, naming the first
+// that differs (a profile of another model, batch, device, dtype or codec parameters would plan
+// this run from another run's sizes and times).
+void check_measured_for(const Field& profile, const nlohmann::json& run, const std::filesystem::path& file,
+                        const std::string& prefix = "") {
+    for (const auto& [name, expected] : run.items()) {
+        const Field field = profile[name];
+        if (expected.is_object()) {
+            check_measured_for(field, expected, file, prefix + name + ".");
+            continue;
+        }
+        const nlohmann::json& value = field.json();
+        if (value != expected)
+            throw SettingError("memory.profile", "profile " + file.string() + " was measured for " + prefix + name + " " +
+                                                     value.dump() + ", but this run has " + prefix + name + " " +
+                                                     expected.dump() + ": delete it or point memory.profile elsewhere");
+    }
+}
+
+// `names` joined by ", ", for messages.
+std::string joined(const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+}
+
+std::string op_names(const BlockGraph& block) {
+    std::vector<std::string> names;
+    for (const OpInfo& op : block.ops()) names.push_back(op.name);
+    return joined(names);
+}
+
+std::string profiled_names(const BlockGraph& block) {
+    std::vector<std::string> names;
+    for (const TensorInfo& t : block.tensors())
+        if (is_profiled(t)) names.push_back(t.name + " (kind " + std::to_string(static_cast<int>(t.kind)) + ")");
+    return joined(names);
+}
+
+// The block's ops, exactly and in order, each with its forward time.
+void read_ops(const Field& ops, const BlockGraph& block, Profile& p) {
+    const std::vector<Field> list = ops.items();
+    if (list.size() != block.ops().size())
+        Field::fail("ops lists " + std::to_string(list.size()) + " ops, but this block has " +
+                    std::to_string(block.ops().size()) + ": " + op_names(block));
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        const Field name = list[i]["name"];
+        if (name.text() != block.ops()[i].name)
+            name.refuse("but op " + std::to_string(i) + " of this block is " + block.ops()[i].name);
+        p.op_names.push_back(name.text());
+        p.op_ms.push_back(list[i]["forward_ms"].number(0, kMaxProfileMs));
+    }
+}
+
+// One codec's measurement of tensor `info`: a codec that stores it, listed once, at this block's
+// bound, with sizes, fractions, errors and times in range.
+CodecMeasurement read_codec(const Field& c, const GPTConfig& config, const TensorInfo& info, const Profile& p,
+                            const TensorProfile& tensor) {
+    CodecMeasurement m;
+    const Field id = c["codec_id"];
+    m.codec = static_cast<Codec>(id.whole(0, kNumCodecs - 1));
+    const std::vector<Codec> stores = codecs_that_store(info.kind);
+    if (std::find(stores.begin(), stores.end(), m.codec) == stores.end())
+        id.refuse(std::string(codec_name(m.codec)) + ", which does not store " + info.name);
+    if (tensor.find(m.codec) != nullptr)
+        id.refuse("a second measurement of " + std::string(codec_name(m.codec)) + " on " + info.name);
+    const Field name = c["codec"];
+    if (name.text() != codec_name(m.codec))
+        name.refuse("but codec_id " + std::to_string(static_cast<int>(m.codec)) + " is " + codec_name(m.codec));
+    const std::size_t bound = compressed_bound(config, info, m.codec, p.batch, p.seq, p.codec_params);
+    const Field bound_field = c["compressed_bound"];
+    m.compressed_bound = bound_field.whole(0, std::numeric_limits<std::uint64_t>::max());
+    if (m.compressed_bound != bound)
+        bound_field.refuse("but " + std::string(codec_name(m.codec)) + " stores this block's " + info.name +
+                           " in at most " + std::to_string(bound) + " bytes");
+    m.compressed_bytes = c["compressed_bytes"].whole(1, bound);
+    m.outlier_fraction = c["outlier_fraction"].number(0, 1);
+    m.relative_error = c["relative_error"].number(0, kMaxRelativeError);
+    const Field layer_errors = c["layer_errors"];
+    const std::vector<Field> layers = layer_errors.items();
+    if (layers.size() != static_cast<std::size_t>(p.block.layers))
+        layer_errors.refuse("but the profiler's slice has " + std::to_string(p.block.layers) + " layers, one error each");
+    for (const Field& e : layers) m.layer_errors.push_back(e.number(0, kMaxRelativeError));
+    m.compress_ms = c["compress_ms"].number(0, kMaxProfileMs);
+    m.decompress_ms = c["decompress_ms"].number(0, kMaxProfileMs);
+    return m;
+}
+
+// One saved tensor of the block, listed once, at this block's size, with its codecs.
+TensorProfile read_tensor(const Field& t, const GPTConfig& config, const BlockGraph& block, const Profile& p) {
+    TensorProfile tensor;
+    const Field kind = t["kind"];
+    tensor.kind = static_cast<TensorKind>(kind.whole(0, kNumTensorKinds - 1));
+    const TensorInfo& info = block.tensor(tensor.kind);
+    if (!is_profiled(info)) kind.refuse("not a tensor this block plans: " + profiled_names(block));
+    if (p.find(tensor.kind) != nullptr) kind.refuse("a second entry for " + info.name);
+    const Field name = t["name"];
+    tensor.name = name.text();
+    if (tensor.name != info.name)
+        name.refuse("but kind " + std::to_string(static_cast<int>(info.kind)) + " is " + info.name);
+    const Field bytes = t["bytes"];
+    tensor.bytes = bytes.whole(0, std::numeric_limits<std::uint64_t>::max());
+    if (tensor.bytes != info.bytes())
+        bytes.refuse("but this block's " + info.name + " holds " + std::to_string(info.bytes()) + " bytes");
+    for (const Field& c : t["codecs"].items()) tensor.codecs.push_back(read_codec(c, config, info, p, tensor));
+    return tensor;
+}
+
+// profile.json's measurements into `p` (which names the run they must describe), each checked
+// against the block `config` builds at p's batch, seq and dtype: what profile_block would write.
+void read_measurements(const Field& root, const GPTConfig& config, Profile& p) {
+    const BlockGraph block(config, p.batch, p.seq, p.block.dtype);
+    p.measured_batch = static_cast<int>(root["measured_batch"].whole(1, static_cast<std::uint64_t>(p.batch)));
+    read_ops(root["ops"], block, p);
+    for (const Field& t : root["tensors"].items()) p.tensors.push_back(read_tensor(t, config, block, p));
+    for (const TensorInfo& info : block.tensors())
+        if (is_profiled(info) && p.find(info.kind) == nullptr)
+            Field::fail("tensors has no " + info.name + "; this block plans " + profiled_names(block));
+}
+
+}  // namespace
+
 nlohmann::json Profile::to_json() const {
     nlohmann::json j;
-    j["batch"] = batch;
-    j["seq"] = seq;
+    j["format"] = kProfileFormat;
+    j["measured_for"] = measured_for(*this);
     j["measured_batch"] = measured_batch;
-    j["codec"] = {{"group_size", codec_params.group_size}, {"outlier_z", codec_params.outlier_z},
-                  {"max_outlier_channels", codec_params.max_outlier_channels}};
     j["ops"] = nlohmann::json::array();
     for (std::size_t i = 0; i < op_names.size(); ++i) j["ops"].push_back({{"name", op_names[i]}, {"forward_ms", op_ms[i]}});
-    j["format"] = kProfileFormat;
     j["tensors"] = nlohmann::json::array();
     for (const auto& t : tensors) {
         nlohmann::json codecs = nlohmann::json::array();
@@ -220,58 +448,33 @@ nlohmann::json Profile::to_json() const {
     return j;
 }
 
-Profile Profile::from_json(const nlohmann::json& j) {
-    Profile p;
-    p.batch = j.at("batch");
-    p.seq = j.at("seq");
-    p.measured_batch = j.at("measured_batch");
-    p.codec_params.group_size = j.at("codec").at("group_size");
-    p.codec_params.outlier_z = j.at("codec").at("outlier_z");
-    p.codec_params.max_outlier_channels = j.at("codec").at("max_outlier_channels");
-    for (const auto& op : j.at("ops")) {
-        p.op_names.push_back(op.at("name"));
-        p.op_ms.push_back(op.at("forward_ms"));
-    }
-    for (const auto& t : j.at("tensors")) {
-        TensorProfile tp;
-        tp.name = t.at("name");
-        tp.kind = static_cast<TensorKind>(t.at("kind").get<int>());
-        tp.bytes = t.at("bytes");
-        for (const auto& c : t.at("codecs")) {
-            CodecMeasurement m;
-            m.codec = static_cast<Codec>(c.at("codec_id").get<int>());
-            m.compressed_bytes = c.at("compressed_bytes");
-            m.compressed_bound = c.at("compressed_bound");
-            m.outlier_fraction = c.at("outlier_fraction");
-            m.relative_error = c.at("relative_error");
-            m.layer_errors = c.value("layer_errors", std::vector<double>{});  // absent before per-layer classes
-            m.compress_ms = c.at("compress_ms");
-            m.decompress_ms = c.at("decompress_ms");
-            tp.codecs.push_back(m);
-        }
-        p.tensors.push_back(tp);
-    }
-    return p;
-}
-
 void Profile::save(const std::filesystem::path& file) const { std::ofstream(file) << to_json().dump(2) << "\n"; }
 
-Profile Profile::load(const std::filesystem::path& file) {
+Profile Profile::load(const std::filesystem::path& file, const GPTConfig& config, int batch, int seq,
+                      const ComputeTarget& target, const CodecParams& codec_params) {
     std::ifstream in(file);
     if (!in)
         throw SettingError("memory.profile", "cannot read profile " + file.string() +
                                                  ": memory.profile must name a profile.json written by a run, or be "
                                                  "empty to profile afresh");
+    const std::string redo = ": delete it and let the run profile again";
     try {
         const nlohmann::json j = nlohmann::json::parse(in);
-        if (j.value("format", 1) != kProfileFormat)
-            throw UserError("profile " + file.string() + " has format " + std::to_string(j.value("format", 1)) +
-                            "; this adacc measures every codec per tensor (format " + std::to_string(kProfileFormat) +
-                            "): delete it and let the run profile again");
-        return from_json(j);
+        const Field root(j, "");
+        // Format 1 had no "format" key.
+        const nlohmann::json format = j.is_object() && j.contains("format") ? j["format"] : nlohmann::json(1);
+        if (format != kProfileFormat)
+            throw SettingError("memory.profile", "profile " + file.string() + " has format " + format.dump() +
+                                                     "; this adacc names what a profile was measured for (format " +
+                                                     std::to_string(kProfileFormat) + ")" + redo);
+        Profile p = profile_subject(config, batch, seq, target, codec_params);
+        check_measured_for(root["measured_for"], measured_for(p), file);
+        read_measurements(root, config, p);
+        return p;
+    } catch (const MalformedProfile& e) {
+        throw SettingError("memory.profile", "profile " + file.string() + ": " + e.what() + redo);
     } catch (const nlohmann::json::exception& e) {
-        throw UserError("profile " + file.string() + " is malformed (" + e.what() +
-                        "): delete it and let the run profile again");
+        throw SettingError("memory.profile", "profile " + file.string() + " is malformed (" + e.what() + ")" + redo);
     }
 }
 

@@ -4,7 +4,8 @@
 // weighs. It runs a slice of the model, never the whole: the embeddings, the first kProfiledLayers
 // blocks at the model's width, the final layernorm and the classifier, so planning a model needs
 // only the memory of that slice (a GPT-4.7B plans on a machine that could not hold its weights). A
-// profile is saved as profile.json in the run folder and can be reused (--profile FILE).
+// profile is saved as profile.json in the run folder and can be reused (--profile FILE): it names
+// what it was measured for, and a run whose block differs in any of that refuses it.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,11 @@ struct TensorProfile {
     const CodecMeasurement* find(Codec codec) const;  // null when it was not measured
 };
 
+// The slot tensor `t` (at B x T) takes compressed by `codec`: codec_max_bytes of its rows x cols,
+// what the tape reserves, the planner counts and a profile's compressed_bound records.
+std::size_t compressed_bound(const GPTConfig& config, const TensorInfo& t, Codec codec, int B, int T,
+                             const CodecParams& params);
+
 // The profiled layer whose figures stand for model layer `layer`: itself within the slice, the
 // slice's last (deepest) layer beyond it. `layers_profiled` <= 0 means one.
 int profiled_layer(int layer, int layers_profiled);
@@ -49,9 +55,24 @@ int profiled_layer(int layer, int layers_profiled);
 // `m`'s relative error in model layer `layer` (-1: the largest over layers).
 double layer_error(const CodecMeasurement& m, int layer);
 
+// What a profile measured besides batch x seq and its codec parameters: the fields that change
+// one block's tensor list, sizes, times or errors. Not n_layer beyond the slice (deeper layers
+// take the slice's deepest layer's figures), nor vocab_size, max_seq_len or classifier_chunk (the
+// profile records the block alone), nor the weights (training.seed, [stress]): re-plans
+// re-measure the statistics that drift from the run's own weights.
+struct ProfiledBlock {
+    int n_embd = 0, n_head = 0;   // every tensor's shape and every op's time
+    int layers = 0;               // blocks in the slice (profile_slice): one error per codec each
+    float dropout = 0;            // masks exist when > 0, and every tensor after a dropout reads it
+    AttentionImpl attention = AttentionImpl::materialized;  // fused has no attention matrices
+    Device device = Device::cpu;  // the times are this device's
+    DType dtype = DType::f32;     // sizes, times and errors are those of this dtype's tensors
+};
+
 struct Profile {
     int batch = 0, seq = 0;            // the batch the numbers describe
     int measured_batch = 0;            // the batch actually run (smaller when `batch` did not fit)
+    ProfiledBlock block;               // what it measured besides batch x seq and codec_params
     std::vector<std::string> op_names; // the block's ops, in order
     std::vector<double> op_ms;         // forward time per op per layer, at `batch`
     std::vector<TensorProfile> tensors;  // saved tensors of one block (not x, not layernorm statistics)
@@ -59,10 +80,27 @@ struct Profile {
 
     const TensorProfile* find(TensorKind kind) const;
     nlohmann::json to_json() const;
-    static Profile from_json(const nlohmann::json& json);
     void save(const std::filesystem::path& file) const;
-    static Profile load(const std::filesystem::path& file);  // UserError when unreadable or malformed
+    // The profile in `file`, for a run of `config` at batch x seq on `target` with `codec_params`.
+    // SettingError on memory.profile naming the file and the key at fault when it is unreadable,
+    // of another format, measured for another run (any ProfiledBlock field, batch, seq or codec
+    // parameter: what profile_subject gives for these arguments), or not a measurement of this
+    // block: an op or a saved tensor missing, unknown or repeated, a size or codec bound other than
+    // this block's, a number negative, non-finite or out of range. A tensor may list fewer codecs
+    // than codecs_that_store (profiles from before every codec was measured): the planner weighs
+    // only the measured ones.
+    static Profile load(const std::filesystem::path& file, const GPTConfig& config, int batch, int seq,
+                        const ComputeTarget& target, const CodecParams& codec_params);
 };
+
+// A profile of no measurements that names what profile_block(config, batch, ..., seq, ..., target,
+// codec_params) measures: its batch, seq, block and codec parameters.
+Profile profile_subject(const GPTConfig& config, int batch, int seq, const ComputeTarget& target,
+                        const CodecParams& codec_params);
+
+// Whether the profiler measures tensor `t` of a block: saved, planned (not tiny, not the block
+// input x) and present.
+bool is_profiled(const TensorInfo& t);
 
 // Blocks in the profiler's slice: two, so a block's input is itself a block's output (layer 1
 // sees the residual stream as every deeper layer does; layer 0 sees the embeddings).

@@ -96,9 +96,26 @@ struct RunRecord {
 // API, as a user's hook would on any backend): outlier channels appear in the residual stream,
 // the sampled statistics leave the plan's, and the monitor re-plans. Errors near the tolerance
 // do not re-plan (memory.max_codec_error 0.3), so every re-plan is the injection's.
+// The shared profile (write_shared_inputs) as `target` names it: a profile says which device and
+// dtype it was measured on, and a run refuses another's. Its errors and times stand for every
+// target's, so every run starts from the same plan; full sizes are the target dtype's.
+std::filesystem::path shared_profile_for(const std::filesystem::path& dir, const ComputeTarget& target) {
+    const GPTConfig cfg = planned_model();
+    Profile p = Profile::load(dir / "profile.json", cfg, kB, kT, ComputeTarget{}, {});
+    p.block.device = target.device;
+    p.block.dtype = target.activation;
+    const BlockGraph block(cfg, kB, kT, target.activation);
+    for (auto& t : p.tensors) t.bytes = block.tensor(t.kind).bytes();
+    const auto file = dir / ("profile_" + std::string(device_name(target.device)) + "_" +
+                             std::string(dtype_name(target.activation)) + ".json");
+    p.save(file);
+    return file;
+}
+
 RunRecord train_adacc(const std::filesystem::path& dir, const std::string& name, const ComputeTarget& target) {
     const GPTConfig cfg = planned_model();
-    const Profile profile = Profile::load(dir / "profile.json");
+    const std::filesystem::path profile_file = shared_profile_for(dir, target);
+    const Profile profile = Profile::load(profile_file, cfg, kB, kT, target, {});
     const std::uint64_t budget = everything_compressed_memory(cfg, kB, kT, profile, target).total() + 4096;
     RunConfig config;
     config.model = cfg;
@@ -109,7 +126,7 @@ RunRecord train_adacc(const std::filesystem::path& dir, const std::string& name,
     config.data.train = (dir / "train.bin").string();
     config.memory.mode = "adacc";
     config.memory.budget = std::to_string(budget);
-    config.memory.profile = (dir / "profile.json").string();
+    config.memory.profile = profile_file.string();
     config.memory.codecs = "paper";
     config.memory.max_codec_error = 0.3f;  // re-plans come from the injection, not from errors near a tolerance
     config.memory.monitor_max_interval = 2;
