@@ -132,6 +132,14 @@ TEST(AtomicWrite, AShardIsNeverWrittenThroughALink) {
     EXPECT_EQ(read_file(dir / "elsewhere.bin"), "precious");
 }
 
+TEST(AtomicWrite, AProfileIsNeverWrittenThroughALink) {
+    const auto dir = test::scratch_dir("atomic");
+    write_file(dir / "elsewhere.json", "precious");
+    fs::create_symlink(dir / "elsewhere.json", dir / "profile.json");
+    EXPECT_TRUE(contains(error_of([&] { Profile{}.save(dir / "profile.json"); }), "symbolic link"));
+    EXPECT_EQ(read_file(dir / "elsewhere.json"), "precious");
+}
+
 // A trained tiny run (1 layer, 16 wide) with checkpoints at steps 2 and 4, for the CLI tests.
 class HardEdges : public ::testing::Test {
 protected:

@@ -13,6 +13,7 @@
 #include "src/engine/activation_plan.h"
 #include "src/common/units.h"
 #include "src/common/errors.h"
+#include "src/common/file_io.h"
 #include "src/engine/weight_init.h"
 
 namespace adacc {
@@ -448,7 +449,12 @@ nlohmann::json Profile::to_json() const {
     return j;
 }
 
-void Profile::save(const std::filesystem::path& file) const { std::ofstream(file) << to_json().dump(2) << "\n"; }
+void Profile::save(const std::filesystem::path& file) const {
+    const std::string text = to_json().dump(2) + "\n";
+    AtomicFileWriter out(file);  // a killed run or a full disk never leaves half a profile to plan from
+    out.write(text.data(), text.size());
+    out.commit();
+}
 
 Profile Profile::load(const std::filesystem::path& file, const GPTConfig& config, int batch, int seq,
                       const ComputeTarget& target, const CodecParams& codec_params) {
