@@ -8,7 +8,8 @@
 //   * a 2-rank run checkpointed at step 3 and resumed on 1 rank (grad_accum 2: the same global
 //     batch) continues with the losses of the uninterrupted 2-rank run;
 //   * an error on one rank (a shard missing for rank 1 alone: an MPMD launch gives it another
-//     config) ends both ranks within seconds with that rank's message;
+//     config) ends both ranks within seconds with that rank's message, and so do ranks given
+//     different runs (src/train/rank_agreement.h), before the first step;
 //   * ZeRO-1 (training.zero = 1) trains as plain data parallelism, and its accounting: per-rank
 //     AdamW state in `adacc memory --world-size`, a larger planned batch at a fixed budget.
 // The mpirun tests skip with a message where this build has no MPI or mpirun is not installed.
@@ -135,6 +136,39 @@ TEST(DataParallel, AnErrorOnOneRankEndsEveryRank) {
     EXPECT_NE(r.output.find("rank 1 of 2: error: "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("missing_*.bin"), std::string::npos) << r.output;
     EXPECT_LT(seconds, 60) << r.output;
+}
+
+// Ranks given different runs: a --set that differs per rank (an MPMD launch gives rank 1 its own)
+// hung the job (the steps), aborted it in MPI with MPI_ERR_TRUNCATE (a shape) or trained replicas
+// that differ with exit 0 (the learning rate), and so did --init-from files that differ. Each now
+// ends the job before the first step, exit 2, naming the key and both values.
+TEST(DataParallel, RanksGivenDifferentRunsEndTheJobNamingTheDifference) {
+    ADACC_REQUIRE_MPI();
+    const auto dir = test::write_data_parallel_job("dp_disagree");
+    const std::string common = test::adacc_binary() + " train --config " + (dir / "job.toml").string() +
+                               " --set logging.run_dir=" + (dir / "run").string() + " --overwrite";
+    ASSERT_EQ(train(dir, "source", 0, "--set checkpoint.every=2").status, 0);
+    struct Case {
+        std::string rank1_sets, difference;
+    };
+    const std::vector<Case> cases = {
+        {"--set training.steps=3", "training.steps: 6 on rank 0, 3 on rank 1"},
+        {"--set model.n_layer=3", "model.n_layer: 2 on rank 0, 3 on rank 1"},
+        {"--set lr.max=0.002", "lr.max: 0.001 on rank 0, 0.002 on rank 1"},
+        {"--init-from " + checkpoint_path(dir / "source", 2).string(), "weights: initialised from training.seed on rank "
+                                                                       "0, adacc checkpoint, digest 0x"},
+    };
+    for (const auto& c : cases) {
+        const auto start = std::chrono::steady_clock::now();
+        const auto r = test::run_shell(test::mpirun(1) + common + " : -np 1 " + common + " " + c.rank1_sets, true, 120);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        EXPECT_EQ(r.status, 2) << c.rank1_sets << "\n" << r.output;
+        EXPECT_NE(r.output.find("rank 1 of 2: error: this rank was given another run than rank 0"), std::string::npos)
+            << r.output;
+        EXPECT_NE(r.output.find(c.difference), std::string::npos) << r.output;
+        EXPECT_EQ(r.output.find("step      1/"), std::string::npos) << "no step may run: " << r.output;
+        EXPECT_LT(seconds, 60) << r.output;
+    }
 }
 
 // ZeRO-1 gives the result of plain data parallelism: the same gradient sums (reduce-scatter

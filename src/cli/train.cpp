@@ -8,6 +8,7 @@
 #include "src/config/config.h"
 #include "src/common/errors.h"
 #include "src/dist/process_group.h"
+#include "src/train/rank_agreement.h"
 #include "src/train/run_folder.h"
 #include "src/train/stop_signals.h"
 #include "src/train/trainer.h"
@@ -135,11 +136,13 @@ void run_train(TrainArgs& args) {
             check_weights_shape(*init_from, config.model);
             refuse_weights_inside_run_folder(*init_from, config.logging.run_dir);
         }
-        if (root) {
-            create_run_folder(config.logging.run_dir);
-            lock = std::make_unique<RunFolderLock>(config.logging.run_dir);
-            claim_run_folder_for_fresh_run(config.logging.run_dir, args.overwrite);
-        }
+    }
+    // Before anything is written, and before any collective whose size depends on the config.
+    require_ranks_agree(run_facts(config, checkpoint, init_from));
+    if (root && args.resume.empty()) {
+        create_run_folder(config.logging.run_dir);
+        lock = std::make_unique<RunFolderLock>(config.logging.run_dir);
+        claim_run_folder_for_fresh_run(config.logging.run_dir, args.overwrite);
     }
     install_stop_signal_handlers();
     Trainer trainer(config, checkpoint, init_from);

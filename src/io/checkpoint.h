@@ -69,8 +69,8 @@ struct StoredTensor {
     std::uint64_t checksum = 0;
 };
 
-// Writes `file` atomically (via file + ".tmp", synced, renamed, directory synced), so a crash
-// mid-write leaves the previous file intact. Tensor names must be unique and non-empty.
+// Writes `file` atomically (AtomicFileWriter: a temporary of its own name, synced, renamed,
+// directory synced), so a crash mid-write leaves the previous file intact. Tensor names must be unique and non-empty.
 void write_checkpoint(const std::filesystem::path& file, const nlohmann::json& meta,
                       const std::vector<CheckpointTensor>& tensors);
 
