@@ -367,10 +367,17 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& dir) {
     if (!std::filesystem::is_directory(dir))
         throw UserError("GPT-2 vocabulary directory " + quoted(dir) + " does not exist: " + std::string(kVocabFix));
     auto tables = std::make_shared<Tables>();
-    load_encoder_json(dir / "encoder.json", *tables);
-    check_merges_match_ids(dir / "vocab.bpe", *tables);
+    const Gpt2VocabFiles files = vocab_files(dir);
+    load_encoder_json(files.encoder, *tables);
+    check_merges_match_ids(files.merges, *tables);
     compile_regex(*tables);
     return Gpt2Tokenizer(std::move(tables));
+}
+
+Gpt2VocabFiles Gpt2Tokenizer::vocab_files(const std::filesystem::path& dir) {
+    const Gpt2VocabFiles openai = Gpt2VocabFiles::openai(dir), hugging_face = Gpt2VocabFiles::hugging_face(dir);
+    return !std::filesystem::exists(openai.encoder) && std::filesystem::exists(hugging_face.encoder) ? hugging_face
+                                                                                                    : openai;
 }
 
 std::vector<std::uint32_t> Gpt2Tokenizer::encode(std::string_view text, SpecialTokens special) const {

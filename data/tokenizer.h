@@ -32,6 +32,17 @@
 
 namespace adacc {
 
+// A vocabulary's two files: the token -> id map and the BPE merges in rank order. OpenAI names
+// them encoder.json and vocab.bpe; a Hugging Face model folder holds the same two files as
+// vocab.json and merges.txt.
+struct Gpt2VocabFiles {
+    std::filesystem::path encoder, merges;
+    static Gpt2VocabFiles openai(const std::filesystem::path& dir) { return {dir / "encoder.json", dir / "vocab.bpe"}; }
+    static Gpt2VocabFiles hugging_face(const std::filesystem::path& dir) {
+        return {dir / "vocab.json", dir / "merges.txt"};
+    }
+};
+
 enum class SpecialTokens {
     as_text,  // "<|endoftext|>" in the input is encoded like any other text (tiktoken's encode_ordinary)
     allowed,  // "<|endoftext|>" in the input becomes the end-of-text token
@@ -39,9 +50,12 @@ enum class SpecialTokens {
 
 class Gpt2Tokenizer {
 public:
-    // Reads DIR/encoder.json and DIR/vocab.bpe; throws UserError naming the file and the fix
-    // (also for an empty path, so commands can pass an unset --vocab straight through).
+    // Reads vocab_files(dir); throws UserError naming the file and the fix (also for an empty
+    // path, so commands can pass an unset --vocab straight through).
     static Gpt2Tokenizer load(const std::filesystem::path& dir);
+    // The files load(dir) reads: OpenAI's names, or Hugging Face's where DIR has vocab.json and no
+    // encoder.json (a Hub download or `adacc export --hf-model` folder).
+    static Gpt2VocabFiles vocab_files(const std::filesystem::path& dir);
 
     std::vector<std::uint32_t> encode(std::string_view text, SpecialTokens special = SpecialTokens::as_text) const;
     // Throws UserError for an id outside the vocabulary.

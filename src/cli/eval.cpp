@@ -1,4 +1,4 @@
-// adacc eval --checkpoint DIR|FILE | --llmc-model FILE --task lambada|arc_easy --data PATH --vocab DIR
+// adacc eval --checkpoint DIR|FILE | --llmc-model FILE | --hf-model DIR --task lambada|arc_easy --data PATH --vocab DIR
 //            [--split test|dev] [--limit N] [--batch B] [--output FILE] [--threads N]
 // Scores a model on LAMBADA (lambada_openai) or ARC-Easy exactly as lm-evaluation-harness does
 // (src/eval/eval_tasks.h): a progress bar with the running accuracy on stderr (when it is a terminal),
@@ -24,7 +24,7 @@ namespace adacc {
 namespace {
 
 struct EvalArgs {
-    std::string checkpoint, llmc_model, task, data, vocab, split = "test", output, device = "cpu", dtype = "auto";
+    std::string checkpoint, llmc_model, hf_model, task, data, vocab, split = "test", output, device = "cpu", dtype = "auto";
     std::size_t limit = 0;
     int batch = 8;
     int threads = 0;
@@ -48,7 +48,7 @@ void run_eval_command(const EvalArgs& args) {
     const auto task = parse_eval_task(args.task);
     if (!task) throw UserError("unknown task '" + args.task + "': use lambada or arc_easy");
 
-    const WeightsFile weights = open_weights_option(args.checkpoint, args.llmc_model);
+    const WeightsFile weights = open_weights_option(args.checkpoint, args.llmc_model, args.hf_model);
     const GPTConfig& config = weights.shape;
     const std::filesystem::path& model_file = weights.path;
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(args.vocab);
@@ -114,7 +114,7 @@ void add_eval_command(Command& program) {
         "eval",
         "Score a model on LAMBADA (lambada_openai) or ARC-Easy the way lm-evaluation-harness does (zero-shot): "
         "a table and a JSON summary on stdout, per-document JSONL with --output");
-    add_model_options(cmd, args->checkpoint, args->llmc_model);
+    add_model_options(cmd, args->checkpoint, args->llmc_model, args->hf_model);
     add_device_option(cmd, args->device, "cpu");
     add_dtype_option(cmd, args->dtype, "auto");
     cmd.option("--task", args->task, "lambada or arc_easy").required().type_name("TASK");

@@ -1,4 +1,4 @@
-// adacc sample --checkpoint DIR|FILE | --llmc-model FILE --prompt TEXT --vocab DIR
+// adacc sample --checkpoint DIR|FILE | --llmc-model FILE | --hf-model DIR --prompt TEXT --vocab DIR
 //              [--tokens N --temperature T --top-k K --seed S]
 #include <cstdio>
 
@@ -13,12 +13,12 @@ namespace adacc {
 namespace {
 
 struct SampleArgs {
-    std::string checkpoint, llmc_model, prompt, vocab, device = "cpu", dtype = "auto";
+    std::string checkpoint, llmc_model, hf_model, prompt, vocab, device = "cpu", dtype = "auto";
     SamplingOptions options;
 };
 
 void run_sample(const SampleArgs& args) {
-    const WeightsFile weights = open_weights_option(args.checkpoint, args.llmc_model);
+    const WeightsFile weights = open_weights_option(args.checkpoint, args.llmc_model, args.hf_model);
     const GPTConfig& shape = weights.shape;
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(args.vocab);
     if (static_cast<std::uint32_t>(shape.vocab_size) != tokenizer.vocab_size())
@@ -52,8 +52,8 @@ void run_sample(const SampleArgs& args) {
 
 void add_sample_command(Command& program) {
     auto args = std::make_shared<SampleArgs>();
-    Command cmd = program.subcommand("sample", "Generate text from a checkpoint or an llm.c model file");
-    add_model_options(cmd, args->checkpoint, args->llmc_model);
+    Command cmd = program.subcommand("sample", "Generate text from a checkpoint, an llm.c model file or a Hugging Face GPT-2 folder");
+    add_model_options(cmd, args->checkpoint, args->llmc_model, args->hf_model);
     cmd.option("--prompt", args->prompt, "text to continue").required();
     add_device_option(cmd, args->device, "cpu");
     add_dtype_option(cmd, args->dtype, "auto");

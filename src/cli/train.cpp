@@ -1,4 +1,4 @@
-// adacc train --config FILE [--set section.key=value ...] [--init-from FILE|RUN_DIR] [--overwrite]
+// adacc train --config FILE [--set section.key=value ...] [--init-from FILE|RUN_DIR|HF_DIR] [--overwrite]
 // adacc train --resume RUN_DIR [--set section.key=value ...]
 
 #include <algorithm>
@@ -166,7 +166,8 @@ void add_train_command(Command& program) {
     add_device_option(cmd, args->device, "training.device");
     add_dtype_option(cmd, args->dtype, "model.dtype");
     cmd.option("--init-from", args->init_from,
-                    "start from these weights (llm.c GPT-2 model file, adacc checkpoint or run folder) with a fresh "
+                    "start from these weights (Hugging Face GPT-2 folder, llm.c GPT-2 model file, adacc checkpoint or "
+                    "run folder) with a fresh "
                     "optimizer and the data from the start");
     cmd.flag("--overwrite", args->overwrite,
                   "start over in a run folder that holds a run (deletes its config, metrics and checkpoints); with "

@@ -9,6 +9,7 @@
 #include "src/io/checkpoint.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
+#include "src/io/hf_gpt2.h"
 #include "src/io/llmc_model_io.h"
 #include "src/train/training_state.h"
 
@@ -19,7 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kAccepted =
-    "pass an llm.c GPT-2 model file (e.g. gpt2_124M.bin), an adacc checkpoint file or a run folder";
+    "pass a Hugging Face GPT-2 folder (config.json and model.safetensors), an llm.c GPT-2 model file (e.g. "
+    "gpt2_124M.bin), an adacc checkpoint file or a run folder";
 
 // "50257 (padded to 50304 rows)": llm.c files store the padded vocabulary, so say both.
 std::string field_value(const GPTShapeField& field, const GPTConfig& c) {
@@ -27,6 +29,12 @@ std::string field_value(const GPTShapeField& field, const GPTConfig& c) {
     if (field.member == &GPTConfig::vocab_size)
         text += " (padded to " + std::to_string(c.padded_vocab_size()) + " rows)";
     return text;
+}
+
+// Where the file states a field: Hugging Face's config.json names max_seq_len n_positions.
+std::string stated_in(const WeightsFile& weights, const GPTShapeField& field) {
+    if (weights.format != WeightsFormat::hf_model) return "in the file";
+    return std::string("in config.json (") + (field.member == &GPTConfig::max_seq_len ? "n_positions" : field.name) + ")";
 }
 
 std::string matching_preset(const GPTConfig& shape) {
@@ -54,8 +62,17 @@ WeightsFile open_llmc_weights(const fs::path& file) {
     return weights;
 }
 
+WeightsFile open_hf_weights(const fs::path& dir) {
+    WeightsFile weights;
+    weights.format = WeightsFormat::hf_model;
+    weights.path = dir;
+    weights.shape = read_hf_gpt2_config(dir);
+    return weights;
+}
+
 WeightsFile open_weights_file(const fs::path& file_or_run_dir) {
     std::error_code error;
+    if (is_hf_model_dir(file_or_run_dir)) return open_hf_weights(file_or_run_dir);
     if (fs::is_directory(file_or_run_dir, error)) return open_checkpoint_weights(file_or_run_dir);
     if (!fs::exists(file_or_run_dir, error)) throw UserError(quoted(file_or_run_dir) + " does not exist; " + kAccepted);
     char start[sizeof kCheckpointMagic] = {};
@@ -66,22 +83,27 @@ WeightsFile open_weights_file(const fs::path& file_or_run_dir) {
         return open_checkpoint_weights(file_or_run_dir);
     if (long_enough && first_word == kLlmcModelMagic) return open_llmc_weights(file_or_run_dir);
     const bool token_shard = long_enough && first_word == kTokenShardMagic;
+    const bool hf_file = file_or_run_dir.extension() == ".safetensors" || file_or_run_dir.filename() == "config.json";
     throw UserError(quoted(file_or_run_dir) + " is neither an llm.c model file nor an adacc checkpoint" +
-                    (token_shard ? " (it is an llm.c token shard: training data)" : "") + "; " + kAccepted);
+                    (token_shard ? " (it is an llm.c token shard: training data)" : "") +
+                    (hf_file ? " (it is part of a Hugging Face model: pass the folder that holds it)" : "") + "; " +
+                    kAccepted);
 }
 
-WeightsFile open_weights_option(const std::string& checkpoint, const std::string& llmc_model) {
+WeightsFile open_weights_option(const std::string& checkpoint, const std::string& llmc_model,
+                                const std::string& hf_model) {
     if (!checkpoint.empty()) return open_checkpoint_weights(checkpoint);
     if (!llmc_model.empty()) return open_llmc_weights(llmc_model);
-    throw UserError("no model given: pass --checkpoint RUN_DIR|FILE or --llmc-model FILE");
+    if (!hf_model.empty()) return open_hf_weights(hf_model);
+    throw UserError("no model given: pass --checkpoint RUN_DIR|FILE, --llmc-model FILE or --hf-model DIR");
 }
 
 void check_weights_shape(const WeightsFile& weights, const GPTConfig& config) {
     std::string differences, fix;
     for (const auto& f : kGPTShapeFields) {
         if (weights.shape.*f.member == config.*f.member) continue;
-        differences += std::string("\n  model.") + f.name + ": " + field_value(f, weights.shape) + " in the file, " +
-                       field_value(f, config) + " in the config";
+        differences += std::string("\n  model.") + f.name + ": " + field_value(f, weights.shape) + " " +
+                       stated_in(weights, f) + ", " + field_value(f, config) + " in the config";
         fix += std::string(" --set model.") + f.name + "=" + std::to_string(weights.shape.*f.member);
     }
     if (differences.empty()) return;
@@ -100,7 +122,8 @@ void load_weights(const WeightsFile& weights, GPTModel& model) {
         return;
     }
     std::vector<float> host(model.num_params());
-    load_llmc_model(weights.path, model.config(), host.data());
+    if (weights.format == WeightsFormat::hf_model) load_hf_gpt2(weights.path, model.config(), host.data());
+    else load_llmc_model(weights.path, model.config(), host.data());
     model.write_arena(ModelArena::parameters, 0, host.size(), host.data());
     if (!parameters_are_finite(model))
         throw UserError(describe_weights(weights) + " holds non-finite parameters: it was written by a diverged run "
@@ -108,8 +131,12 @@ void load_weights(const WeightsFile& weights, GPTModel& model) {
 }
 
 std::string describe_weights(const WeightsFile& weights) {
-    return (weights.format == WeightsFormat::llmc_model ? "llm.c model file " : "adacc checkpoint ") +
-           quoted(weights.path);
+    switch (weights.format) {
+        case WeightsFormat::llmc_model: return "llm.c model file " + quoted(weights.path);
+        case WeightsFormat::hf_model: return "Hugging Face GPT-2 folder " + quoted(weights.path);
+        case WeightsFormat::adacc_checkpoint: break;
+    }
+    return "adacc checkpoint " + quoted(weights.path);
 }
 
 }  // namespace adacc
