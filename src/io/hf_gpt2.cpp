@@ -333,22 +333,21 @@ void refuse_extra_tensors(const HfWeights& weights, const std::set<std::string>&
 }
 
 // lm_head.weight, when the folder stores it, must be the token embedding it is tied to.
-void check_tied_head(const HfWeights& weights, const fs::path& dir, const GPTConfig& config, const float* wte) {
+void check_tied_head(const HfWeights& weights, const FoundTensor& wte, const fs::path& dir, const GPTConfig& config) {
     const FoundTensor* head = weights.find(kHeadName);
     if (!head) return;
-    const std::vector<std::uint64_t> shape = {static_cast<std::uint64_t>(config.vocab_size),
-                                              static_cast<std::uint64_t>(config.n_embd)};
-    if (head->tensor->shape != shape)
+    if (head->tensor->shape != wte.tensor->shape)
         throw UserError("tensor 'lm_head.weight' in " + quoted(head->file->path()) + " is " + shape_text(head->tensor->shape) +
-                        ", but the head tied to the token embedding is " + shape_text(shape) + "; " + kGpt2Fix);
-    std::vector<float> values(numel(shape));
-    head->file->read_f32(*head->tensor, values.data());
-    const auto [differs, unused] = std::mismatch(values.begin(), values.end(), wte);
-    if (differs == values.end()) return;
-    const std::size_t at = static_cast<std::size_t>(differs - values.begin());
+                        ", but the head tied to the token embedding is " + shape_text(wte.tensor->shape) + "; " + kGpt2Fix);
+    std::vector<float> head_values(head->tensor->numel()), wte_values(wte.tensor->numel());
+    head->file->read_f32(*head->tensor, head_values.data());
+    wte.file->read_f32(*wte.tensor, wte_values.data());
+    const auto [differs, in_wte] = std::mismatch(head_values.begin(), head_values.end(), wte_values.begin());
+    if (differs == head_values.end()) return;
+    const std::size_t at = static_cast<std::size_t>(differs - head_values.begin());
     throw UserError(quoted(dir) + "'s lm_head.weight differs from its token embedding wte (row " +
-                    std::to_string(at / shape[1]) + ", column " + std::to_string(at % shape[1]) + ": " +
-                    std::to_string(*differs) + " vs " + std::to_string(wte[at]) +
+                    std::to_string(at / config.n_embd) + ", column " + std::to_string(at % config.n_embd) + ": " +
+                    std::to_string(*differs) + " vs " + std::to_string(*in_wte) +
                     "): its head is not tied, and adacc's GPT-2 ties the head to wte; " + kGpt2Fix);
 }
 
@@ -409,14 +408,30 @@ json config_json(const GPTConfig& config, const std::optional<Gpt2Tokenizer>& to
     return j;
 }
 
-}  // namespace
+// A folder whose config.json is a GPT-2 adacc runs and whose weight files hold exactly its
+// tensors, of its shapes, in dtypes adacc reads, with a tied head; no other tensor's data read yet.
+struct HfFolder {
+    GPTConfig config;
+    HfWeights weights;
+    std::vector<HfTensor> tensors;       // the model's, in state-dict order
+    std::vector<const FoundTensor*> found;  // each one's place in the files
 
-bool is_hf_model_dir(const fs::path& dir) {
-    std::error_code error;
-    return fs::is_directory(dir, error) && fs::exists(dir / kConfigFile, error);
-}
+    explicit HfFolder(const fs::path& dir)
+        : config(read_config(dir)), weights(dir), tensors(hf_tensors(config)) {
+        const std::string prefix = weights.find(std::string(kPrefix) + "wte.weight") ? kPrefix : "";
+        std::set<std::string> used;
+        for (const auto& t : tensors) {
+            found.push_back(&expected_tensor(weights, t, prefix, dir, config));
+            used.insert(prefix + t.name);
+        }
+        refuse_extra_tensors(weights, used, prefix, dir, config);
+        check_tied_head(weights, *found.front(), dir, config);  // wte comes first
+    }
 
-GPTConfig read_hf_gpt2_config(const fs::path& dir) {
+    static GPTConfig read_config(const fs::path& dir);
+};
+
+GPTConfig HfFolder::read_config(const fs::path& dir) {
     if (!is_hf_model_dir(dir))
         throw UserError(quoted(dir) + " is not a Hugging Face model folder: it has no config.json; pass the folder "
                         "a Hub download (e.g. `huggingface-cli download openai-community/gpt2 --local-dir DIR`) or "
@@ -437,34 +452,31 @@ GPTConfig read_hf_gpt2_config(const fs::path& dir) {
     return config;
 }
 
-void load_hf_gpt2(const fs::path& dir, const GPTConfig& expected, float* params) {
-    const GPTConfig stored = read_hf_gpt2_config(dir);
-    if (!same_shape(stored, expected))
-        throw UserError(quoted(dir / kConfigFile) + " describes " + describe_config(stored) + ", but the model has " +
-                        describe_config(expected) + "; set the [model] section to the folder's shape");
-    const HfWeights weights(dir);
-    const std::string prefix = weights.find(std::string(kPrefix) + "wte.weight") ? kPrefix : "";
-    const std::vector<HfTensor> tensors = hf_tensors(expected);
-    // Every name and shape is checked before any data is read: a wrong folder fails at once.
-    std::vector<const FoundTensor*> found;
-    std::set<std::string> used;
-    for (const auto& t : tensors) {
-        found.push_back(&expected_tensor(weights, t, prefix, dir, expected));
-        used.insert(prefix + t.name);
-    }
-    refuse_extra_tensors(weights, used, prefix, dir, expected);
+}  // namespace
 
+bool is_hf_model_dir(const fs::path& dir) {
+    std::error_code error;
+    return fs::is_directory(dir, error) && fs::exists(dir / kConfigFile, error);
+}
+
+GPTConfig read_hf_gpt2(const fs::path& dir) { return HfFolder(dir).config; }
+
+void load_hf_gpt2(const fs::path& dir, const GPTConfig& expected, float* params) {
+    const HfFolder folder(dir);
+    if (!same_shape(folder.config, expected))
+        throw UserError(quoted(dir / kConfigFile) + " describes " + describe_config(folder.config) +
+                        ", but the model has " + describe_config(expected) +
+                        "; set the [model] section to the folder's shape");
     const ParameterLayout layout(expected);
     std::vector<float> values;
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-        values.resize(numel(tensors[i].shape));
-        found[i]->file->read_f32(*found[i]->tensor, values.data());
-        place(tensors[i], values.data(), layout, params);
+    for (std::size_t i = 0; i < folder.tensors.size(); ++i) {
+        values.resize(numel(folder.tensors[i].shape));
+        folder.found[i]->file->read_f32(*folder.found[i]->tensor, values.data());
+        place(folder.tensors[i], values.data(), layout, params);
     }
     float* wte = layout.at(params, ParamId::wte);
     std::fill(wte + static_cast<std::size_t>(expected.vocab_size) * expected.n_embd,
               wte + layout.info(ParamId::wte).numel, 0.0f);
-    check_tied_head(weights, dir, expected, wte);
 }
 
 void save_hf_gpt2(const fs::path& dir, const GPTConfig& config, const float* params, const fs::path& vocab_dir) {

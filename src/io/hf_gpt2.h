@@ -26,16 +26,18 @@ namespace adacc {
 // Whether DIR is a Hugging Face model folder (it holds config.json).
 bool is_hf_model_dir(const std::filesystem::path& dir);
 
-// The model config.json describes (dropout 0: weights carry none). UserError naming the key, its
-// value, what adacc runs and the fix, when it is not a GPT-2 adacc computes exactly: an
-// architecture other than GPT2LMHeadModel, an activation other than gelu_new, an MLP other than
-// 4 x n_embd, a layernorm epsilon other than 1e-5, an untied head, scaled or cross attention.
-GPTConfig read_hf_gpt2_config(const std::filesystem::path& dir);
+// The model config.json describes (dropout 0: weights carry none), after checking, without
+// reading any tensor's data, that the folder is one load_hf_gpt2 reads. UserError naming the key,
+// its value, what adacc runs and the fix, when config.json is not a GPT-2 adacc computes exactly
+// (an architecture other than GPT2LMHeadModel, an activation other than gelu_new, an MLP other than
+// 4 x n_embd, a layernorm epsilon other than 1e-5, an untied head, scaled or cross attention);
+// naming the tensor, both shapes and the fix when a tensor is missing, extra, of another shape
+// than config.json implies, or of a dtype other than F32, F16 and BF16.
+GPTConfig read_hf_gpt2(const std::filesystem::path& dir);
 
-// Reads the folder's weights into `params` (ParameterLayout(expected).total() floats) from F32,
-// F16 or BF16 tensors. UserError naming the tensor, both shapes (or values) and the fix when
-// config.json's shape is not `expected`'s, a tensor is missing, extra, of another shape, or the
-// head is not tied.
+// Reads the folder's weights into `params` (ParameterLayout(expected).total() floats), after
+// read_hf_gpt2's checks; also a UserError when config.json's shape is not `expected`'s or the
+// folder's lm_head.weight is not its wte.
 void load_hf_gpt2(const std::filesystem::path& dir, const GPTConfig& expected, float* params);
 
 // Writes DIR/model.safetensors (fp32, GPT2LMHeadModel's names; the tied lm_head left out, as

@@ -66,7 +66,7 @@ WeightsFile open_hf_weights(const fs::path& dir) {
     WeightsFile weights;
     weights.format = WeightsFormat::hf_model;
     weights.path = dir;
-    weights.shape = read_hf_gpt2_config(dir);
+    weights.shape = read_hf_gpt2(dir);
     return weights;
 }
 
