@@ -4,7 +4,9 @@
 #   call 1  the CUDA tests on the device (test_cuda_device: every kernel against its CPU twin, the
 #           whole-model training steps against the CPU backend, recompute bit-identity,
 #           checkpoints); bench_gpu (gpt-117m and gpt-345m at T=1024: step ms, tokens/s, MFU, then
-#           the fixed memory modes at one batch); the per-op table (bench_gpu --per-op, once built).
+#           the fixed memory modes at one batch); the per-op table (bench_gpu --per-op, once built);
+#           Hugging Face GPT-2 export and import against transformers (scripts/hf_gpt2_check.py,
+#           on the CPU: this machine's python3 has torch and transformers).
 #   call 2  compute-sanitizer memcheck and racecheck on the kernel tests; the largest batch per mode
 #           by exact accounting (adacc memory); the planned modes training at gpt-345m (adacc compare:
 #           none, full, quant, recompute-opt, adacc; R = (t_full - t_adacc) / (t_full - t_none));
@@ -39,7 +41,7 @@ set -uo pipefail
 # gets 8 minutes; every step may also take 5 s to die after its timeout (timeout -k 5), which the
 # device call's timeout_s (540) leaves room for.
 MAX_CALL_S=480
-PLAN_1="preflight:15 device_tests:150 bench_gpu:150 per_op_table:150"
+PLAN_1="preflight:15 device_tests:150 bench_gpu:150 per_op_table:125 hf_gpt2:40"
 PLAN_2="preflight:15 memcheck:75 racecheck:75 max_batch_345m:20 max_batch_4.7b:40 compare_345m:135 adacc_4.7b:120"
 
 plan_of() { case "$1" in 1) echo "$PLAN_1" ;; 2) echo "$PLAN_2" ;; esac; }
@@ -66,7 +68,7 @@ print_plan() {
 
 usage() {
   echo "usage: gpu_check.sh 1 | 2 | --plan" >&2
-  echo "  1       preflight, CUDA tests on the device, bench_gpu, per-op table" >&2
+  echo "  1       preflight, CUDA tests on the device, bench_gpu, per-op table, Hugging Face GPT-2 vs transformers" >&2
   echo "  2       preflight, compute-sanitizer memcheck + racecheck, largest batches, planned modes at gpt-345m, gpt-4.7b adacc" >&2
   echo "  --plan  each call's step timeouts and their sum; exit 1 if a call's sum is over $MAX_CALL_S s" >&2
   exit 2
@@ -93,6 +95,9 @@ if [ -z "${CUDA_HOME:-}" ]; then
   if command -v nvcc >/dev/null; then CUDA_HOME="$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")"
   else CUDA_HOME=/usr/local/cuda; fi
 fi
+# python3 runs with the library path it came with: the preflight puts the bundle's libstdc++ & co
+# ahead of everything for adacc, which torch must not be made to load.
+PYTHON_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
 RESULTS="${OUT:-gpu_check_out}"
 mkdir -p "$RESULTS" && RESULTS="$(cd "$RESULTS" && pwd)"
 TARBALL="$RESULTS/gpu_check_call$CALL.tar.gz"
@@ -438,6 +443,21 @@ step_per_op_table() {
     --json "$WORK/per_op_table.json"
   judge "$log"
   highlight per_op_table "$(body "$log" | grep -v -- '--' | head -40)"
+}
+
+# adacc's Hugging Face GPT-2 folders against transformers' GPT2LMHeadModel: an exported tiny model
+# loads with no missing or unexpected key and gives adacc's losses, and a save_pretrained one starts
+# adacc from transformers' losses (within 1e-4). About 10-20 s, mostly importing torch.
+step_hf_gpt2() {
+  local log="$WORK/hf_gpt2.txt"
+  run_timed "$log" "$1" env LD_LIBRARY_PATH="$PYTHON_LIBRARY_PATH" "${LINEBUF[@]}" python3 "$HERE/hf_gpt2_check.py" \
+    --adacc "$BIN/adacc" --adacc-library-path "${LD_LIBRARY_PATH:-}" --work "$TMP_ROOT/hf_gpt2"
+  if grep -q 'this step needs torch, transformers and numpy' "$log"; then
+    STATUS=SKIP NOTE="$(grep -m1 'this step needs' "$log" | cut -c1-120)"
+    return
+  fi
+  judge "$log"
+  highlight hf_gpt2 "$(grep -E '^hf_gpt2' "$log")"
 }
 
 # The largest batch per mode by exact accounting. The accounting is the same on any machine (README's
