@@ -458,6 +458,9 @@ TEST_F(HfGpt2Errors, CommandLineMisuseIsRefused) {
     expect_error(run_adacc("export --checkpoint " + (dir / "a").string() + " --hf-model " + (dir / "a").string()),
                  "holds an adacc run (config.toml, checkpoints/): write the Hugging Face folder elsewhere");
     EXPECT_FALSE(fs::exists(dir / "a" / "config.json"));
+    std::ofstream(dir / "a_file") << "x";
+    expect_error(run_adacc("export --checkpoint " + (dir / "a").string() + " --hf-model " + (dir / "a_file").string()),
+                 "cannot make the folder '" + (dir / "a_file").string() + "'");
 }
 
 }  // namespace

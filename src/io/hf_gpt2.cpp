@@ -487,7 +487,11 @@ void save_hf_gpt2(const fs::path& dir, const GPTConfig& config, const float* par
                             " tokens, but the model's vocab_size is " + std::to_string(config.vocab_size) +
                             ": pass the vocabulary the model was trained with, or export without --vocab");
     }
-    fs::create_directories(dir);
+    std::error_code error;
+    fs::create_directories(dir, error);
+    if (error || !fs::is_directory(dir))
+        throw UserError("cannot make the folder " + quoted(dir) + (error ? ": " + error.message() : ": it is a file") +
+                        "; pass a folder path that can be created (or an existing folder)");
     write_weights(dir / kWeightsFile, config, params);
     if (tokenizer) write_tokenizer(dir, vocab_dir, *tokenizer, config);
     write_text(dir / kConfigFile, config_json(config, tokenizer).dump(2) + "\n");
