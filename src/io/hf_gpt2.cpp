@@ -38,12 +38,6 @@ constexpr const char* kGpt2Fix =
     "adacc runs GPT-2 exactly as transformers' GPT2LMHeadModel computes it: pass a GPT-2 folder (e.g. "
     "openai-community/gpt2 from the Hugging Face Hub) or one `adacc export --hf-model` wrote";
 
-std::string quoted(const fs::path& path) {
-    std::string text = "'";  // appended piecewise: GCC 12 misreports "'" + string + "'" (-Wrestrict)
-    text += path.string();
-    return text + "'";
-}
-
 std::string read_text(const fs::path& file) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw UserError("cannot read " + quoted(file) + ": check that it exists and is readable");

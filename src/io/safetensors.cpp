@@ -10,6 +10,7 @@
 
 #include "kernels/activation.h"
 #include "src/common/errors.h"
+#include "src/common/file_io.h"
 
 namespace adacc {
 
@@ -34,12 +35,6 @@ constexpr DTypeName kDTypeNames[] = {{DType::f32, "F32"}, {DType::f16, "F16"}, {
                                      {DType::f64, "F64"}, {DType::i8, "I8"},   {DType::u8, "U8"},
                                      {DType::i16, "I16"}, {DType::u16, "U16"}, {DType::i32, "I32"},
                                      {DType::u32, "U32"}, {DType::i64, "I64"}, {DType::u64, "U64"}};
-
-std::string quoted(const fs::path& path) {
-    std::string text = "'";  // appended piecewise: GCC 12 misreports "'" + string + "'" (-Wrestrict)
-    text += path.string();
-    return text + "'";
-}
 
 [[noreturn]] void refuse(const fs::path& file, const std::string& problem) {
     throw UserError(quoted(file) + " is not a valid safetensors file: " + problem +

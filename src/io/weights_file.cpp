@@ -130,13 +130,15 @@ void load_weights(const WeightsFile& weights, GPTModel& model) {
                         "or altered; use another file");
 }
 
-std::string describe_weights(const WeightsFile& weights) {
-    switch (weights.format) {
-        case WeightsFormat::llmc_model: return "llm.c model file " + quoted(weights.path);
-        case WeightsFormat::hf_model: return "Hugging Face GPT-2 folder " + quoted(weights.path);
+std::string format_name(WeightsFormat format) {
+    switch (format) {
+        case WeightsFormat::llmc_model: return "llm.c model file";
+        case WeightsFormat::hf_model: return "Hugging Face GPT-2 folder";
         case WeightsFormat::adacc_checkpoint: break;
     }
-    return "adacc checkpoint " + quoted(weights.path);
+    return "adacc checkpoint";
 }
+
+std::string describe_weights(const WeightsFile& weights) { return format_name(weights.format) + " " + quoted(weights.path); }
 
 }  // namespace adacc

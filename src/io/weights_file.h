@@ -51,6 +51,8 @@ void check_weights_shape(const WeightsFile& weights, const GPTConfig& config);
 // model's config. Nothing else of the model (optimizer state, gradients) is touched.
 void load_weights(const WeightsFile& weights, GPTModel& model);
 
+// What a format is called: "llm.c model file", "adacc checkpoint", "Hugging Face GPT-2 folder".
+std::string format_name(WeightsFormat format);
 // One line for logs: "llm.c model file 'F'", "adacc checkpoint 'F'" or "Hugging Face GPT-2 folder 'D'".
 std::string describe_weights(const WeightsFile& weights);
 

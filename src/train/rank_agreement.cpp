@@ -38,21 +38,37 @@ void add_config_facts(const RunConfig& config, RunFacts& facts) {
 std::string checkpoint_digest(const CheckpointReader& reader) {
     Fnv64 digest;
     for (const auto& tensor : reader.tensors()) digest.update(&tensor.checksum, sizeof tensor.checksum);
-    return "adacc checkpoint, digest " + hex(digest.value());
+    return format_name(WeightsFormat::adacc_checkpoint) + ", digest " + hex(digest.value());
 }
 
-// An llm.c file has no checksums: its bytes are hashed (once per job; ~1 s per GB).
-std::string file_digest(const std::filesystem::path& path) {
+// llm.c and Hugging Face weights have no checksums: their bytes are hashed (once per job; ~1 s
+// per GB), file after file.
+void hash_file(const std::filesystem::path& path, Fnv64& digest) {
     const ReadOnlyFile file(path);
     std::vector<char> chunk(std::size_t{8} << 20);  // a multiple of 8, as Fnv64 needs
-    Fnv64 digest;
     for (std::uint64_t offset = 0; offset < file.size(); offset += chunk.size()) {
         const std::size_t bytes = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), file.size() - offset));
         if (!file.read_at(offset, chunk.data(), bytes))
             throw UserError(quoted(path) + " became shorter while it was read; is another process writing it?");
-        digest.update(chunk.data(), bytes);
+        const std::uint64_t padded = (bytes + 7) / 8 * 8;  // every file but the last ends on a whole word
+        std::fill(chunk.begin() + static_cast<std::ptrdiff_t>(bytes), chunk.begin() + static_cast<std::ptrdiff_t>(padded), 0);
+        digest.update(chunk.data(), padded);
     }
-    return "llm.c model file, digest " + hex(digest.value());
+}
+
+// A Hugging Face folder is its config.json and its .safetensors files, in name order.
+std::string weights_files_digest(const WeightsFile& weights) {
+    std::vector<std::filesystem::path> files{weights.path};
+    if (weights.format == WeightsFormat::hf_model) {
+        files.clear();
+        for (const auto& entry : std::filesystem::directory_iterator(weights.path))
+            if (entry.path().extension() == ".safetensors" || entry.path().filename() == "config.json")
+                files.push_back(entry.path());
+        std::sort(files.begin(), files.end());
+    }
+    Fnv64 digest;
+    for (const auto& file : files) hash_file(file, digest);
+    return format_name(weights.format) + ", digest " + hex(digest.value());
 }
 
 std::string weights_fact(const std::optional<std::filesystem::path>& resume_checkpoint,
@@ -60,7 +76,7 @@ std::string weights_fact(const std::optional<std::filesystem::path>& resume_chec
     if (resume_checkpoint) return checkpoint_digest(CheckpointReader(*resume_checkpoint));
     if (!init_from) return "initialised from training.seed";
     if (init_from->checkpoint) return checkpoint_digest(*init_from->checkpoint);
-    return file_digest(init_from->path);
+    return weights_files_digest(*init_from);
 }
 
 // A data split's files, by number and size (their names are the config's pattern).
