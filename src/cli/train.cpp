@@ -138,7 +138,7 @@ void run_train(TrainArgs& args) {
         }
     }
     // Before anything is written, and before any collective whose size depends on the config.
-    require_ranks_agree(run_facts(config, checkpoint, init_from));
+    require_ranks_agree(config, checkpoint, init_from);
     if (root && args.resume.empty()) {
         create_run_folder(config.logging.run_dir);
         lock = std::make_unique<RunFolderLock>(config.logging.run_dir);

@@ -19,6 +19,9 @@ namespace adacc {
 
 namespace {
 
+// What must be equal on every rank, as named text.
+using RunFacts = std::vector<std::pair<std::string, std::string>>;
+
 std::string hex(std::uint64_t value) {
     char text[24];
     std::snprintf(text, sizeof text, "0x%016" PRIx64, value);
@@ -79,9 +82,15 @@ std::string weights_fact(const std::optional<std::filesystem::path>& resume_chec
     return weights_files_digest(*init_from);
 }
 
-// A data split's files, by number and size (their names are the config's pattern).
+// A data split's files, by number and size (their names are the config's pattern). A pattern
+// that matches nothing is left to the trainer's own error, on every rank alike.
 std::string data_fact(const std::string& pattern) {
-    const auto files = expand_shard_pattern(pattern);
+    std::vector<std::filesystem::path> files;
+    try {
+        files = expand_shard_pattern(pattern);
+    } catch (const UserError&) {
+        return "no files";
+    }
     Fnv64 sizes;
     std::uint64_t total = 0;
     for (const auto& file : files) {
@@ -93,8 +102,7 @@ std::string data_fact(const std::string& pattern) {
            hex(sizes.value());
 }
 
-}  // namespace
-
+// Every resolved config key, the starting weights' digest and the data files.
 RunFacts run_facts(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint,
                    const std::optional<WeightsFile>& init_from) {
     RunFacts facts;
@@ -105,7 +113,9 @@ RunFacts run_facts(const RunConfig& config, const std::optional<std::filesystem:
     return facts;
 }
 
-std::string describe_differences(const RunFacts& root, const RunFacts& mine, int rank, std::size_t limit) {
+// The facts of `mine` that differ from rank 0's, one "\n  name: X on rank 0, Y on rank R" line
+// each, the first `limit` of them; empty when they agree.
+std::string describe_differences(const RunFacts& root, const RunFacts& mine, int rank, std::size_t limit = 6) {
     const std::map<std::string, std::string> at_root(root.begin(), root.end());
     std::string lines;
     std::size_t found = 0;
@@ -120,9 +130,13 @@ std::string describe_differences(const RunFacts& root, const RunFacts& mine, int
     return lines;
 }
 
-void require_ranks_agree(const RunFacts& mine) {
+}  // namespace
+
+void require_ranks_agree(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint,
+                         const std::optional<WeightsFile>& init_from) {
     const ProcessGroup& group = process_group();
     if (group.world_size == 1) return;
+    const RunFacts mine = run_facts(config, resume_checkpoint, init_from);
     // Rank 0's facts as JSON, its length first: a broadcast needs the same size on every rank.
     std::string text = group.is_root() ? nlohmann::json(mine).dump() : std::string();
     std::uint64_t length = text.size();

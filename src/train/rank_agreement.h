@@ -6,32 +6,19 @@
 // what it was given with rank 0's, and a rank that differs ends the job naming what differs.
 #pragma once
 
-#include <cstddef>
 #include <filesystem>
 #include <optional>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "src/config/run_config.h"
 #include "src/io/weights_file.h"
 
 namespace adacc {
 
-// What must be equal on every rank, as named text: every resolved config key, a digest of the
-// weights the run starts from, and the number and sizes of its data files.
-using RunFacts = std::vector<std::pair<std::string, std::string>>;
-
-RunFacts run_facts(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint,
-                   const std::optional<WeightsFile>& init_from);
-
-// The facts of `mine` that differ from `root`'s (rank 0's), one "\n  name: X on rank 0, Y on rank
-// R" line each, the first `limit` of them; empty when they agree.
-std::string describe_differences(const RunFacts& root, const RunFacts& mine, int rank, std::size_t limit = 6);
-
-// Rank 0 broadcasts its facts and each rank compares its own; a rank that differs throws a
-// UserError naming the differences (main() then ends every rank of the job with it, exit 2).
-// Free in a group of one.
-void require_ranks_agree(const RunFacts& mine);
+// Rank 0 broadcasts what it was given (every resolved config key, a digest of the weights it
+// starts from, the number and sizes of its data files) and each rank compares its own; a rank that
+// differs throws a UserError naming the first differences and both values (main() then ends every
+// rank of the job with it, exit 2). Free in a group of one: nothing is listed or hashed.
+void require_ranks_agree(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint,
+                         const std::optional<WeightsFile>& init_from);
 
 }  // namespace adacc
