@@ -28,7 +28,7 @@ void require_regular_or_absent(const std::filesystem::path& path);
 void create_parent_folders(const std::filesystem::path& file);
 
 // Writes `final_path` atomically: bytes go to a temporary file of a name no one else has
-// ("<final name>.XXXXXX.tmp" in the same folder, made by mkstemps), so concurrent writers and a
+// ("<final name>.XXXXXX.tmp" in the same folder, made by mkostemps), so concurrent writers and a
 // user's own "<name>.tmp" never meet; commit() syncs it to disk, renames it over final_path and
 // syncs the folder, so a crash (even SIGKILL or power loss) at any point leaves either the old
 // file or the complete new one, plus at worst a stale temporary. Destroying an uncommitted
