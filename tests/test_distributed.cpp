@@ -17,6 +17,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -136,6 +139,48 @@ TEST(DataParallel, AnErrorOnOneRankEndsEveryRank) {
     EXPECT_NE(r.output.find("rank 1 of 2: error: "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("missing_*.bin"), std::string::npos) << r.output;
     EXPECT_LT(seconds, 60) << r.output;
+}
+
+// A rank killed mid-step (SIGKILL: the OOM killer, a node failing) ends the job within seconds,
+// nonzero, with the launcher naming the rank; the newest checkpoint is intact, and the run
+// resumes on 2 ranks bit for bit as the uninterrupted run went (on 1 rank, a 2-rank checkpoint
+// resumes within kLossRel: ATwoRankRunResumesOnOneRank).
+TEST(DataParallel, ARankKilledMidStepEndsTheJobAndTheRunResumes) {
+    ADACC_REQUIRE_MPI();
+    const auto dir = test::write_data_parallel_job("dp_killed");
+    const std::string sets = "--set training.steps=400 --set training.val_every=0 --set checkpoint.every=4 ";
+    ASSERT_EQ(train(dir, "uninterrupted", 2, sets).status, 0);
+    const auto run = dir / "run";
+    // The job in the background; once its step-4 checkpoint is there, rank 1 is killed.
+    const auto script = dir / "kill.sh";
+    std::ofstream(script) << test::mpirun(2) << test::adacc_binary() << " train --config " << (dir / "job.toml").string()
+                          << " --set logging.run_dir=" << run.string() << " " << sets << " > " << (dir / "job.out").string()
+                          << " 2>&1 &\njob=$!\n"
+                          << "while [ ! -e " << checkpoint_path(run, 4).string() << " ] && kill -0 $job; do sleep 0.01; done\n"
+                          << "for d in /proc/[0-9]*; do\n"  // this job's rank 1 (not another test's)
+                          << "  tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q 'adacc.* train .*" << run.string() << "' &&\n"
+                          << "  tr '\\0' '\\n' < $d/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -9 ${d#/proc/}\n"
+                          << "done\nkilled=$(date +%s%N)\nwait $job\nstatus=$?\n"
+                          << "echo \"status $status after $(( ($(date +%s%N) - killed) / 1000000 )) ms\"\n";
+    const auto killed = test::run_shell("sh " + script.string(), true, 300);
+    int status = 0, ms = 0;
+    ASSERT_EQ(std::sscanf(killed.output.c_str(), "status %d after %d ms", &status, &ms), 2) << killed.output;
+    const std::string job_output = [&] {
+        std::ifstream in(dir / "job.out");
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    }();
+    EXPECT_NE(status, 0) << job_output;
+    EXPECT_LT(ms, 60000) << job_output;
+    EXPECT_NE(job_output.find("rank 1"), std::string::npos) << "the launcher names the rank: " << job_output;
+    EXPECT_EQ(job_output.find("step    400/400"), std::string::npos) << "the job finished before the kill";
+    const auto newest = newest_complete_checkpoint(run);
+    ASSERT_TRUE(newest) << "no complete checkpoint after the kill";
+    EXPECT_FALSE(test::checkpoint_parameters(run).empty()) << "its tensors read with their checksums";
+
+    const auto two = test::run_shell(test::mpirun(2) + test::adacc_binary() + " train --resume " + run.string());
+    ASSERT_EQ(two.status, 0) << two.output;
+    EXPECT_EQ(test::logged_losses(run), test::logged_losses(dir / "uninterrupted")) << "2 ranks resume bit for bit";
+    EXPECT_EQ(test::checkpoint_parameters(run), test::checkpoint_parameters(dir / "uninterrupted"));
 }
 
 // Ranks given different runs: a --set that differs per rank (an MPMD launch gives rank 1 its own)
