@@ -371,6 +371,25 @@ std::string model_overrides(const GPTConfig& m) {
            " --set model.n_head=" + std::to_string(m.n_head);
 }
 
+// A run's last line puts its accounted memory beside the peak RSS the machine charged it: the
+// accounting sees the arenas only (the binary and its libraries alone are ~160 MiB of RSS here).
+TEST_F(RunSafety, TrainEndsWithTheAccountedMemoryBesideThePeakRss) {
+    const auto r = run_adacc("train --config " + config());
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto summary = r.output.find(", total ");
+    const auto last = r.output.rfind("memory: accounted ");
+    ASSERT_NE(summary, std::string::npos) << r.output;
+    ASSERT_NE(last, std::string::npos) << r.output;
+    const std::string total = r.output.substr(summary + 8, r.output.find('\n', summary) - summary - 8);
+    EXPECT_EQ(r.output.substr(last + 18, total.size() + 1), total + ",") << "the accounted total is the summary's";
+    double rss = 0;
+    char unit[8] = {};
+    ASSERT_EQ(std::sscanf(r.output.c_str() + r.output.find("peak RSS ", last) + 9, "%lf %7s", &rss, unit), 2);
+    EXPECT_TRUE(std::string(unit) == "MiB" || std::string(unit) == "GiB") << r.output.substr(last);
+    EXPECT_GT(rss, 0.0);
+    EXPECT_EQ(r.output.find('\n', last), r.output.size() - 1) << "it is the run's last line";
+}
+
 TEST_F(RunSafety, PlannedModelLargerThanTheMachineIsRefusedBeforeProfiling) {
     const std::uint64_t machine = physical_memory_bytes();
     int layers = 1;

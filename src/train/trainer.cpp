@@ -8,6 +8,8 @@
 #include "src/io/checkpoint.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
+#include "src/common/process_memory.h"
+#include "src/cuda/cuda_device.h"
 #include "src/dist/process_group.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/weight_init.h"
@@ -268,7 +270,27 @@ int Trainer::run() {
         if ((every > 0 && step % every == 0) || step == t.steps || stop_signal) save_checkpoint();
         if (stop_signal) return stop_signal;
     }
+    if (process_group().is_root()) report_memory_use();
     return 0;
+}
+
+// The memory the run accounted (its arenas: what the budget, the physical-memory check and the
+// largest-batch answers use) beside what the machine charged it: the process's peak RSS on the
+// CPU, the device's memory in use on CUDA. The difference is what the accounting does not see.
+void Trainer::report_memory_use() {
+    const std::uint64_t accounted = model_->memory().total();
+    if (model_->backend().device() == Device::cpu) {
+        const std::uint64_t peak = peak_resident_bytes();
+        std::printf("memory: accounted %s, the process's peak RSS %s (it also holds the binary, its libraries, "
+                    "threads' stacks and buffers the accounting does not count)\n",
+                    format_bytes(accounted).c_str(), format_bytes(peak).c_str());
+    } else {
+        const std::uint64_t total = cuda_device_info().total_memory, free = model_->backend().free_memory();
+        const std::uint64_t in_use = total > free ? total - free : 0;
+        std::printf("memory: accounted %s, the device's memory in use %s (cudaMemGetInfo: it also holds the CUDA "
+                    "context, library workspaces and other processes' memory)\n",
+                    format_bytes(accounted).c_str(), format_bytes(in_use).c_str());
+    }
 }
 
 }  // namespace adacc

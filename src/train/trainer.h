@@ -51,7 +51,8 @@ private:
     // Everything the constructor does once the run folder exists (data, model, weights).
     void start(const std::optional<std::filesystem::path>& resume_checkpoint,
                const std::optional<WeightsFile>& init_from);
-    void save_run_config() const;  // RUN_DIR/config.toml: the resolved config this run trains with
+    void save_run_config() const;
+    void report_memory_use();  // the run's last line: accounted vs what the machine charged  // RUN_DIR/config.toml: the resolved config this run trains with
     void write_metrics(const nlohmann::json& line);  // a line of metrics.jsonl (rank 0 alone writes it)
     void log_replan(const ReplanEvent& event);
     float validation_loss();
