@@ -21,10 +21,12 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "src/adacc/adacc_regulator.h"
+#include "src/adacc/profiler.h"
 #include "src/common/units.h"
 #include "src/config/config.h"
 #include "src/engine/gpt_model.h"
@@ -181,6 +183,73 @@ TEST(DataParallel, ARankKilledMidStepEndsTheJobAndTheRunResumes) {
     ASSERT_EQ(two.status, 0) << two.output;
     EXPECT_EQ(test::logged_losses(run), test::logged_losses(dir / "uninterrupted")) << "2 ranks resume bit for bit";
     EXPECT_EQ(test::checkpoint_parameters(run), test::checkpoint_parameters(dir / "uninterrupted"));
+}
+
+// Each step's plan fingerprint in RUN/metrics.jsonl, by step.
+std::map<int, std::string> step_fingerprints(const std::filesystem::path& run) {
+    std::map<int, std::string> out;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+        const auto r = nlohmann::json::parse(line);
+        if (r.contains("loss")) out[r["step"].get<int>()] = r.value("plan_fingerprint", "");
+    }
+    return out;
+}
+
+// One plan per job: under adacc every rank solves the MILP from rank 0's profile and follows rank
+// 0's monitor, and checks at each plan that its plan is rank 0's (a rank that differs ends the
+// job). The profile is pinned with its errors understated by half, so the first samples leave it
+// and the monitor re-plans once memory.min_replan_steps = 3 allows: mid-run, from a profile each
+// rank would otherwise have measured on its own batch. The budget lies between keeping
+// everything and compressing everything, so the plan mixes policies.
+TEST(DataParallel, AdaccRanksRunRankZerosPlanThroughAReplan) {
+    ADACC_REQUIRE_MPI();
+    const auto dir = test::write_data_parallel_job("dp_adacc");
+    const RunConfig job = load_config(dir / "job.toml");
+    const int B = job.training.batch_size, T = job.training.seq_len;
+    Profile profile = profile_block(job.model, B, B, T, test::random_tokens(B * T, 97, 5),
+                                    ProfileWeights{nullptr, job.training.seed, {}}, ComputeTarget{});
+    test::favour_compression(profile);
+    for (auto& t : profile.tensors)
+        for (auto& m : t.codecs) {
+            m.relative_error /= 2;
+            for (double& e : m.layer_errors) e /= 2;
+        }
+    profile.save(dir / "profile.json");
+    const std::uint64_t compressed = test::everything_compressed_memory(job.model, B, T, profile).total();
+    const std::uint64_t kept = GPTModel::plan_memory(job.model, B, T, ActivationPlan(BlockGraph(job.model, B, T), job.model.n_layer),
+                                                     {}, ModelUse::training)
+                                   .total();
+    const std::string sets = "--set memory.mode=adacc --set memory.budget=" + std::to_string((compressed + kept) / 2) +
+                             " --set memory.profile=" + (dir / "profile.json").string() +
+                             " --set memory.min_replan_steps=3 --set training.val_every=0";
+    const auto two = train(dir, "two", 2, sets);
+    ASSERT_EQ(two.status, 0) << two.output;
+    int replans = 0, steps = 0;
+    std::set<std::string> fingerprints;
+    std::ifstream in(dir / "two" / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+        const auto r = nlohmann::json::parse(line);
+        if (r.value("event", "") == "replan") {
+            ++replans;
+            EXPECT_GE(r["step"].get<int>(), 3) << line;
+            ASSERT_TRUE(r.contains("plan_fingerprint")) << line;
+        }
+        if (r.contains("loss")) {
+            ++steps;
+            ASSERT_TRUE(r.contains("plan_fingerprint")) << line;
+            fingerprints.insert(r["plan_fingerprint"].get<std::string>());
+        }
+    }
+    EXPECT_EQ(steps, 6);
+    EXPECT_GE(replans, 1) << "the understated profile must be re-planned mid-run\n" << two.output;
+    EXPECT_GE(fingerprints.size(), 2u) << "the re-plan changed nothing";
+    // One process taking both ranks' micro-batches runs the same plans at every step (rank 0's
+    // batch is its first micro-batch: the profile and the samples are the same).
+    const auto one = train(dir, "one", 0, sets + " --set training.grad_accum=2");
+    ASSERT_EQ(one.status, 0) << one.output;
+    EXPECT_EQ(step_fingerprints(dir / "two"), step_fingerprints(dir / "one"));
+    expect_close(test::logged_losses(dir / "two"), test::logged_losses(dir / "one"), kLossRel);
 }
 
 // Ranks given different runs: a --set that differs per rank (an MPMD launch gives rank 1 its own)

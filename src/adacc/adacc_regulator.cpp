@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "src/common/units.h"
 #include "src/common/errors.h"
 #include "src/config/config.h"
+#include "src/dist/process_group.h"
 #include "src/engine/memory_report.h"
 
 namespace adacc {
@@ -117,28 +119,79 @@ AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_byt
 void AdaccRegulator::solve(const float* weights, const std::vector<CodecSample>& sampled) {
     const int B = config_.training.batch_size, T = config_.training.seq_len;
     const auto start = std::chrono::steady_clock::now();
-    const bool have_profile = !profile_.tensors.empty();
-    if (!have_profile || weights) {
-        const ProfileWeights source{weights, config_.training.seed, config_.stress};
-        Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens_, source, target_, kRunCodecParams);
-        if (have_profile) {
-            fresh.op_ms = profile_.op_ms;
-            for (auto& t : fresh.tensors)
-                if (const TensorProfile* old = profile_.find(t.kind))
-                    for (auto& m : t.codecs)
-                        if (const CodecMeasurement* measured = old->find(m.codec)) {
-                            m.compress_ms = measured->compress_ms;
-                            m.decompress_ms = measured->decompress_ms;
-                        }
-        }
-        // The slice sees only the first layers: deeper ones are known from the monitor's samples.
-        if (profile_slice(config_.model).n_layer < config_.model.n_layer) raise_to_samples(fresh, sampled);
-        profile_ = std::move(fresh);
-        if (!options_.save_profile.empty()) profile_.save(options_.save_profile);
+    const bool root = process_group().is_root();
+    if (profile_.tensors.empty() || weights) {
+        if (root) profile_ = measure(weights, sampled);
+        if (root && !options_.save_profile.empty()) profile_.save(options_.save_profile);
     }
+    share_rank0_profile();
     last_profile_ms_ = ms_since(start);
     plan_ = plan_adacc(config_.model, B, T, profile_, budget_, options_.allow_compress, options_.planner,
                        options_.codecs, target_);
+    require_one_plan();
+}
+
+Profile AdaccRegulator::measure(const float* weights, const std::vector<CodecSample>& sampled) const {
+    const int B = config_.training.batch_size, T = config_.training.seq_len;
+    const bool have_profile = !profile_.tensors.empty();
+    const ProfileWeights source{weights, config_.training.seed, config_.stress};
+    Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens_, source, target_, kRunCodecParams);
+    if (have_profile) {
+        fresh.op_ms = profile_.op_ms;
+        for (auto& t : fresh.tensors)
+            if (const TensorProfile* old = profile_.find(t.kind))
+                for (auto& m : t.codecs)
+                    if (const CodecMeasurement* measured = old->find(m.codec)) {
+                        m.compress_ms = measured->compress_ms;
+                        m.decompress_ms = measured->decompress_ms;
+                    }
+    }
+    // The slice sees only the first layers: deeper ones are known from the monitor's samples.
+    if (profile_slice(config_.model).n_layer < config_.model.n_layer) raise_to_samples(fresh, sampled);
+    return fresh;
+}
+
+// One plan per job (docs/distributed.md, 'One plan per job'): rank 0's profile — its timings, and
+// the statistics of its weights and batch — reaches every rank, and each solves the same MILP
+// from it (lp_solve's answer is a function of its input). The other ranks measure nothing.
+void AdaccRegulator::share_rank0_profile() {
+    if (process_group().world_size == 1) return;
+    std::string text = process_group().is_root() ? profile_.to_json().dump() : std::string();
+    broadcast_text(text, 0);
+    if (!process_group().is_root())
+        profile_ = Profile::parse(text, "rank 0's profile", config_.model, config_.training.batch_size,
+                                  config_.training.seq_len, target_, kRunCodecParams);
+}
+
+// Every rank's plan is rank 0's, checked by fingerprint: a rank whose differs ends the job.
+void AdaccRegulator::require_one_plan() const {
+    const ProcessGroup& group = process_group();
+    if (group.world_size == 1) return;
+    const std::uint64_t mine = plan_fingerprint(plan_.plan);
+    std::uint64_t root = mine;
+    broadcast_bytes(&root, sizeof root, 0);
+    if (all_reduce_max(mine == root ? 0 : 1) == 0) return;
+    if (mine != root)
+        throw UserError("rank " + std::to_string(group.rank) + " solved another plan (fingerprint " +
+                        format_fingerprint(mine) + ") than rank 0 (" + format_fingerprint(root) +
+                        ") from the same profile: the ranks run different adacc builds or lp_solve libraries; run "
+                        "one build on every node");
+    all_reduce_max(0);  // waits for that rank to end the job with its message
+}
+
+std::vector<CodecSample> AdaccRegulator::rank0_samples(const std::vector<CodecSample>& mine) const {
+    if (process_group().world_size == 1) return mine;
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& s : mine)
+        rows.push_back({static_cast<int>(s.kind), static_cast<int>(s.codec), s.outlier_fraction, s.relative_error,
+                        s.bytes, s.outlier_cap_reached});
+    std::string text = process_group().is_root() ? rows.dump() : std::string();
+    broadcast_text(text, 0);
+    std::vector<CodecSample> out;
+    for (const auto& r : nlohmann::json::parse(text))
+        out.push_back({static_cast<TensorKind>(r[0].get<int>()), static_cast<Codec>(r[1].get<int>()), r[2].get<double>(),
+                       r[3].get<double>(), r[4].get<std::size_t>(), r[5].get<bool>()});
+    return out;
 }
 
 // Per (kind, codec) the plan compresses with, the profiled statistics the plan was solved with.
@@ -189,14 +242,17 @@ std::optional<ReplanEvent> AdaccRegulator::after_step(int step, GPTModel& model)
     sampling_ = false;
     model.set_observer(nullptr);
     const auto start = std::chrono::steady_clock::now();
-    const auto reason = monitor_.observe(step, sampler_.samples(), plan_.memory.total(), budget_);
+    // Rank 0's samples decide for every rank: the monitor then re-plans at the same steps everywhere.
+    const std::vector<CodecSample> samples = rank0_samples(sampler_.samples());
+    const auto reason = monitor_.observe(step, samples, plan_.memory.total(), budget_);
     monitor_ms_ += ms_since(start) + sampler_.take_ms();
     if (!reason) return std::nullopt;
     std::vector<float> staging;
-    solve(model.forward_weights(staging), sampler_.samples());
+    solve(model.forward_weights(staging), samples);
     model.set_plan(plan_.plan, plan_.codec_params);
     monitor_.set_baseline(step, baseline());
-    return ReplanEvent{step, *reason, plan_.result.status, plan_.result.solve_ms, last_profile_ms_, plan_.memory.total()};
+    return ReplanEvent{step,           *reason, plan_.result.status, plan_.result.solve_ms, last_profile_ms_,
+                       plan_.memory.total(), plan_fingerprint(plan_.plan)};
 }
 
 }  // namespace adacc

@@ -55,6 +55,7 @@ struct ReplanEvent {
     PlanResult::Status status = PlanResult::optimal;
     double solve_ms = 0, profile_ms = 0;
     std::size_t predicted_total_bytes = 0;
+    std::uint64_t plan_fingerprint = 0;  // of the new plan
 };
 
 // Throws UserError, before the training model is allocated, when `plan` (planned mode `mode`'s
@@ -85,6 +86,10 @@ public:
 
 private:
     void solve(const float* weights, const std::vector<CodecSample>& sampled);
+    Profile measure(const float* weights, const std::vector<CodecSample>& sampled) const;
+    void share_rank0_profile();
+    void require_one_plan() const;
+    std::vector<CodecSample> rank0_samples(const std::vector<CodecSample>& mine) const;
     std::vector<CodecSample> baseline() const;
 
     RunConfig config_;

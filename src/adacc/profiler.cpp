@@ -305,20 +305,20 @@ private:
     std::string key_;
 };
 
-// Refuses `file` unless `profile`'s measured_for equals `run`'s field by field, naming the first
+// Refuses `source` unless `profile`'s measured_for equals `run`'s field by field, naming the first
 // that differs (a profile of another model, batch, device, dtype or codec parameters would plan
 // this run from another run's sizes and times).
-void check_measured_for(const Field& profile, const nlohmann::json& run, const std::filesystem::path& file,
+void check_measured_for(const Field& profile, const nlohmann::json& run, const std::string& source,
                         const std::string& prefix = "") {
     for (const auto& [name, expected] : run.items()) {
         const Field field = profile[name];
         if (expected.is_object()) {
-            check_measured_for(field, expected, file, prefix + name + ".");
+            check_measured_for(field, expected, source, prefix + name + ".");
             continue;
         }
         const nlohmann::json& value = field.json();
         if (value != expected)
-            throw SettingError("memory.profile", "profile " + file.string() + " was measured for " + prefix + name + " " +
+            throw SettingError("memory.profile", source + " was measured for " + prefix + name + " " +
                                                      value.dump() + ", but this run has " + prefix + name + " " +
                                                      expected.dump() + ": delete it or point memory.profile elsewhere");
     }
@@ -463,24 +463,31 @@ Profile Profile::load(const std::filesystem::path& file, const GPTConfig& config
         throw SettingError("memory.profile", "cannot read profile " + file.string() +
                                                  ": memory.profile must name a profile.json written by a run, or be "
                                                  "empty to profile afresh");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return parse(text.str(), "profile " + file.string(), config, batch, seq, target, codec_params);
+}
+
+Profile Profile::parse(const std::string& text, const std::string& source, const GPTConfig& config, int batch,
+                       int seq, const ComputeTarget& target, const CodecParams& codec_params) {
     const std::string redo = ": delete it and let the run profile again";
     try {
-        const nlohmann::json j = nlohmann::json::parse(in);
+        const nlohmann::json j = nlohmann::json::parse(text);
         const Field root(j, "");
         // Format 1 had no "format" key.
         const nlohmann::json format = j.is_object() && j.contains("format") ? j["format"] : nlohmann::json(1);
         if (format != kProfileFormat)
-            throw SettingError("memory.profile", "profile " + file.string() + " has format " + format.dump() +
+            throw SettingError("memory.profile", source + " has format " + format.dump() +
                                                      "; this adacc names what a profile was measured for (format " +
                                                      std::to_string(kProfileFormat) + ")" + redo);
         Profile p = profile_subject(config, batch, seq, target, codec_params);
-        check_measured_for(root["measured_for"], measured_for(p), file);
+        check_measured_for(root["measured_for"], measured_for(p), source);
         read_measurements(root, config, p);
         return p;
     } catch (const MalformedProfile& e) {
-        throw SettingError("memory.profile", "profile " + file.string() + ": " + e.what() + redo);
+        throw SettingError("memory.profile", source + ": " + e.what() + redo);
     } catch (const nlohmann::json::exception& e) {
-        throw SettingError("memory.profile", "profile " + file.string() + " is malformed (" + e.what() + ")" + redo);
+        throw SettingError("memory.profile", source + " is malformed (" + e.what() + ")" + redo);
     }
 }
 

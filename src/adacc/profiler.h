@@ -91,6 +91,10 @@ struct Profile {
     // only the measured ones.
     static Profile load(const std::filesystem::path& file, const GPTConfig& config, int batch, int seq,
                         const ComputeTarget& target, const CodecParams& codec_params);
+    // The same from the text of one (`source` names it in messages): how the ranks of a job share
+    // rank 0's profile.
+    static Profile parse(const std::string& text, const std::string& source, const GPTConfig& config, int batch,
+                         int seq, const ComputeTarget& target, const CodecParams& codec_params);
 };
 
 // A profile of no measurements that names what profile_block(config, batch, ..., seq, ..., target,

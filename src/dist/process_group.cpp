@@ -1,6 +1,7 @@
 #include "src/dist/process_group.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -186,6 +187,13 @@ void broadcast_bytes(void* data, std::size_t bytes, int root) {
 #ifdef ADACC_HAVE_MPI
     if (group.world_size > 1) MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD);
 #endif
+}
+
+void broadcast_text(std::string& text, int root) {
+    std::uint64_t length = text.size();
+    broadcast_bytes(&length, sizeof length, root);
+    text.resize(length);
+    broadcast_bytes(text.data(), text.size(), root);
 }
 
 void abort_process_group(const std::string& message, int status) {

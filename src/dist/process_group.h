@@ -39,6 +39,8 @@ void all_reduce_sum(double* values, std::size_t count);
 int all_reduce_max(int value);
 // `bytes` of host memory at `data` from rank `root` to every rank.
 void broadcast_bytes(void* data, std::size_t bytes, int root);
+// Rank `root`'s `text` to every rank (its length first: the other ranks cannot know it).
+void broadcast_text(std::string& text, int root);
 
 // Collectives over `count` elements split into world_size shards as ZeRO-1 splits the parameters
 // (src/engine/model_layout.h: optimizer_shard). In `backend`'s memory, in place, with the

@@ -1,8 +1,11 @@
 #include "src/engine/activation_plan.h"
 
+#include <cstdio>
 #include <iterator>
 #include <stdexcept>
 #include <string>
+
+#include "src/common/checksum.h"
 
 namespace adacc {
 
@@ -101,6 +104,23 @@ ActivationPlan ActivationPlan::for_mode(MemoryMode mode, const BlockGraph& block
             }
         }
     return plan;
+}
+
+std::uint64_t plan_fingerprint(const ActivationPlan& plan) {
+    Fnv64 digest;
+    for (int l = 0; l < plan.n_layer(); ++l)
+        for (int k = 0; k < kNumTensorKinds; ++k) {
+            const TensorPolicy& p = plan.at(l, static_cast<TensorKind>(k));
+            const std::uint64_t word = static_cast<std::uint64_t>(p.policy) << 32 | static_cast<std::uint64_t>(p.codec);
+            digest.update(&word, sizeof word);
+        }
+    return digest.value();
+}
+
+std::string format_fingerprint(std::uint64_t fingerprint) {
+    char text[24];
+    std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(fingerprint));
+    return text;
 }
 
 }  // namespace adacc

@@ -4,6 +4,7 @@
 // produces others.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -66,5 +67,10 @@ private:
     std::vector<bool> is_mask_;  // per kind: a byte mask (bitpack only) rather than activations (INT4 codecs)
     std::vector<TensorPolicy> policies_;
 };
+
+// A 64-bit digest of every layer's policy and codec: equal plans have equal fingerprints, so the
+// ranks of a job and a run's log can name the plan they run in 16 hex digits.
+std::uint64_t plan_fingerprint(const ActivationPlan& plan);
+std::string format_fingerprint(std::uint64_t fingerprint);  // "0x0123456789abcdef"
 
 }  // namespace adacc

@@ -137,12 +137,8 @@ void require_ranks_agree(const RunConfig& config, const std::optional<std::files
     const ProcessGroup& group = process_group();
     if (group.world_size == 1) return;
     const RunFacts mine = run_facts(config, resume_checkpoint, init_from);
-    // Rank 0's facts as JSON, its length first: a broadcast needs the same size on every rank.
     std::string text = group.is_root() ? nlohmann::json(mine).dump() : std::string();
-    std::uint64_t length = text.size();
-    broadcast_bytes(&length, sizeof length, 0);
-    text.resize(length);
-    broadcast_bytes(text.data(), text.size(), 0);
+    broadcast_text(text, 0);
     const std::string differences =
         describe_differences(nlohmann::json::parse(text).get<RunFacts>(), mine, group.rank);
     if (all_reduce_max(differences.empty() ? 0 : 1) == 0) return;

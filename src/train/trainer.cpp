@@ -144,7 +144,8 @@ void Trainer::log_replan(const ReplanEvent& e) {
                 format_bytes(e.predicted_total_bytes).c_str());
     write_metrics({{"step", e.step}, {"event", "replan"}, {"reason", e.reason}, {"status", plan_status_name(e.status)},
                    {"solve_ms", e.solve_ms}, {"profile_ms", e.profile_ms},
-                   {"predicted_total_bytes", e.predicted_total_bytes}});
+                   {"predicted_total_bytes", e.predicted_total_bytes},
+                   {"plan_fingerprint", format_fingerprint(e.plan_fingerprint)}});
 }
 
 // Mean loss over the first training.val_batches batches of the validation shards, the same
@@ -190,7 +191,11 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
                               {"tape_peak_bytes", tape.used}, {"tape_kept_bytes", kept},
                               {"tape_compressed_bytes", compressed}, {"tape_recompute_bytes", recomputed}};
     if (tape.measured_slots) record["tape_compressed_measured_bytes"] = tape.measured_bytes;
-    if (regulator_) record["monitor_ms_total"] = regulator_->monitor_ms();
+    if (regulator_) {
+        record["monitor_ms_total"] = regulator_->monitor_ms();
+        // The plan this step ran, the same on every rank (AdaccRegulator checks it at each plan).
+        record["plan_fingerprint"] = format_fingerprint(plan_fingerprint(model_->plan()));
+    }
     write_metrics(record);
 }
 
