@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/units.h"
+#include "src/common/checksum.h"
 #include "src/common/errors.h"
 #include "src/config/config.h"
 #include "src/dist/process_group.h"
@@ -173,7 +174,7 @@ void AdaccRegulator::require_one_plan() const {
     if (all_reduce_max(mine == root ? 0 : 1) == 0) return;
     if (mine != root)
         throw UserError("rank " + std::to_string(group.rank) + " solved another plan (fingerprint " +
-                        format_fingerprint(mine) + ") than rank 0 (" + format_fingerprint(root) +
+                        format_digest(mine) + ") than rank 0 (" + format_digest(root) +
                         ") from the same profile: the ranks run different adacc builds or lp_solve libraries; run "
                         "one build on every node");
     all_reduce_max(0);  // waits for that rank to end the job with its message

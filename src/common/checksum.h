@@ -1,10 +1,12 @@
-// The checksum checkpoints store per tensor and that the ranks of a job compare their weights
-// with (src/train/rank_agreement.h).
+// The checksum checkpoints store per tensor, that the ranks of a job compare their weights with
+// (src/train/rank_agreement.h) and that fingerprints a plan (src/engine/activation_plan.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 namespace adacc {
 
@@ -33,5 +35,12 @@ private:
     void mix(std::uint64_t word) { state_ = (state_ ^ word) * 0x100000001b3ull; }
     std::uint64_t state_ = 0xcbf29ce484222325ull;
 };
+
+// A digest as messages and logs print it: "0x0123456789abcdef".
+inline std::string format_digest(std::uint64_t digest) {
+    char text[24];
+    std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(digest));
+    return text;
+}
 
 }  // namespace adacc

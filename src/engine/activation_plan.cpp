@@ -1,6 +1,5 @@
 #include "src/engine/activation_plan.h"
 
-#include <cstdio>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -115,12 +114,6 @@ std::uint64_t plan_fingerprint(const ActivationPlan& plan) {
             digest.update(&word, sizeof word);
         }
     return digest.value();
-}
-
-std::string format_fingerprint(std::uint64_t fingerprint) {
-    char text[24];
-    std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(fingerprint));
-    return text;
 }
 
 }  // namespace adacc

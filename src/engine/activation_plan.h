@@ -69,8 +69,7 @@ private:
 };
 
 // A 64-bit digest of every layer's policy and codec: equal plans have equal fingerprints, so the
-// ranks of a job and a run's log can name the plan they run in 16 hex digits.
+// ranks of a job and a run's log can name the plan they run (format_digest prints it).
 std::uint64_t plan_fingerprint(const ActivationPlan& plan);
-std::string format_fingerprint(std::uint64_t fingerprint);  // "0x0123456789abcdef"
 
 }  // namespace adacc

@@ -1,8 +1,6 @@
 #include "src/train/rank_agreement.h"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -22,12 +20,6 @@ namespace {
 // What must be equal on every rank, as named text.
 using RunFacts = std::vector<std::pair<std::string, std::string>>;
 
-std::string hex(std::uint64_t value) {
-    char text[24];
-    std::snprintf(text, sizeof text, "0x%016" PRIx64, value);
-    return text;
-}
-
 // Every resolved key, as the config table prints it ("section.key  value").
 void add_config_facts(const RunConfig& config, RunFacts& facts) {
     std::istringstream table(format_config_table(config));
@@ -41,7 +33,7 @@ void add_config_facts(const RunConfig& config, RunFacts& facts) {
 std::string checkpoint_digest(const CheckpointReader& reader) {
     Fnv64 digest;
     for (const auto& tensor : reader.tensors()) digest.update(&tensor.checksum, sizeof tensor.checksum);
-    return format_name(WeightsFormat::adacc_checkpoint) + ", digest " + hex(digest.value());
+    return format_name(WeightsFormat::adacc_checkpoint) + ", digest " + format_digest(digest.value());
 }
 
 // llm.c and Hugging Face weights have no checksums: their bytes are hashed (once per job; ~1 s
@@ -71,7 +63,7 @@ std::string weights_files_digest(const WeightsFile& weights) {
     }
     Fnv64 digest;
     for (const auto& file : files) hash_file(file, digest);
-    return format_name(weights.format) + ", digest " + hex(digest.value());
+    return format_name(weights.format) + ", digest " + format_digest(digest.value());
 }
 
 std::string weights_fact(const std::optional<std::filesystem::path>& resume_checkpoint,
@@ -99,7 +91,7 @@ std::string data_fact(const std::string& pattern) {
         total += bytes;
     }
     return std::to_string(files.size()) + " files, " + std::to_string(total) + " bytes in all, sizes digest " +
-           hex(sizes.value());
+           format_digest(sizes.value());
 }
 
 // Every resolved config key, the starting weights' digest and the data files.

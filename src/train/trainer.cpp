@@ -6,6 +6,7 @@
 #include "src/config/config.h"
 #include "src/engine/cpu_threads.h"
 #include "src/io/checkpoint.h"
+#include "src/common/checksum.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
 #include "src/common/process_memory.h"
@@ -145,7 +146,7 @@ void Trainer::log_replan(const ReplanEvent& e) {
     write_metrics({{"step", e.step}, {"event", "replan"}, {"reason", e.reason}, {"status", plan_status_name(e.status)},
                    {"solve_ms", e.solve_ms}, {"profile_ms", e.profile_ms},
                    {"predicted_total_bytes", e.predicted_total_bytes},
-                   {"plan_fingerprint", format_fingerprint(e.plan_fingerprint)}});
+                   {"plan_fingerprint", format_digest(e.plan_fingerprint)}});
 }
 
 // Mean loss over the first training.val_batches batches of the validation shards, the same
@@ -194,7 +195,7 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
     if (regulator_) {
         record["monitor_ms_total"] = regulator_->monitor_ms();
         // The plan this step ran, the same on every rank (AdaccRegulator checks it at each plan).
-        record["plan_fingerprint"] = format_fingerprint(plan_fingerprint(model_->plan()));
+        record["plan_fingerprint"] = format_digest(plan_fingerprint(model_->plan()));
     }
     write_metrics(record);
 }
