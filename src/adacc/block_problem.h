@@ -1,7 +1,8 @@
 // The activation-planning problem in the abstract (docs/design.md, 'The planner'): one block's
 // saved tensors, each of which backward needs and which can be kept at full size, compressed, or
 // dropped and recomputed by re-running its producing op. It knows nothing of the engine, so the
-// planner (src/adacc/milp_planner.h) can be tested against brute-force enumeration.
+// planner (src/adacc/milp_planner.h) can be tested against brute-force enumeration. Its rules are
+// implemented in src/adacc/block_problem.cpp.
 //
 // How the engine builds a BlockProblem from its BlockGraph (models/gpt_block.h):
 //   * One PlanTensor per tensor the block saves (TensorInfo::saved), in forward order; tensor i's
@@ -100,6 +101,9 @@ struct BlockCost {
 };
 BlockCost evaluate_block(const BlockProblem& problem, const BlockPlan& plan);
 
+// The plan that puts each tensor at its smallest allowed form (ties: the decision cheaper taken
+// alone): the one min_block_bytes measures, and the planner's answer when nothing is left to solve.
+BlockPlan smallest_plan(const BlockProblem& problem);
 // The fewest tape bytes any plan of the block reaches (each tensor at its smallest allowed form;
 // always reachable, since a recompute chain can always reach the block's first tensors).
 std::size_t min_block_bytes(const BlockProblem& problem);

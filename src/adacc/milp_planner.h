@@ -1,14 +1,14 @@
 // The Adacc planner (docs/design.md, 'The planner'): the cheapest keep / compress / recompute plan
 // whose memory fits a budget, as a mixed-integer program solved with lp_solve. It works on the
 // abstract problem of src/adacc/block_problem.h (no engine types), so tests compare it with
-// brute-force enumeration.
+// brute-force enumeration. milp_planner.cpp lists the files that implement it, one per concern.
 //
 // Two granularities:
 //   block   one plan per layer class, applied to all its layers (the Adacc paper's approach; with a
 //           single class: one block solved, applied to every layer). One small MILP.
 //   global  layers may differ: for each class, the Pareto frontier of block plans (extra time vs
 //           bytes) is computed by a sweep of block MILPs, then a small integer program chooses how
-//           many layers of each class use each frontier plan. Exact (see milp_planner.cpp); avoids
+//           many layers of each class use each frontier plan. Exact (see layer_counts.cpp); avoids
 //           the one-binary-per-tensor-per-layer model that lp_solve cannot solve for 48 layers.
 //           By default the frontier is taken per independent part of the block (tensors coupled
 //           through transients; every tensor of the collapsed GPT-2 block), which is just as exact
@@ -43,12 +43,12 @@ struct PlannerOptions {
     double memory_weight = 0.0;  // >= 0, ms per byte
     // Build the model of docs/design.md, 'The planner' literally (keep/comp/drop binaries summing
     // to 1, run binaries with run >= drop and the chain rows for every input) instead of the
-    // equivalent reduced one (see milp_planner.cpp). Same optimum, more variables; for
+    // equivalent reduced one (see block_milp.cpp). Same optimum, more variables; for
     // cross-checking.
     bool literal_model = false;
     // Global form: split each block into independent parts (tensors coupled only through
     // transients belong together) and build one frontier per part instead of one per block. Exact
-    // either way (see milp_planner.cpp); the parts' frontiers are far smaller. False: the
+    // either way (see layer_counts.cpp); the parts' frontiers are far smaller. False: the
     // block-level frontier (docs/design.md, 'The planner'), for cross-checking.
     bool split_independent_parts = true;
 };

@@ -1,0 +1,270 @@
+// The block MILP (src/adacc/block_milp.h) and the block granularity, MilpPlanner::solve_block:
+// one plan per layer class, all classes in one model.
+//
+// ---- The block model ----
+// docs/design.md, 'The planner' states it with binaries keep_i + comp_i + drop_i = 1 and run_i per
+// tensor, run_i >= drop_i, and run_p >= run_i + drop_p - 1 for every input p of i. A tensor may be
+// compressible by several codecs (its compress options): comp_i is then one binary per option,
+// comp_io, and keep_i + sum_o comp_io + drop_i = 1 (one binary per (tensor, option)). A compressed
+// tensor stops a recompute chain whatever its codec, so the options differ only in their own bytes
+// and time. PlannerOptions::literal_model builds exactly that. The default builds an equivalent,
+// smaller model:
+//   * keep_i = 1 - sum_o comp_io - drop_i is eliminated (sum_o comp_io + drop_i <= 1), and
+//     variables exist only for the choices a tensor allows (must_keep tensors have none) and
+//     worth making: a compress option that another option of the tensor matches or beats in both
+//     bytes and time gets no column (swapping it for that one never costs anything).
+//   * For a tensor backward reads, run_i = drop_i at any optimum: a dropped tensor must be
+//     regenerated (run_i >= drop_i), and a kept or compressed one never needs its op re-run,
+//     because the chain rows only force run_p when drop_p = 1 (then run_p >= drop_p = 1 holds
+//     already). So run_i is replaced by drop_i, and the chain rows through such inputs vanish
+//     (run_p >= run_i + drop_p - 1 reads drop_p >= run_i + drop_p - 1, i.e. run_i <= 1).
+//   * A transient tensor has drop = 1 fixed and a binary run_t; its chain rows remain:
+//     run_t >= run_i for every consumer i (run_i being drop_i or another transient's run).
+//     (run_t could be continuous, the smallest feasible value given the other binaries being the
+//     0/1 chain closure; it is kept integer because lp_solve's "minimum objective step" logic,
+//     see lp::Model::solve in src/adacc/lp_solve_model.cpp, misbehaved worst on such mixed models.)
+// Memory is counted in units of the gcd of all sizes, so every row is integral; the solution
+// found is re-evaluated exactly (evaluate_block) and, should lp_solve's tolerances have let the
+// memory row slip by a unit, the row is tightened and the model solved again.
+#include "src/adacc/block_milp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "src/adacc/milp_planner_call.h"
+
+namespace adacc::milp {
+
+namespace {
+
+int add_col(BlockModel& m, lp::Column c, double time, double bytes) {
+    m.cols.push_back(c);
+    m.time.push_back(time);
+    m.bytes.push_back(bytes);
+    return static_cast<int>(m.cols.size()) - 1;
+}
+
+// Whether another of the options matches or beats option o in both bytes and time (ties: the
+// earlier one wins). Such an option never improves a plan, so the reduced model gives it no column.
+bool dominated_option(const std::vector<CompressOption>& options, std::size_t o) {
+    for (std::size_t p = 0; p < options.size(); ++p) {
+        if (p == o) continue;
+        const bool as_good = options[p].bytes <= options[o].bytes && options[p].ms <= options[o].ms;
+        const bool equal = options[p].bytes == options[o].bytes && options[p].ms == options[o].ms;
+        if (as_good && (!equal || p < o)) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+BlockModel build_block_model(const BlockProblem& problem, double unit, bool literal) {
+    const auto& ts = problem.tensors;
+    const std::size_t n = ts.size();
+    BlockModel m;
+    m.keep_col.assign(n, -1);
+    m.drop_col.assign(n, -1);
+    m.comp_cols.resize(n);
+    if (literal) {
+        std::vector<int> run(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            const PlanTensor& t = ts[i];
+            const double b = t.transient ? 0 : static_cast<double>(t.bytes) / unit;
+            lp::Column keep, drop;
+            if (t.must_keep) keep.lb = 1;
+            if (t.transient) keep.ub = 0, drop.lb = 1;
+            if (!decision_allowed(t, {Policy::recompute, 0})) drop.ub = 0;
+            m.keep_col[i] = add_col(m, keep, 0, b);
+            lp::Row one_of{{m.keep_col[i]}, {1}, lp::RowType::eq, 1};  // keep + sum of comp + drop = 1
+            for (std::size_t o = 0; o < t.compress_options.size(); ++o) {
+                const CompressOption& c = t.compress_options[o];
+                lp::Column comp;
+                if (!decision_allowed(t, {Policy::compress, static_cast<int>(o)})) comp.ub = 0;
+                m.comp_cols[i].push_back(add_col(m, comp, c.ms, t.transient ? 0 : static_cast<double>(c.bytes) / unit));
+                one_of.idx.push_back(m.comp_cols[i].back());
+                one_of.val.push_back(1);
+            }
+            m.drop_col[i] = add_col(m, drop, 0, 0);
+            one_of.idx.push_back(m.drop_col[i]);
+            one_of.val.push_back(1);
+            run[i] = add_col(m, {}, t.recompute_ms, 0);
+            m.rows.push_back(std::move(one_of));
+            if (!t.transient)  // a transient's op runs only when a chain needs it
+                m.rows.push_back({{run[i], m.drop_col[i]}, {1, -1}, lp::RowType::ge, 0});  // run >= drop
+            for (int p : t.inputs)  // run_p >= run_i + drop_p - 1
+                m.rows.push_back({{run[p], run[i], m.drop_col[p]}, {1, -1, -1}, lp::RowType::ge, -1});
+        }
+        return m;
+    }
+    // Reduced model (see the top of this file). run[i]: the column that is 1 when i's op re-runs.
+    std::vector<int> run(n, -1);
+    for (std::size_t i = 0; i < n; ++i) {
+        const PlanTensor& t = ts[i];
+        if (t.transient) {
+            run[i] = add_col(m, {}, t.recompute_ms, 0);
+            continue;
+        }
+        const double b = static_cast<double>(t.bytes) / unit;
+        m.const_bytes += b;  // kept unless a column below says otherwise
+        lp::Row at_most_one{{}, {}, lp::RowType::le, 1};  // sum of comp + drop <= 1
+        for (std::size_t o = 0; o < t.compress_options.size(); ++o) {
+            if (!decision_allowed(t, {Policy::compress, static_cast<int>(o)}) ||
+                dominated_option(t.compress_options, o)) {
+                m.comp_cols[i].push_back(-1);
+                continue;
+            }
+            const CompressOption& c = t.compress_options[o];
+            m.comp_cols[i].push_back(add_col(m, {}, c.ms, static_cast<double>(c.bytes) / unit - b));
+            at_most_one.idx.push_back(m.comp_cols[i].back());
+        }
+        if (decision_allowed(t, {Policy::recompute, 0})) {
+            run[i] = m.drop_col[i] = add_col(m, {}, t.recompute_ms, -b);
+            at_most_one.idx.push_back(m.drop_col[i]);
+        }
+        at_most_one.val.assign(at_most_one.idx.size(), 1);
+        if (at_most_one.idx.size() > 1) m.rows.push_back(std::move(at_most_one));
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        if (run[i] < 0) continue;
+        for (int p : ts[i].inputs)
+            if (ts[p].transient) m.rows.push_back({{run[p], run[i]}, {1, -1}, lp::RowType::ge, 0});  // run_p >= run_i
+    }
+    return m;
+}
+
+BlockPlan decode(const BlockProblem& problem, const BlockModel& m, const double* x) {
+    BlockPlan plan;
+    for (std::size_t i = 0; i < problem.tensors.size(); ++i) {
+        const PlanTensor& t = problem.tensors[i];
+        Decision d{Policy::keep, 0};
+        if (t.transient)
+            d.policy = Policy::recompute;
+        else if (t.must_keep)
+            d.policy = Policy::keep;
+        else if (m.drop_col[i] >= 0 && x[m.drop_col[i]] > 0.5)
+            d.policy = Policy::recompute;
+        else
+            for (std::size_t o = 0; o < m.comp_cols[i].size(); ++o)
+                if (m.comp_cols[i][o] >= 0 && x[m.comp_cols[i][o]] > 0.5) d = {Policy::compress, static_cast<int>(o)};
+        plan.push_back(d);
+    }
+    return plan;
+}
+
+std::size_t gcd_unit(const std::vector<const BlockProblem*>& problems) {
+    std::size_t g = 0;
+    for (const BlockProblem* p : problems)
+        for (const auto& t : p->tensors) {
+            if (t.transient) continue;
+            g = std::gcd(g, t.bytes);
+            for (const CompressOption& c : t.compress_options) g = std::gcd(g, c.bytes);
+        }
+    return g == 0 ? 1 : g;
+}
+
+// Everything one lp_solve model needs: columns (with objective and memory coefficients), rows,
+
+}  // namespace adacc::milp
+
+namespace adacc {
+
+PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std::size_t static_bytes,
+                                    std::size_t transient_bytes, std::size_t budget_bytes) const {
+    milp::PlanCall call =
+        milp::start_plan_call(options_, PlanGranularity::block, classes, static_bytes, transient_bytes, budget_bytes);
+    if (!call.feasible) return call.result;
+    const PlannerOptions& o = call.options;
+    const std::size_t avail = call.available;
+
+    // One model: each class's block columns, scaled by its layer count in objective and memory.
+    std::vector<const BlockProblem*> problems;
+    for (const auto& c : classes) problems.push_back(&c.problem);
+    const double unit = static_cast<double>(milp::gcd_unit(problems));
+    std::vector<milp::BlockModel> models;
+    std::vector<int> offset;
+    std::vector<lp::Column> cols;
+    std::vector<lp::Row> rows;
+    std::vector<double> objective, memory;
+    double const_bytes = 0;
+    for (const auto& c : classes) {
+        models.push_back(milp::build_block_model(c.problem, unit, o.literal_model));
+        const milp::BlockModel& m = models.back();
+        const int off = static_cast<int>(cols.size());
+        offset.push_back(off);
+        const double L = c.layer_count;
+        for (std::size_t j = 0; j < m.cols.size(); ++j) {
+            cols.push_back(m.cols[j]);
+            objective.push_back(L * (o.time_weight * m.time[j] + o.memory_weight * unit * m.bytes[j]));
+            memory.push_back(L * m.bytes[j]);
+        }
+        for (lp::Row r : m.rows) {
+            for (int& j : r.idx) j += off;
+            rows.push_back(std::move(r));
+        }
+        const_bytes += L * m.const_bytes;
+    }
+
+    PlanResult& r = call.result;
+    auto set_plans = [&](const std::vector<BlockPlan>& plans) {
+        for (std::size_t c = 0; c < classes.size(); ++c) {
+            r.per_class[c].clear();
+            if (classes[c].layer_count == 0) continue;
+            const BlockCost cost = evaluate_block(classes[c].problem, plans[c]);
+            r.per_class[c].push_back({plans[c], classes[c].layer_count, cost.extra_ms, cost.bytes});
+        }
+    };
+    auto total_bytes = [&](const std::vector<BlockPlan>& plans) {
+        std::size_t total = 0;
+        for (std::size_t c = 0; c < classes.size(); ++c)
+            total += static_cast<std::size_t>(classes[c].layer_count) * evaluate_block(classes[c].problem, plans[c]).bytes;
+        return total;
+    };
+
+    std::string note;
+    bool solved = false;
+    if (!cols.empty()) {
+        double rhs = std::floor(static_cast<double>(avail) / unit) - const_bytes;
+        lp::Model model(cols, rows, objective, memory, rhs);
+        std::vector<double> x;
+        for (int attempt = 0; attempt < 4 && !solved; ++attempt) {
+            model.set_memory_rhs(rhs);
+            const auto out = model.solve(call.deadline, o, x, r.lp_solves);
+            if (out == lp::Model::Outcome::failed || out == lp::Model::Outcome::infeasible) {
+                note = out == lp::Model::Outcome::failed ? "lp_solve found no plan within the time limit"
+                                                     : "lp_solve reported infeasible although a plan fits";
+                break;
+            }
+            std::vector<BlockPlan> plans;
+            for (std::size_t c = 0; c < classes.size(); ++c)
+                plans.push_back(milp::decode(classes[c].problem, models[c], x.data() + offset[c]));
+            const std::size_t total = total_bytes(plans);
+            if (total > avail) {
+                rhs -= std::max(1.0, std::ceil(static_cast<double>(total - avail) / unit));
+                continue;
+            }
+            set_plans(plans);
+            r.status = out == lp::Model::Outcome::optimal ? PlanResult::optimal : PlanResult::suboptimal;
+            if (out == lp::Model::Outcome::suboptimal)
+                note = call.deadline.fired ? "time limit reached; best plan found so far" : "lp_solve did not prove optimality";
+            solved = true;
+        }
+    } else {
+        solved = true;  // nothing to decide
+        r.status = PlanResult::optimal;
+        std::vector<BlockPlan> plans;
+        for (const auto& c : classes) plans.push_back(smallest_plan(c.problem));
+        set_plans(plans);
+    }
+    if (!solved) {  // a plan fits (checked above): fall back to the smallest one
+        std::vector<BlockPlan> plans;
+        for (const auto& c : classes) plans.push_back(smallest_plan(c.problem));
+        set_plans(plans);
+        r.status = PlanResult::suboptimal;
+        note += "; using the smallest plan";
+    }
+    milp::finish_plan_call(call, static_bytes, transient_bytes, note);
+    return call.result;
+}
+
+}  // namespace adacc
