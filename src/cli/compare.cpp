@@ -6,6 +6,7 @@
 #include "src/train/compare.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/common/units.h"
 #include "src/common/file_io.h"
 #include "src/engine/memory_mode.h"
 

@@ -8,6 +8,7 @@
 #include "src/cli/commands.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/common/units.h"
 #include "src/train/token_loader.h"
 
 namespace adacc {

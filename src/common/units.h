@@ -1,16 +1,29 @@
-// Units every part of adacc shares: byte counts as people read them, elapsed wall time, and
-// rounding sizes up to an alignment.
+// Units every part of adacc shares: byte counts as people read and write them, elapsed wall
+// time, and rounding sizes up to an alignment.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace adacc {
 
 // Bytes in the largest binary unit that keeps the number >= 1, two decimals: "1.50 GiB", "512 B".
 std::string format_bytes(std::uint64_t bytes);
+
+// Sizes as configs and flags write them: plain bytes ("123456") or a number (decimals allowed)
+// followed by a unit, space optional, case-insensitive: B; K, KiB, M, MiB, G, GiB, T, TiB, P, PiB,
+// E, EiB (powers of 1024); KB, MB, GB, TB, PB, EB (powers of 1000). "24GiB", "1.5 GiB", "512M".
+// At most 2^64 - 1 bytes.
+struct SizeParse {
+    std::uint64_t bytes = 0;
+    std::string error;  // empty on success: says what is wrong with the text
+};
+SizeParse try_parse_size(std::string_view text);
+// The same; throws UserError ("bad size '...': why") when the text is not a size.
+std::uint64_t parse_size(std::string_view text);
 
 // Wall time since `start` on the steady clock, in milliseconds and in seconds.
 inline double ms_since(std::chrono::steady_clock::time_point start) {

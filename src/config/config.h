@@ -59,9 +59,4 @@ std::string format_config_reference();
 // TOML text that config_from_toml_string() loads back to an identical RunConfig.
 std::string to_toml(const RunConfig& config);
 
-// Sizes: plain bytes ("123456") or a number (decimals allowed) followed by a unit, space
-// optional, case-insensitive: B; K, KiB, M, MiB, G, GiB, T, TiB (powers of 1024);
-// KB, MB, GB, TB (powers of 1000). "24GiB", "1.5 GiB", "512M". Throws UserError otherwise.
-std::uint64_t parse_size(std::string_view text);
-
 }  // namespace adacc
