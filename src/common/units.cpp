@@ -17,22 +17,6 @@ namespace adacc {
 
 namespace {
 
-std::string_view trim_blanks(std::string_view text) {
-    const auto first = text.find_first_not_of(" \t");
-    if (first == std::string_view::npos) return {};
-    const auto last = text.find_last_not_of(" \t");
-    return text.substr(first, last - first + 1);
-}
-
-// `text` as a whole Number, nothing before or after it.
-template <typename Number>
-std::optional<Number> parse_whole(std::string_view text) {
-    Number value{};
-    const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (result.ec != std::errc() || result.ptr != text.data() + text.size()) return std::nullopt;
-    return value;
-}
-
 struct SizeUnit {
     std::string_view suffix;  // lower case
     std::uint64_t multiplier;

@@ -1,14 +1,34 @@
 // Units every part of adacc shares: byte counts as people read and write them, elapsed wall
-// time, and rounding sizes up to an alignment.
+// time, rounding sizes up to an alignment, and the number parsing configs and flags use.
 #pragma once
 
+#include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace adacc {
+
+// `text` without leading and trailing blanks (spaces, tabs).
+inline std::string_view trim_blanks(std::string_view text) {
+    const auto first = text.find_first_not_of(" \t");
+    if (first == std::string_view::npos) return {};
+    const auto last = text.find_last_not_of(" \t");
+    return text.substr(first, last - first + 1);
+}
+
+// `text` as a whole Number, nothing before or after it (std::from_chars: no locale, no sign
+// for unsigned types).
+template <typename Number>
+std::optional<Number> parse_whole(std::string_view text) {
+    Number value{};
+    const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (result.ec != std::errc() || result.ptr != text.data() + text.size()) return std::nullopt;
+    return value;
+}
 
 // Bytes in the largest binary unit that keeps the number >= 1, two decimals: "1.50 GiB", "512 B".
 std::string format_bytes(std::uint64_t bytes);

@@ -684,25 +684,10 @@ void apply_toml(RunConfig& config, std::string_view text, std::string_view sourc
 // ---------------------------------------------------------------------------------------------
 // --set overrides.
 
-std::string_view trim(std::string_view text) {
-    const auto first = text.find_first_not_of(" \t");
-    if (first == std::string_view::npos) return {};
-    const auto last = text.find_last_not_of(" \t");
-    return text.substr(first, last - first + 1);
-}
-
 std::string_view strip_quotes(std::string_view text) {
     if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') && text.back() == text.front())
         return text.substr(1, text.size() - 2);
     return text;
-}
-
-template <typename Number>
-std::optional<Number> parse_whole(std::string_view text) {
-    Number value{};
-    const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (result.ec != std::errc() || result.ptr != text.data() + text.size()) return std::nullopt;
-    return value;
 }
 
 std::vector<std::string> split_list(std::string_view text) {
@@ -710,7 +695,7 @@ std::vector<std::string> split_list(std::string_view text) {
     std::vector<std::string> items;
     while (!text.empty()) {
         const auto comma = text.find(',');
-        const auto item = strip_quotes(trim(text.substr(0, comma)));
+        const auto item = strip_quotes(trim_blanks(text.substr(0, comma)));
         if (!item.empty()) items.emplace_back(item);
         if (comma == std::string_view::npos) break;
         text.remove_prefix(comma + 1);
@@ -744,7 +729,7 @@ std::optional<ConfigValue> value_from_text(std::string_view text, ValueKind kind
 void apply_override(RunConfig& config, std::string_view assignment) {
     const std::string where = "--set " + std::string(assignment);
     const auto equals = assignment.find('=');
-    const auto path = trim(assignment.substr(0, equals));
+    const auto path = trim_blanks(assignment.substr(0, equals));
     const auto dot = path.find('.');
     if (equals == std::string_view::npos || dot == std::string_view::npos || dot == 0 || dot + 1 == path.size())
         throw UserError("bad override '" + std::string(assignment) +
@@ -755,7 +740,7 @@ void apply_override(RunConfig& config, std::string_view assignment) {
     const KeySpec* key = find_key(section, name);
     if (!key) throw_unknown_key(section, name, where);
 
-    const auto text = trim(assignment.substr(equals + 1));
+    const auto text = trim_blanks(assignment.substr(equals + 1));
     const auto value = value_from_text(text, key->kind);
     if (!value)
         throw UserError(key->full_name() + " in " + where + " must be " + std::string(kind_phrase(key->kind)) +
@@ -783,7 +768,7 @@ std::optional<std::string> activation_size_problem(const RunConfig& config) {
 std::set<std::string, std::less<>> overridden_keys(const std::vector<std::string>& overrides) {
     std::set<std::string, std::less<>> keys;
     for (const auto& assignment : overrides)
-        keys.insert(std::string(trim(std::string_view(assignment).substr(0, assignment.find('=')))));
+        keys.insert(std::string(trim_blanks(std::string_view(assignment).substr(0, assignment.find('=')))));
     return keys;
 }
 
