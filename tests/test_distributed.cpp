@@ -160,13 +160,18 @@ TEST(DataParallel, ARankKilledMidStepEndsTheJobAndTheRunResumes) {
                           << " 2>&1 &\njob=$!\n"
                           << "while [ ! -e " << checkpoint_path(run, 4).string() << " ] && kill -0 $job; do sleep 0.01; done\n"
                           << "for d in /proc/[0-9]*; do\n"  // this job's rank 1 (not another test's)
-                          << "  tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q 'adacc.* train .*" << run.string() << "' &&\n"
-                          << "  tr '\\0' '\\n' < $d/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -9 ${d#/proc/}\n"
+                          // (a process may end between the glob and the read: quietly skipped)
+                          << "  { tr '\\0' ' ' < $d/cmdline; } 2>/dev/null | grep -q 'adacc.* train .*" << run.string()
+                          << "' &&\n"
+                          << "  { tr '\\0' '\\n' < $d/environ; } 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && "
+                             "kill -9 ${d#/proc/}\n"
                           << "done\nkilled=$(date +%s%N)\nwait $job\nstatus=$?\n"
                           << "echo \"status $status after $(( ($(date +%s%N) - killed) / 1000000 )) ms\"\n";
     const auto killed = test::run_shell("sh " + script.string(), true, 300);
     int status = 0, ms = 0;
-    ASSERT_EQ(std::sscanf(killed.output.c_str(), "status %d after %d ms", &status, &ms), 2) << killed.output;
+    const auto report = killed.output.rfind("status ");
+    ASSERT_NE(report, std::string::npos) << killed.output;
+    ASSERT_EQ(std::sscanf(killed.output.c_str() + report, "status %d after %d ms", &status, &ms), 2) << killed.output;
     const std::string job_output = [&] {
         std::ifstream in(dir / "job.out");
         return std::string(std::istreambuf_iterator<char>(in), {});
