@@ -17,6 +17,20 @@
 
 namespace adacc::milp {
 
+namespace {
+
+// The frontier point of the smallest plan, which every budget the problem admits can hold.
+FrontierPoint smallest_point(const BlockProblem& problem) {
+    FrontierPoint p;
+    p.decisions = smallest_plan(problem);
+    const BlockCost cost = evaluate_block(problem, p.decisions);
+    p.extra_ms = cost.extra_ms;
+    p.bytes = cost.bytes;
+    return p;
+}
+
+}  // namespace
+
 std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size_t max_bytes,
                                           const PlannerOptions& o, lp::Deadline& deadline, bool& exact, int& solves) {
     exact = true;
@@ -26,12 +40,7 @@ std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size
     const double unit = static_cast<double>(gcd_unit({&problem}));
     const BlockModel m = build_block_model(problem, unit, o.literal_model);
     if (m.cols.empty()) {  // nothing to decide: the one plan there is
-        FrontierPoint p;
-        p.decisions = smallest_plan(problem);
-        const BlockCost cost = evaluate_block(problem, p.decisions);
-        p.extra_ms = cost.extra_ms;
-        p.bytes = cost.bytes;
-        points.push_back(std::move(p));
+        points.push_back(smallest_point(problem));
         return points;
     }
     std::size_t cap = std::min(max_bytes, max_block_bytes(problem));
@@ -69,14 +78,7 @@ std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size
         if (points.back().bytes <= min_b) break;
         cap = points.back().bytes - 1;
     }
-    if (!exact) {  // keep the answer usable: the smallest plan is always there
-        FrontierPoint p;
-        p.decisions = smallest_plan(problem);
-        const BlockCost cost = evaluate_block(problem, p.decisions);
-        p.extra_ms = cost.extra_ms;
-        p.bytes = cost.bytes;
-        points.push_back(std::move(p));
-    }
+    if (!exact) points.push_back(smallest_point(problem));  // keep the answer usable: it is always there
     // Non-dominated filter (equal times up to rounding count as equal: fewer bytes wins).
     std::sort(points.begin(), points.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
         return a.bytes != b.bytes ? a.bytes < b.bytes : a.extra_ms < b.extra_ms;
