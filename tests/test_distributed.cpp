@@ -19,7 +19,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -172,10 +171,7 @@ TEST(DataParallel, ARankKilledMidStepEndsTheJobAndTheRunResumes) {
     const auto report = killed.output.rfind("status ");
     ASSERT_NE(report, std::string::npos) << killed.output;
     ASSERT_EQ(std::sscanf(killed.output.c_str() + report, "status %d after %d ms", &status, &ms), 2) << killed.output;
-    const std::string job_output = [&] {
-        std::ifstream in(dir / "job.out");
-        return std::string(std::istreambuf_iterator<char>(in), {});
-    }();
+    const std::string job_output = test::read_bytes(dir / "job.out");
     EXPECT_NE(status, 0) << job_output;
     EXPECT_LT(ms, 60000) << job_output;
     EXPECT_NE(job_output.find("rank 1"), std::string::npos) << "the launcher names the rank: " << job_output;

@@ -37,11 +37,6 @@ namespace fs = std::filesystem;
 constexpr int kMutations = 200;
 constexpr auto kProcessTimeout = std::chrono::seconds(120);
 
-std::string read_bytes(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
-}
-
 void write_bytes(const fs::path& file, const std::string& bytes) {
     std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -74,7 +69,7 @@ Outcome run_with_timeout(const std::vector<std::string>& args, const fs::path& l
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), read_bytes(log)};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), test::read_bytes(log)};
 }
 
 // The tensors named `prefix`... a checkpoint file yields through the reader, by name; empty when
@@ -112,9 +107,9 @@ protected:
                                    dir / "base.log")
                       .status,
                   0)
-            << read_bytes(dir / "base.log");
+            << test::read_bytes(dir / "base.log");
         original_file = checkpoint_path(base, 2);
-        original = read_bytes(original_file);
+        original = test::read_bytes(original_file);
         original_tensors = readable_tensors(original_file);
         ASSERT_FALSE(original_tensors.empty());
         const CheckpointReader reader(original_file);
@@ -170,7 +165,7 @@ protected:
         }
         const fs::path file = dir / "crafted.bin";
         write_checkpoint(file, m, tensors);
-        return read_bytes(file);
+        return test::read_bytes(file);
     }
 
     std::string mutated(int i, std::mt19937& gen) {

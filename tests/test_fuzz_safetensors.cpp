@@ -26,11 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_bytes(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
-}
-
 void write_bytes(const fs::path& file, const std::string& bytes) {
     std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -159,7 +154,7 @@ TEST_F(SafetensorsFuzz, MutatedFilesAreRefusedOrReadAsTheyAre) {
         out.write_next(nullptr, 0);
         out.commit();
     }
-    const std::string original = read_bytes(source);
+    const std::string original = test::read_bytes(source);
     const std::vector<SafetensorsTensor> original_table = SafetensorsFile(source).tensors();
     std::mt19937 gen(2026);
     int accepted = 0;
@@ -197,8 +192,8 @@ protected:
 };
 
 TEST_F(HfFolderFuzz, MutatedFoldersAreRefusedOrLoadTheirOwnWeights) {
-    const std::string weights = read_bytes(dir / "original" / "model.safetensors");
-    const std::string config = read_bytes(dir / "original" / "config.json");
+    const std::string weights = test::read_bytes(dir / "original" / "model.safetensors");
+    const std::string config = test::read_bytes(dir / "original" / "config.json");
     const std::size_t start = data_start(weights);
     std::mt19937 gen(77);
     int accepted = 0, refused = 0;
@@ -248,7 +243,7 @@ TEST_F(HfFolderFuzz, TrainInitFromAMutatedFolderExitsZeroOrTwo) {
     std::ofstream(dir / "run.toml") << "[model]\npreset = \"gpt-micro\"\n[training]\nbatch_size = 1\nseq_len = 8\n"
                                     << "steps = 1\nthreads = 1\n[checkpoint]\nevery = 0\n[data]\ntrain = \""
                                     << (dir / "train.bin").string() << "\"\n";
-    const std::string weights = read_bytes(dir / "original" / "model.safetensors");
+    const std::string weights = test::read_bytes(dir / "original" / "model.safetensors");
     int refused = 0;
     for (int i = 0; i < 30; ++i) {
         const fs::path folder = dir / ("cli_" + std::to_string(i));

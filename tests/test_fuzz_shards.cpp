@@ -35,13 +35,6 @@ constexpr std::size_t kBatchTokens = 2 * 8 + 1;  // batch_size 2 x seq_len 8, pl
 constexpr int kCases = 100;
 constexpr auto kRunLimit = std::chrono::seconds(60);
 
-std::string read_file(const std::filesystem::path& path) {
-    std::ifstream stream(path, std::ios::binary);
-    std::ostringstream contents;
-    contents << stream.rdbuf();
-    return contents.str();
-}
-
 void write_file(const std::filesystem::path& path, const std::string& bytes) {
     std::ofstream(path, std::ios::binary) << bytes;
 }
@@ -172,7 +165,7 @@ TEST(FuzzShards, MutatedShardsAreAcceptedOrRefusedCleanly) {
     std::vector<std::uint16_t> tokens(64);
     for (auto& t : tokens) t = static_cast<std::uint16_t>(random() % kVocab);
     write_token_shard(root / "valid.bin", tokens);
-    const std::string valid = read_file(root / "valid.bin");
+    const std::string valid = test::read_bytes(root / "valid.bin");
 
     std::vector<Case> cases(kCases);
     for (int i = 0; i < kCases; ++i) {
@@ -199,7 +192,7 @@ TEST(FuzzShards, MutatedShardsAreAcceptedOrRefusedCleanly) {
                 ++it;
                 continue;
             }
-            const std::string output = read_file(c.dir / "output");
+            const std::string output = test::read_bytes(c.dir / "output");
             const std::string label = c.mutation + " (" + c.dir.string() + "):\n" + output;
             EXPECT_TRUE(*status == 0 || *status == 2) << "status " << *status << " (-N: signal N) after " << label;
             if (*status == 0) ++accepted;

@@ -31,13 +31,6 @@ using test::run_shell;
 
 bool contains(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
 
-std::string read_file(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 void write_file(const fs::path& file, const std::string& text) { std::ofstream(file, std::ios::binary) << text; }
 
 // The AtomicFileWriter temporaries in `dir` (what an interrupted or racing write would leave).
@@ -75,9 +68,9 @@ TEST(AtomicWrite, ConcurrentWritersToOneNameEachLandWhole) {
     first.write("first", 5);
     second.write("second", 6);
     first.commit();
-    EXPECT_EQ(read_file(dir / "out.bin"), "first");
+    EXPECT_EQ(test::read_bytes(dir / "out.bin"), "first");
     second.commit();  // before: the shared .tmp had gone with the first rename, so this failed
-    EXPECT_EQ(read_file(dir / "out.bin"), "second");
+    EXPECT_EQ(test::read_bytes(dir / "out.bin"), "second");
     EXPECT_TRUE(temporaries_in(dir).empty());
 }
 
@@ -86,8 +79,8 @@ TEST(AtomicWrite, AUsersTmpBesideTheTargetIsLeftAlone) {
     write_file(dir / "keep.bin.tmp", "mine");
     write_atomically(dir / "keep.bin", "written");
     { AtomicFileWriter abandoned(dir / "keep.bin"); }  // an uncommitted writer removes only its own file
-    EXPECT_EQ(read_file(dir / "keep.bin"), "written");
-    EXPECT_EQ(read_file(dir / "keep.bin.tmp"), "mine");
+    EXPECT_EQ(test::read_bytes(dir / "keep.bin"), "written");
+    EXPECT_EQ(test::read_bytes(dir / "keep.bin.tmp"), "mine");
     EXPECT_TRUE(temporaries_in(dir).empty());
 }
 
@@ -97,7 +90,7 @@ TEST(AtomicWrite, OnlyARegularFileIsReplaced) {
     fs::create_symlink(dir / "model.bin", dir / "link.bin");
     EXPECT_TRUE(contains(error_of([&] { write_atomically(dir / "link.bin", "x"); }), "is a symbolic link"));
     EXPECT_TRUE(fs::is_symlink(dir / "link.bin"));
-    EXPECT_EQ(read_file(dir / "model.bin"), "precious");
+    EXPECT_EQ(test::read_bytes(dir / "model.bin"), "precious");
 
     ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
     EXPECT_TRUE(contains(error_of([&] { write_atomically(dir / "fifo", "x"); }), "is a fifo"));
@@ -108,7 +101,7 @@ TEST(AtomicWrite, OnlyARegularFileIsReplaced) {
     // Asked to (`export --force`), a write goes through the link to the file it points to.
     write_atomically(dir / "link.bin", "replaced", ExistingTarget::write_through_symlink);
     EXPECT_TRUE(fs::is_symlink(dir / "link.bin"));
-    EXPECT_EQ(read_file(dir / "model.bin"), "replaced");
+    EXPECT_EQ(test::read_bytes(dir / "model.bin"), "replaced");
     // ... and still replaces only a regular file there.
     fs::create_symlink("/dev/null", dir / "null.bin");
     EXPECT_TRUE(contains(error_of([&] { write_atomically(dir / "null.bin", "x", ExistingTarget::write_through_symlink); }),
@@ -129,7 +122,7 @@ TEST(AtomicWrite, AShardIsNeverWrittenThroughALink) {
     fs::create_symlink(dir / "elsewhere.bin", dir / "train_000001.bin");
     const std::vector<std::uint16_t> tokens(64, 7);
     EXPECT_TRUE(contains(error_of([&] { write_token_shard(dir / "train_000001.bin", tokens); }), "symbolic link"));
-    EXPECT_EQ(read_file(dir / "elsewhere.bin"), "precious");
+    EXPECT_EQ(test::read_bytes(dir / "elsewhere.bin"), "precious");
 }
 
 TEST(AtomicWrite, AProfileIsNeverWrittenThroughALink) {
@@ -137,7 +130,7 @@ TEST(AtomicWrite, AProfileIsNeverWrittenThroughALink) {
     write_file(dir / "elsewhere.json", "precious");
     fs::create_symlink(dir / "elsewhere.json", dir / "profile.json");
     EXPECT_TRUE(contains(error_of([&] { Profile{}.save(dir / "profile.json"); }), "symbolic link"));
-    EXPECT_EQ(read_file(dir / "elsewhere.json"), "precious");
+    EXPECT_EQ(test::read_bytes(dir / "elsewhere.json"), "precious");
 }
 
 // A trained tiny run (1 layer, 16 wide) with checkpoints at steps 2 and 4, for the CLI tests.
@@ -184,7 +177,7 @@ TEST_F(HardEdges, ConcurrentExportsToOneNameLeaveOneWholeExport) {
     train_run(" --set model.n_embd=256 --set model.n_head=4 --set model.n_layer=4");
     ASSERT_EQ(run_adacc(export_of(2, dir / "ref2.bin")).status, 0);
     ASSERT_EQ(run_adacc(export_of(4, dir / "ref4.bin")).status, 0);
-    const std::string ref2 = read_file(dir / "ref2.bin"), ref4 = read_file(dir / "ref4.bin");
+    const std::string ref2 = test::read_bytes(dir / "ref2.bin"), ref4 = test::read_bytes(dir / "ref4.bin");
     ASSERT_NE(ref2, ref4);
     const auto race = dir / "race.bin";
     for (int attempt = 0; attempt < 4; ++attempt) {
@@ -196,13 +189,13 @@ TEST_F(HardEdges, ConcurrentExportsToOneNameLeaveOneWholeExport) {
                                " > b.out 2>&1; echo $? >> status) &\nwait\n");
         const auto r = run_shell("sh " + script.string());
         ASSERT_EQ(r.status, 0) << r.output;
-        EXPECT_EQ(read_file(dir / "status"), "0\n0\n") << "both exporters succeed\n"
-                                                       << read_file(dir / "a.out") << read_file(dir / "b.out");
-        const std::string landed = read_file(race);
+        EXPECT_EQ(test::read_bytes(dir / "status"), "0\n0\n") << "both exporters succeed\n"
+                                                       << test::read_bytes(dir / "a.out") << test::read_bytes(dir / "b.out");
+        const std::string landed = test::read_bytes(race);
         EXPECT_TRUE(landed == ref2 || landed == ref4) << "attempt " << attempt << ": race.bin is neither export";
-        EXPECT_TRUE(contains(read_file(dir / "a.out"), "from adacc checkpoint")) << read_file(dir / "a.out");
-        EXPECT_TRUE(contains(read_file(dir / "a.out"), "ckpt_00000002.bin")) << read_file(dir / "a.out");
-        EXPECT_TRUE(contains(read_file(dir / "b.out"), "ckpt_00000004.bin")) << read_file(dir / "b.out");
+        EXPECT_TRUE(contains(test::read_bytes(dir / "a.out"), "from adacc checkpoint")) << test::read_bytes(dir / "a.out");
+        EXPECT_TRUE(contains(test::read_bytes(dir / "a.out"), "ckpt_00000002.bin")) << test::read_bytes(dir / "a.out");
+        EXPECT_TRUE(contains(test::read_bytes(dir / "b.out"), "ckpt_00000004.bin")) << test::read_bytes(dir / "b.out");
         EXPECT_TRUE(temporaries_in(dir).empty());
     }
 
@@ -217,13 +210,13 @@ TEST_F(HardEdges, ExportReplacesOnlyARegularFileUnlessForcedThroughALink) {
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_TRUE(contains(r.output, "is a symbolic link")) << r.output;
     EXPECT_TRUE(contains(r.output, "--force")) << r.output;
-    EXPECT_EQ(read_file(dir / "model.bin"), "someone's model");
+    EXPECT_EQ(test::read_bytes(dir / "model.bin"), "someone's model");
 
     r = run_adacc(export_of(4, dir / "link.bin", " --force"));
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_TRUE(contains(r.output, "wrote " + (dir / "model.bin").string())) << r.output;
     EXPECT_TRUE(fs::is_symlink(dir / "link.bin"));
-    EXPECT_EQ(read_file(dir / "model.bin"), read_file(dir / "ref4.bin"));
+    EXPECT_EQ(test::read_bytes(dir / "model.bin"), test::read_bytes(dir / "ref4.bin"));
 
     ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
     r = run_adacc(export_of(4, dir / "fifo"));
@@ -336,13 +329,13 @@ TEST_F(HardEdges, ABudgetParsesOneWayForEveryCommand) {
 
 TEST_F(HardEdges, ARefusedResumeLeavesTheRunsConfigUntouched) {
     train_run();
-    const std::string before = read_file(run_dir / "config.toml");
+    const std::string before = test::read_bytes(run_dir / "config.toml");
     // Fewer tokens than the saved data position reaches: the resume is refused at its data position.
     write_token_shard(dir / "train.bin", std::vector<std::uint16_t>(40, 5));
     const auto r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=8");
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_TRUE(contains(r.output, "past the end of an epoch")) << r.output;
-    EXPECT_EQ(read_file(run_dir / "config.toml"), before);
+    EXPECT_EQ(test::read_bytes(run_dir / "config.toml"), before);
 }
 
 TEST_F(HardEdges, AKilledFirstCheckpointsTemporaryDoesNotMakeAFolderARun) {

@@ -34,11 +34,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using test::run_adacc;
 
-std::string read_bytes(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
-}
-
 std::vector<float> read_floats(const SafetensorsFile& file, const std::string& name) {
     const SafetensorsTensor* t = file.find(name);
     EXPECT_NE(t, nullptr) << name;
@@ -90,7 +85,7 @@ void rewrite(const fs::path& file, const std::function<void(Tensors&)>& edit, bo
 }
 
 void edit_config(const fs::path& dir, const std::function<void(json&)>& edit) {
-    json config = json::parse(read_bytes(dir / "config.json"));
+    json config = json::parse(test::read_bytes(dir / "config.json"));
     edit(config);
     std::ofstream(dir / "config.json") << config.dump(2);
 }
@@ -230,7 +225,7 @@ TEST_F(HfGpt2, ExportWritesGpt2LMHeadModelsStateDictAndReadsBackBitForBit) {
     const float* qkvw = layout.at(params.data(), ParamId::qkvw, 1);
     for (std::size_t i = 0; i < 16; ++i)
         for (std::size_t o = 0; o < 48; ++o) ASSERT_EQ(c_attn[i * 48 + o], qkvw[o * 16 + i]) << i << " " << o;
-    const json config = json::parse(read_bytes(dir / "out" / "config.json"));
+    const json config = json::parse(test::read_bytes(dir / "out" / "config.json"));
     EXPECT_EQ(config["architectures"], json::array({"GPT2LMHeadModel"}));
     EXPECT_EQ(config["activation_function"], "gelu_new");
     EXPECT_EQ(config["n_positions"], 16);
@@ -304,12 +299,12 @@ TEST_F(HfGpt2, ExportWritesTheTokenizerFilesAutoTokenizerReads) {
     const test::ProcessResult e = run_adacc("export --checkpoint " + (dir / "tiny").string() + " --hf-model " +
                                             out.string() + " --vocab " + vocab.string());
     ASSERT_EQ(e.status, 0) << e.output;
-    EXPECT_EQ(read_bytes(out / "vocab.json"), read_bytes(vocab / "encoder.json"));
-    EXPECT_EQ(read_bytes(out / "merges.txt"), read_bytes(vocab / "vocab.bpe"));
-    const json tokenizer = json::parse(read_bytes(out / "tokenizer_config.json"));
+    EXPECT_EQ(test::read_bytes(out / "vocab.json"), test::read_bytes(vocab / "encoder.json"));
+    EXPECT_EQ(test::read_bytes(out / "merges.txt"), test::read_bytes(vocab / "vocab.bpe"));
+    const json tokenizer = json::parse(test::read_bytes(out / "tokenizer_config.json"));
     EXPECT_EQ(tokenizer["eos_token"], "<|endoftext|>");
     EXPECT_EQ(tokenizer["model_max_length"], tiny.model.max_seq_len);
-    const json config = json::parse(read_bytes(out / "config.json"));
+    const json config = json::parse(test::read_bytes(out / "config.json"));
     EXPECT_EQ(config["eos_token_id"], 50256);
     EXPECT_EQ(config["vocab_size"], 50257);
 
@@ -427,7 +422,7 @@ TEST_F(HfGpt2Errors, ShardIndexesThatDisagreeWithTheirShardsAreRefused) {
             fs::remove(folder / "model.safetensors");
             for (const auto& e : fs::directory_iterator(test::fixtures_dir() / "hf_gpt2_tiny_sharded"))
                 fs::copy(e.path(), folder / e.path().filename(), fs::copy_options::overwrite_existing);
-            json j = json::parse(read_bytes(folder / "model.safetensors.index.json"));
+            json j = json::parse(test::read_bytes(folder / "model.safetensors.index.json"));
             edit(j);
             std::ofstream(folder / "model.safetensors.index.json") << j.dump();
         };

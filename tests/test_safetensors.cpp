@@ -19,11 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_bytes(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
-}
-
 // A file of the given header text and data bytes, the length prefix computed.
 fs::path file_with(const fs::path& dir, const std::string& name, const std::string& header, const std::string& data) {
     const fs::path file = dir / name;
@@ -108,7 +103,7 @@ TEST_F(Safetensors, WrittenFilesReadBackBitForBitWithAnAlignedHeader) {
         out.write_next(nullptr, 0);
         out.commit();
     }
-    const std::string bytes = read_bytes(file);
+    const std::string bytes = test::read_bytes(file);
     std::uint64_t header_bytes = 0;
     std::memcpy(&header_bytes, bytes.data(), 8);
     EXPECT_EQ(header_bytes % 8, 0u);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "data/token_shard.h"
@@ -67,6 +68,11 @@ std::string adacc_binary() {
     // regression test fail there).
     const char* other = std::getenv("ADACC_TEST_BINARY");
     return other && *other ? other : ADACC_BINARY;
+}
+
+std::string read_bytes(const std::filesystem::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
 }
 
 ProcessResult run_adacc(const std::string& args, bool merge_stderr) {

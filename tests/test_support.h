@@ -46,6 +46,8 @@ std::filesystem::path shared_data_dir();
 std::filesystem::path fixtures_dir();
 // A fresh empty directory under the system temp dir, unique per call.
 std::filesystem::path scratch_dir(const std::string& tag);
+// The whole of `file`'s bytes ("" when it cannot be read: the caller's assertions then say so).
+std::string read_bytes(const std::filesystem::path& file);
 // Path of the built `adacc` executable (for tests that run the CLI as a process); the
 // environment variable ADACC_TEST_BINARY, when set, names another one.
 std::string adacc_binary();
