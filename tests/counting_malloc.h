@@ -7,7 +7,7 @@
 #include <atomic>
 #include <cstddef>
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(ADACC_TESTS_SANITIZED) || defined(__SANITIZE_ADDRESS__)
 #define ADACC_COUNT_ALLOCATIONS 0
 #else
 #define ADACC_COUNT_ALLOCATIONS 1

@@ -14,14 +14,10 @@ namespace adacc::test {
 
 // Whether this test binary runs under AddressSanitizer (scripts/test.sh --sanitize): its code is
 // ~10x slower there, so a test that needs long steps takes smaller ones, and its records differ.
-#if defined(__SANITIZE_ADDRESS__)
+// The tests' own sources compile uninstrumented (CMakeLists.txt: ADACC_TEST_CODE), so the build
+// says so with ADACC_TESTS_SANITIZED.
+#if defined(ADACC_TESTS_SANITIZED) || defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
 #else
 constexpr bool kSanitized = false;
 #endif

@@ -40,6 +40,7 @@ set(ADACC_CUDA_TEST_SUPPORT ${CMAKE_SOURCE_DIR}/tests/cuda/cuda_test_support.cpp
 
 add_executable(test_cuda_emulated ${ADACC_CUDA_TESTS} ${ADACC_CUDA_TEST_SUPPORT})
 target_compile_options(test_cuda_emulated PRIVATE ${ADACC_TEST_OPTIMIZATION})
+set_target_properties(test_cuda_emulated PROPERTIES ADACC_TEST_CODE ON)
 adacc_link_engine(test_cuda_emulated adacc_cuda_emulated)
 target_link_libraries(test_cuda_emulated PRIVATE GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_cuda_emulated PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
