@@ -42,7 +42,7 @@
 //    naming its key (the bit-exact comparison is then the one thing skipped).
 // QuickstartNone30Steps is skipped under ASan (~5 min there).
 //
-// Recording: scripts/record_behaviour_fixture.sh BASE_COMMIT builds BASE_COMMIT's adacc, records
+// Recording: dev/record_behaviour_fixture.sh BASE_COMMIT builds BASE_COMMIT's adacc, records
 // its numbers for this platform (ADACC_RECORD_FIXTURE=1 with ADACC_TEST_BINARY set to that adacc)
 // and then checks this tree's adacc against them: the proof that a change moves no number.
 // Hooks for showing that the test fails when a number changes:
@@ -238,7 +238,7 @@ std::optional<json> expected_records(const std::string& name) {
     const fs::path file = expected_file(name, false);
     std::ifstream in(file);
     if (!in) {
-        ADD_FAILURE() << "missing " << file << ": record it with scripts/record_behaviour_fixture.sh";
+        ADD_FAILURE() << "missing " << file << ": record it with dev/record_behaviour_fixture.sh";
         return std::nullopt;
     }
     return json::parse(in)["platforms"];
@@ -354,7 +354,7 @@ void record_or_check_exactly(const std::string& name, const json& records, const
     const std::string key = platform_key();
     if (recording()) {
         const fs::path file = expected_file(name, true);
-        json doc = {{"about", "recorded by tests/test_behaviour_fixture.cpp (scripts/record_behaviour_fixture.sh); "
+        json doc = {{"about", "recorded by tests/test_behaviour_fixture.cpp (dev/record_behaviour_fixture.sh); "
                               "floats as hex (%a), *_dec for humans"},
                     {"platforms", json::object()}};
         if (std::ifstream in(file); in) doc = json::parse(in);
@@ -368,7 +368,7 @@ void record_or_check_exactly(const std::string& name, const json& records, const
         for (const auto& [k, v] : records.items()) known += "\n  '" + k + "'";
         std::printf("[ NOTE     ] %s: no bit-exact record for this platform '%s' (the numbers depend on the code the "
                     "compiler generates); checked within rounding tolerance of the recorded:%s\n"
-                    "record one with scripts/record_behaviour_fixture.sh BASE_COMMIT (a commit whose numbers are the "
+                    "record one with dev/record_behaviour_fixture.sh BASE_COMMIT (a commit whose numbers are the "
                     "reference)\n",
                     name.c_str(), key.c_str(), known.c_str());
         return;

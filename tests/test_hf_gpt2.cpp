@@ -1,5 +1,5 @@
 // Hugging Face GPT-2 folders (src/io/hf_gpt2.h) in and out. The committed tiny folders that
-// scripts/make_hf_gpt2_fixture.py wrote with the safetensors package (one fp32 file named as the
+// dev/make_hf_gpt2_fixture.py wrote with the safetensors package (one fp32 file named as the
 // Hub's gpt2 names it, one fp16 pair of shards with an index, named as save_pretrained names them)
 // give the logits of that script's independent numpy forward, which follows transformers'
 // conventions (Conv1D [in, out], gelu_new, tied head); bf16 weights load as their rounded values;

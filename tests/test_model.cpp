@@ -1,6 +1,6 @@
 // Whole-model tests: parameter counts, gradient check of every parameter against finite
 // differences (dropout on and off), the golden comparison with an independent float64 JAX
-// implementation (tests/fixtures/gpt2_golden.bin, scripts/make_golden_fixture.py), gradient
+// implementation (tests/fixtures/gpt2_golden.bin, dev/make_golden_fixture.py), gradient
 // accumulation, overfitting one batch, and bit-for-bit determinism.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Gpt2Tokenizer against OpenAI's reference (tiktoken): the fixtures in tests/fixtures were written
-// by scripts/make_tokenizer_fixture.py from the same vocabulary files. The vocabulary itself is
+// by dev/make_tokenizer_fixture.py from the same vocabulary files. The vocabulary itself is
 // third-party data, so every test that encodes needs ../shared/data and skips without it.
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@ Outputs (both small, committed):
   tests/fixtures/tokenizer_shared_files.json per shared text file tokenized whole: bytes,
                                              token count and sha256 of the ids (uint32 LE)
 
-Usage: scripts/make_tokenizer_fixture.py [--shared ../shared/data]
+Usage: dev/make_tokenizer_fixture.py [--shared ../shared/data]
 """
 import argparse
 import hashlib

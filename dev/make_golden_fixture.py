@@ -5,7 +5,7 @@ The C++ engine's tests do not need this script: the fixture it writes is committ
 kept to document exactly how the fixture was made and to let anyone regenerate it.
 
 Usage:
-    python3 scripts/make_golden_fixture.py [--out tests/fixtures/gpt2_golden.bin] [--seed 1234]
+    python3 dev/make_golden_fixture.py [--out tests/fixtures/gpt2_golden.bin] [--seed 1234]
 
 Requires only numpy and jax (CPU is fine). All math is done in float64
 (jax_enable_x64); outputs are stored as float32 or float64 as listed below.

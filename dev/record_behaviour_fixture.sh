@@ -2,7 +2,7 @@
 # Records the behaviour fixture (tests/test_behaviour_fixture.cpp) on this machine from
 # BASE_COMMIT's numbers, then checks this tree against them: the proof that a change moves no
 # number, on the machine at hand.
-#   scripts/record_behaviour_fixture.sh BASE_COMMIT [--build-dir DIR] [--only-this-platform] [--new-profile]
+#   dev/record_behaviour_fixture.sh BASE_COMMIT [--build-dir DIR] [--only-this-platform] [--new-profile]
 # 1. builds BASE_COMMIT's adacc in a scratch worktree, with the options DIR (default build/) was
 #    configured with, so that both compile the same code (the record's key says which);
 # 2. runs this tree's test_behaviour_fixture against that adacc, recording (ADACC_RECORD_FIXTURE=1):

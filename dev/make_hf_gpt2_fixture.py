@@ -7,7 +7,7 @@ anyone regenerate it (deterministic: rerunning gives byte-identical files).
 
 Usage:
     pip install numpy safetensors
-    python3 scripts/make_hf_gpt2_fixture.py [--out tests/fixtures] [--seed 26]
+    python3 dev/make_hf_gpt2_fixture.py [--out tests/fixtures] [--seed 26]
 
 Model: GPT-2 as transformers' GPT2LMHeadModel computes it, L=2 layers, C=8 channels, H=2 heads
 (head size 4), V=37 tokens (the engine pads to 128 rows), n_positions=8. Random weights from

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the documentation names only what the repository holds (ctest: Docs.ArchitectureNamesExist).
 #
-#   scripts/check_docs.sh [REPO_ROOT]      (default: the folder above this script)
+#   dev/check_docs.sh [REPO_ROOT]      (default: the folder above this script)
 #
 # 1. Every reference in docs/architecture.md and docs/design.md to a file of the repository names
 #    one that exists. A reference is a repository path ending in a source or document extension,
@@ -29,7 +29,7 @@ cd "$ROOT" 2>/dev/null || { echo "check_docs: no folder $ROOT" >&2; exit 2; }
 REAL_ROOT=$(pwd -P)
 
 DOCS=(docs/architecture.md docs/design.md)
-SCANNED=(docs src kernels models data benchmarks tests scripts cmake configs CMakeLists.txt README.md)
+SCANNED=(docs src kernels models data benchmarks tests scripts dev cmake configs CMakeLists.txt README.md)
 EXT='h|hpp|cpp|cu|cuh|inc|md|sh|py|toml|cmake|txt|json|jsonl'
 PATH_RE="(\\.\\./)*[A-Za-z0-9_.-]*[A-Za-z0-9_]/[A-Za-z0-9_./-]*\\.($EXT)"
 SYMBOL_RE='(:[A-Za-z_][A-Za-z0-9_:.]*[A-Za-z0-9_])?'
