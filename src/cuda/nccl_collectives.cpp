@@ -4,15 +4,19 @@
 // libnccl is opened at run time (dlopen): it is large and not every GPU machine has it, so a
 // machine without it still runs everything, and the process group then sums through host memory
 // (src/dist/process_group.cpp). The communicator is made on first use: rank 0's unique id goes to
-// every rank through MPI (broadcast_bytes), then ncclCommInitRank.
+// every rank through MPI (broadcast_bytes), then ncclCommInitRank. Every collective is handed to
+// a watchdog (src/dist/collective_watchdog.h) with an event recorded after it: one that does not
+// finish within training.collective_timeout_s aborts the communicator and ends the job.
 #include "src/cuda/nccl_collectives.h"
 
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
+#include "src/dist/collective_watchdog.h"
 #include "src/dist/process_group.h"
 #include "src/engine/model_layout.h"
 
@@ -27,6 +31,7 @@ struct NcclLibrary {
     decltype(&ncclReduceScatter) reduce_scatter = nullptr;
     decltype(&ncclAllGather) all_gather = nullptr;
     decltype(&ncclGetErrorString) error_string = nullptr;
+    decltype(&ncclCommAbort) comm_abort = nullptr;
 };
 
 // Null when libnccl.so.2 cannot be opened or lacks a symbol.
@@ -41,8 +46,9 @@ const NcclLibrary* nccl_library() {
         l.reduce_scatter = reinterpret_cast<decltype(l.reduce_scatter)>(dlsym(handle, "ncclReduceScatter"));
         l.all_gather = reinterpret_cast<decltype(l.all_gather)>(dlsym(handle, "ncclAllGather"));
         l.error_string = reinterpret_cast<decltype(l.error_string)>(dlsym(handle, "ncclGetErrorString"));
-        const bool complete =
-            l.get_unique_id && l.comm_init_rank && l.all_reduce && l.reduce_scatter && l.all_gather && l.error_string;
+        l.comm_abort = reinterpret_cast<decltype(l.comm_abort)>(dlsym(handle, "ncclCommAbort"));
+        const bool complete = l.get_unique_id && l.comm_init_rank && l.all_reduce && l.reduce_scatter &&
+                              l.all_gather && l.error_string && l.comm_abort;
         return complete ? &l : nullptr;
     }();
     return library;
@@ -66,6 +72,40 @@ ncclComm_t job_communicator(const NcclLibrary& nccl) {
     return comm;
 }
 
+// A collective is done when the event recorded after it on its stream has completed. The
+// watchdog's thread polls it on the rank's GPU (the current device is a thread's own).
+class QueuedOnStream : public PendingCollective {
+public:
+    explicit QueuedOnStream(cudaStream_t stream) {
+        if (cudaGetDevice(&device_) != cudaSuccess ||
+            cudaEventCreateWithFlags(&done_, cudaEventDisableTiming) != cudaSuccess ||
+            cudaEventRecord(done_, stream) != cudaSuccess)
+            throw std::runtime_error("cannot record a CUDA event after a NCCL collective");
+    }
+    ~QueuedOnStream() override { cudaEventDestroy(done_); }
+    bool finished() override {
+        cudaSetDevice(device_);
+        return cudaEventQuery(done_) != cudaErrorNotReady;
+    }
+
+private:
+    int device_ = 0;
+    cudaEvent_t done_ = nullptr;
+};
+
+// Hands the collective just queued on `stream` to the job's watchdog, made with the first.
+void watch(const NcclLibrary& nccl, cudaStream_t stream, const std::string& what) {
+    static CollectiveWatchdog watchdog(
+        collective_timeout(),
+        {.abort_collectives = [&nccl] { nccl.comm_abort(job_communicator(nccl)); },
+         .end_job = [](const std::string& message) { abort_process_group_now("error: " + message, 2); }});
+    watchdog.watch(what, std::make_unique<QueuedOnStream>(stream));
+}
+
+std::string named(const char* collective, std::size_t count) {
+    return std::string("the NCCL ") + collective + " of " + std::to_string(count) + " elements";
+}
+
 }  // namespace
 
 bool nccl_available() { return nccl_library() != nullptr; }
@@ -75,6 +115,7 @@ bool nccl_all_reduce_sum(float* data, std::size_t count, cudaStream_t stream) {
     if (!nccl) return false;
     check(*nccl, nccl->all_reduce(data, data, count, ncclFloat, ncclSum, job_communicator(*nccl), stream),
           "ncclAllReduce");
+    watch(*nccl, stream, named("all-reduce", count));
     return true;
 }
 
@@ -88,6 +129,7 @@ bool nccl_reduce_scatter_sum(float* data, std::size_t count, cudaStream_t stream
     float* mine = data + shard * static_cast<std::size_t>(group.rank);
     check(*nccl, nccl->reduce_scatter(data, mine, shard, ncclFloat, ncclSum, job_communicator(*nccl), stream),
           "ncclReduceScatter");
+    watch(*nccl, stream, named("reduce-scatter", count));
     return true;
 }
 
@@ -101,6 +143,7 @@ bool nccl_all_gather(Act data, std::size_t count, cudaStream_t stream) {
     const void* mine = base + shard * static_cast<std::size_t>(group.rank) * element;
     const ncclDataType_t type = data.dtype() == DType::bf16 ? ncclBfloat16 : ncclFloat;
     check(*nccl, nccl->all_gather(mine, base, shard, type, job_communicator(*nccl), stream), "ncclAllGather");
+    watch(*nccl, stream, named("all-gather", count));
     return true;
 }
 

@@ -196,7 +196,11 @@ void broadcast_text(std::string& text, int root) {
     broadcast_bytes(text.data(), text.size(), root);
 }
 
-void abort_process_group(const std::string& message, int status) {
+namespace {
+
+// The message, prefixed with this rank when there are several, then MPI_Abort, which ends the
+// other ranks (it returns only in a group of one).
+void report_and_abort_ranks(const std::string& message, int status) {
     std::fflush(stdout);
     if (group.world_size > 1)
         std::fprintf(stderr, "rank %d of %d: %s\n", group.rank, group.world_size, message.c_str());
@@ -206,7 +210,23 @@ void abort_process_group(const std::string& message, int status) {
 #ifdef ADACC_HAVE_MPI
     if (mpi_started && group.world_size > 1) MPI_Abort(MPI_COMM_WORLD, status);
 #endif
+}
+
+double collective_timeout_s = kDefaultCollectiveTimeoutS;
+
+}  // namespace
+
+void abort_process_group(const std::string& message, int status) {
+    report_and_abort_ranks(message, status);
     std::exit(status);
 }
+
+void abort_process_group_now(const std::string& message, int status) {
+    report_and_abort_ranks(message, status);
+    std::_Exit(status);
+}
+
+void set_collective_timeout(double seconds) { collective_timeout_s = seconds; }
+double collective_timeout() { return collective_timeout_s; }
 
 }  // namespace adacc

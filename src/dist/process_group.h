@@ -57,5 +57,14 @@ void gather_to_root(const float* shard, float* full, std::size_t count);
 // rank when there are several (MPI_Abort; the launcher ends the others within seconds). In a group
 // of one it is std::exit.
 [[noreturn]] void abort_process_group(const std::string& message, int status);
+// The same from any thread, without running exit handlers (std::_Exit): for a watchdog whose main
+// thread is stuck in a collective, where destructors would wait for it.
+[[noreturn]] void abort_process_group_now(const std::string& message, int status);
+
+// How long one device collective may stay pending before its watchdog ends the job
+// (training.collective_timeout_s, src/dist/collective_watchdog.h); set before the first step.
+inline constexpr double kDefaultCollectiveTimeoutS = 600;
+void set_collective_timeout(double seconds);
+double collective_timeout();
 
 }  // namespace adacc
