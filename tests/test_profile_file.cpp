@@ -162,6 +162,10 @@ TEST_F(ProfileFile, AProfileThatIsNotAMeasurementOfTheBlockIsRefusedNamingTheKey
          }, "which does not store att_mask"},
         {"layers", [](json& j) { j["tensors"][0]["codecs"][0]["layer_errors"].push_back(0.1); },
          "but the profiler's slice has 2 layers, one error each"},
+        {"negative_spread", [](json& j) { j["ops"][1]["forward_spread_ms"] = -1.0; },
+         "ops[1].forward_spread_ms is -1.0, not a number"},
+        {"no_codec_spread", [](json& j) { j["tensors"][2]["codecs"][1].erase("decompress_spread_ms"); },
+         "tensors[2].codecs[1]"},
         {"old_format", [](json& j) { j["format"] = 2; }, "has format 2"},
         {"no_identity", [](json& j) { j.erase("measured_for"); }, "it has no measured_for"},
     };
@@ -170,6 +174,39 @@ TEST_F(ProfileFile, AProfileThatIsNotAMeasurementOfTheBlockIsRefusedNamingTheKey
         const fs::path file = edited(c.name + ".json", c.edit);
         expect_refused(file, "", {"profile " + file.string(), c.key_message, fix, "--profile FILE"});
     }
+}
+
+// A format-3 profile (written before times kept their spread over repeats) still plans, with the
+// plan format 4's medians give: the spreads inform, the medians decide.
+TEST_F(ProfileFile, AFormatThreeProfileWithoutSpreadsPlansAsBefore) {
+    const fs::path old = edited("format3.json", [](json& j) {
+        j["format"] = 3;
+        for (auto& op : j["ops"]) op.erase("forward_spread_ms");
+        for (auto& t : j["tensors"])
+            for (auto& c : t["codecs"]) c.erase("compress_spread_ms"), c.erase("decompress_spread_ms");
+    });
+    const test::ProcessResult now = run_plan("--profile " + valid.string()), before = run_plan("--profile " + old.string());
+    ASSERT_EQ(now.status, 0) << now.output;
+    ASSERT_EQ(before.status, 0) << before.output;
+    // The decisions and the codec table (not the solver's time, which the last line holds).
+    auto plan_tables = [](const std::string& out) {
+        const std::size_t from = out.find("\nclass "), to = out.find("\nplan (adacc)");
+        return from < to && to != std::string::npos ? out.substr(from, to - from) : "no plan table in:\n" + out;
+    };
+    EXPECT_EQ(plan_tables(before.output), plan_tables(now.output));
+}
+
+// The profiler's summary of its repeats, against its definition: the middle element of the
+// sorted times (the mean of the middle two for an even count) and largest minus smallest.
+TEST(ProfileRepeats, MedianAndRangeOfTheRepeats) {
+    EXPECT_EQ(summarize_repeats({4.0}).median_ms, 4.0);
+    EXPECT_EQ(summarize_repeats({4.0}).spread_ms, 0.0);
+    const RepeatedTime odd = summarize_repeats({6.18, 0.11, 0.12});  // a first-call outlier
+    EXPECT_EQ(odd.median_ms, 0.12);
+    EXPECT_EQ(odd.spread_ms, 6.18 - 0.11);
+    const RepeatedTime even = summarize_repeats({3.0, 1.0, 4.0, 2.0});
+    EXPECT_EQ(even.median_ms, 2.5);
+    EXPECT_EQ(even.spread_ms, 3.0);
 }
 
 // Linear scaling from the batch the slice ran at (6) to the planned one (8) also scales the parts

@@ -137,16 +137,7 @@ Profile AdaccRegulator::measure(const float* weights, const std::vector<CodecSam
     const bool have_profile = !profile_.tensors.empty();
     const ProfileWeights source{weights, config_.training.seed, config_.stress};
     Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens_, source, target_, kRunCodecParams);
-    if (have_profile) {
-        fresh.op_ms = profile_.op_ms;
-        for (auto& t : fresh.tensors)
-            if (const TensorProfile* old = profile_.find(t.kind))
-                for (auto& m : t.codecs)
-                    if (const CodecMeasurement* measured = old->find(m.codec)) {
-                        m.compress_ms = measured->compress_ms;
-                        m.decompress_ms = measured->decompress_ms;
-                    }
-    }
+    if (have_profile) keep_times(profile_, fresh);
     // The slice sees only the first layers: deeper ones are known from the monitor's samples.
     if (profile_slice(config_.model).n_layer < config_.model.n_layer) raise_to_samples(fresh, sampled);
     return fresh;

@@ -21,10 +21,12 @@ namespace adacc {
 namespace {
 
 // Compresses and decompresses tensor `kind` of every layer with `codec`, from the tape of a
-// kept-everything forward, timing both on the backend's queue and measuring size, error and
-// outliers; the blob, the decoded copy and the codec's scratch are backend memory of their own.
+// kept-everything forward: an untimed pass over layer 0 first (a codec's first call pays for its
+// code and its scratch's first touch), then `repeats` timed passes over every layer on the
+// backend's queue, measuring size, error and outliers on the last; the blob, the decoded copy and
+// the codec's scratch are backend memory of their own.
 CodecMeasurement measure_codec(const GPTModel& model, TensorKind kind, Codec codec, int B, int T,
-                               const CodecParams& params) {
+                               const CodecParams& params, int repeats) {
     const TensorInfo& info = model.block().tensor(kind);
     const std::size_t numel = info.numel * B / model.max_batch();  // the block graph is at the allocated batch
     const std::size_t rows = tensor_rows(model.config(), kind, B, T), cols = numel / rows;
@@ -39,19 +41,35 @@ CodecMeasurement measure_codec(const GPTModel& model, TensorKind kind, Codec cod
     ctx.scratch_bytes = scratch.bytes();
     const KernelTable& k = backend.kernels();
     const int L = model.config().n_layer;
-    const std::unique_ptr<IntervalTimer> timer = backend.make_interval_timer(2);
-    for (int l = 0; l < L; ++l) {
-        const ConstAct data(model.tape().data(*model.tape().find(l, kind)), info.dtype);
-        const Act decoded_data(decoded.data(), data.dtype());
-        timer->start();
-        k.codec_compress(ctx, codec, data, rows, cols, params, blob.data());
-        timer->stop();
-        timer->start();
-        k.codec_decompress(ctx, codec, blob.data(), rows, cols, decoded_data);
-        timer->stop();
+    auto layer_data = [&](int l) { return ConstAct(model.tape().data(*model.tape().find(l, kind)), info.dtype); };
+    const Act decoded_data(decoded.data(), info.dtype);
+    k.codec_compress(ctx, codec, layer_data(0), rows, cols, params, blob.data());
+    k.codec_decompress(ctx, codec, blob.data(), rows, cols, decoded_data);
+    const std::unique_ptr<IntervalTimer> timer = backend.make_interval_timer(2 * static_cast<std::size_t>(L));
+    std::vector<double> compress(repeats, 0.0), decompress(repeats, 0.0);  // per repeat, mean over layers
+    for (int r = 0; r < repeats; ++r) {
+        for (int l = 0; l < L; ++l) {
+            timer->start();
+            k.codec_compress(ctx, codec, layer_data(l), rows, cols, params, blob.data());
+            timer->stop();
+            timer->start();
+            k.codec_decompress(ctx, codec, blob.data(), rows, cols, decoded_data);
+            timer->stop();
+        }
         const std::vector<double> ms = timer->take_ms();
-        m.compress_ms += ms[0] / L;
-        m.decompress_ms += ms[1] / L;
+        for (int l = 0; l < L; ++l) {
+            compress[r] += ms[2 * l] / L;
+            decompress[r] += ms[2 * l + 1] / L;
+        }
+    }
+    const RepeatedTime c = summarize_repeats(compress), d = summarize_repeats(decompress);
+    m.compress_ms = c.median_ms, m.compress_spread_ms = c.spread_ms;
+    m.decompress_ms = d.median_ms, m.decompress_spread_ms = d.spread_ms;
+    // Sizes, errors and outliers, layer by layer (the blob holds one layer at a time).
+    for (int l = 0; l < L; ++l) {
+        const ConstAct data = layer_data(l);
+        k.codec_compress(ctx, codec, data, rows, cols, params, blob.data());
+        k.codec_decompress(ctx, codec, blob.data(), rows, cols, decoded_data);
         const std::size_t outliers = k.codec_outlier_count(ctx, codec, blob.data());
         m.compressed_bytes = std::max(m.compressed_bytes, codec_bytes(codec, rows, cols, params, outliers));
         if (!codec_is_lossless(codec)) {  // bitpack: no error, no outliers
@@ -66,9 +84,11 @@ CodecMeasurement measure_codec(const GPTModel& model, TensorKind kind, Codec cod
     return m;
 }
 
-// Format 3 names what a profile was measured for ("measured_for") and keeps compressed sizes
-// within their bound; format 2 lacks both, format 1 lacks "codecs".
-constexpr int kProfileFormat = 3;
+// Format 4 keeps each time's spread over the profiler's repeats; format 3, still read (its spreads
+// then 0), lacks them; it names what a profile was measured for ("measured_for") and keeps
+// compressed sizes within their bound, which format 2 lacks; format 1 lacks "codecs".
+constexpr int kProfileFormat = 4;
+constexpr int kOldestReadableProfileFormat = 3;
 
 // A block op or codec pass taking longer than a day per layer is not a measurement (the largest
 // models' ops at the largest batches take minutes on a CPU); the cap keeps the planner's sums of
@@ -79,21 +99,34 @@ constexpr double kMaxProfileMs = 86400e3;
 // asymmetric one (G <= kMaxGroupSize): an error above 10 is not a measurement.
 constexpr double kMaxRelativeError = 10;
 
+// A codec's times at `scale` times the batch they were measured at.
+void scale_times(CodecMeasurement& m, double scale) {
+    for (double* ms : {&m.compress_ms, &m.decompress_ms, &m.compress_spread_ms, &m.decompress_spread_ms}) *ms *= scale;
+}
+
 // Linear scaling also scales what a blob holds whatever the batch (its header, per-channel scales),
 // so a size measured at a smaller batch may scale past the exact bound; no blob exceeds it.
 std::size_t scaled_bytes(std::size_t bytes, double scale, std::size_t bound) {
     return std::min(bound, static_cast<std::size_t>(double(bytes) * scale));
 }
 
-// Sums each block op's forward time over layers and repeats.
+// Each block op's forward time summed over layers, one list per forward (start_repeat before each).
 class OpTimer final : public ModelObserver {
 public:
-    explicit OpTimer(std::vector<double>& op_ms) : op_ms_(op_ms) {}
+    explicit OpTimer(std::size_t ops) : ops_(ops) {}
+    void start_repeat() { repeats_.emplace_back(ops_, 0.0); }
     bool wants_op_times() const override { return true; }
-    void op_timed(std::size_t op_index, double ms) override { op_ms_[op_index] += ms; }
+    void op_timed(std::size_t op_index, double ms) override { repeats_.back()[op_index] += ms; }
+    // Op `op`'s time in every repeat.
+    std::vector<double> times(std::size_t op) const {
+        std::vector<double> out;
+        for (const auto& repeat : repeats_) out.push_back(repeat[op]);
+        return out;
+    }
 
 private:
-    std::vector<double>& op_ms_;
+    std::size_t ops_;
+    std::vector<std::vector<double>> repeats_;
 };
 
 // The slice's parameters out of the whole model's: every tensor whole, except that per-layer
@@ -118,6 +151,13 @@ void load_weights(GPTModel& slice_model, const GPTConfig& config, const ProfileW
 }
 
 }  // namespace
+
+RepeatedTime summarize_repeats(std::vector<double> times_ms) {
+    std::sort(times_ms.begin(), times_ms.end());
+    const std::size_t n = times_ms.size(), mid = n / 2;
+    const double median = n % 2 == 1 ? times_ms[mid] : (times_ms[mid - 1] + times_ms[mid]) / 2;
+    return {median, times_ms.back() - times_ms.front()};
+}
 
 GPTConfig profile_slice(const GPTConfig& config) {
     GPTConfig slice = config;
@@ -182,14 +222,20 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
     Profile profile = profile_subject(config, batch, T, target, codec_params);
     profile.measured_batch = Bm;
     for (const auto& op : model.block().ops()) profile.op_names.push_back(op.name);
-    profile.op_ms.assign(profile.op_names.size(), 0.0);
-    OpTimer timer(profile.op_ms);
+    OpTimer timer(profile.op_names.size());
     model.set_observer(&timer);
-    for (int r = 0; r < repeats; ++r) model.forward(tokens.data(), tokens.data(), Bm, T, dropout, 0.0f);
+    for (int r = 0; r < repeats; ++r) {
+        timer.start_repeat();
+        model.forward(tokens.data(), tokens.data(), Bm, T, dropout, 0.0f);
+    }
     model.set_observer(nullptr);
     // Per layer and per forward, scaled to the planned batch (op times grow linearly with B).
-    const double scale = double(batch) / Bm;
-    for (double& ms : profile.op_ms) ms = ms / repeats / slice.n_layer * scale;
+    const double scale = double(batch) / Bm, per_layer = scale / slice.n_layer;
+    for (std::size_t op = 0; op < profile.op_names.size(); ++op) {
+        const RepeatedTime t = summarize_repeats(timer.times(op));
+        profile.op_ms.push_back(t.median_ms * per_layer);
+        profile.op_spread_ms.push_back(t.spread_ms * per_layer);
+    }
 
     const BlockGraph planned(config, batch, T, target.activation);
     for (const TensorInfo& t : model.block().tensors()) {
@@ -199,11 +245,10 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
         p.name = t.name;
         p.bytes = planned.tensor(t.kind).bytes();
         for (Codec codec : codecs_that_store(t.kind)) {
-            CodecMeasurement m = measure_codec(model, t.kind, codec, Bm, T, codec_params);
+            CodecMeasurement m = measure_codec(model, t.kind, codec, Bm, T, codec_params, repeats);
             m.compressed_bound = compressed_bound(config, planned.tensor(t.kind), codec, batch, T, codec_params);
             m.compressed_bytes = scaled_bytes(m.compressed_bytes, scale, m.compressed_bound);
-            m.compress_ms *= scale;
-            m.decompress_ms *= scale;
+            scale_times(m, scale);
             p.codecs.push_back(m);
         }
         profile.tensors.push_back(p);
@@ -211,11 +256,26 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
     return profile;
 }
 
+void keep_times(const Profile& from, Profile& into) {
+    into.op_ms = from.op_ms;
+    into.op_spread_ms = from.op_spread_ms;
+    for (auto& t : into.tensors)
+        if (const TensorProfile* old = from.find(t.kind))
+            for (auto& m : t.codecs)
+                if (const CodecMeasurement* measured = old->find(m.codec)) {
+                    m.compress_ms = measured->compress_ms;
+                    m.decompress_ms = measured->decompress_ms;
+                    m.compress_spread_ms = measured->compress_spread_ms;
+                    m.decompress_spread_ms = measured->decompress_spread_ms;
+                }
+}
+
 Profile rescale_profile(const Profile& profile, const GPTConfig& config, int batch) {
     Profile out = profile;
     const double scale = double(batch) / profile.batch;
     out.batch = batch;
     for (double& ms : out.op_ms) ms *= scale;
+    for (double& ms : out.op_spread_ms) ms *= scale;
     const BlockGraph planned(config, batch, profile.seq);
     for (auto& t : out.tensors) {
         const TensorInfo& info = planned.tensor(t.kind);
@@ -223,8 +283,7 @@ Profile rescale_profile(const Profile& profile, const GPTConfig& config, int bat
         for (auto& m : t.codecs) {
             m.compressed_bound = compressed_bound(config, info, m.codec, batch, profile.seq, profile.codec_params);
             m.compressed_bytes = scaled_bytes(m.compressed_bytes, scale, m.compressed_bound);
-            m.compress_ms *= scale;
-            m.decompress_ms *= scale;
+            scale_times(m, scale);
         }
     }
     return out;
@@ -345,7 +404,7 @@ std::string profiled_names(const BlockGraph& block) {
 }
 
 // The block's ops, exactly and in order, each with its forward time.
-void read_ops(const Field& ops, const BlockGraph& block, Profile& p) {
+void read_ops(const Field& ops, const BlockGraph& block, bool with_spreads, Profile& p) {
     const std::vector<Field> list = ops.items();
     if (list.size() != block.ops().size())
         Field::fail("ops lists " + std::to_string(list.size()) + " ops, but this block has " +
@@ -356,13 +415,14 @@ void read_ops(const Field& ops, const BlockGraph& block, Profile& p) {
             name.refuse("but op " + std::to_string(i) + " of this block is " + block.ops()[i].name);
         p.op_names.push_back(name.text());
         p.op_ms.push_back(list[i]["forward_ms"].number(0, kMaxProfileMs));
+        p.op_spread_ms.push_back(with_spreads ? list[i]["forward_spread_ms"].number(0, kMaxProfileMs) : 0.0);
     }
 }
 
 // One codec's measurement of tensor `info`: a codec that stores it, listed once, at this block's
 // bound, with sizes, fractions, errors and times in range.
-CodecMeasurement read_codec(const Field& c, const GPTConfig& config, const TensorInfo& info, const Profile& p,
-                            const TensorProfile& tensor) {
+CodecMeasurement read_codec(const Field& c, const GPTConfig& config, const TensorInfo& info, bool with_spreads,
+                            const Profile& p, const TensorProfile& tensor) {
     CodecMeasurement m;
     const Field id = c["codec_id"];
     m.codec = static_cast<Codec>(id.whole(0, kNumCodecs - 1));
@@ -390,11 +450,16 @@ CodecMeasurement read_codec(const Field& c, const GPTConfig& config, const Tenso
     for (const Field& e : layers) m.layer_errors.push_back(e.number(0, kMaxRelativeError));
     m.compress_ms = c["compress_ms"].number(0, kMaxProfileMs);
     m.decompress_ms = c["decompress_ms"].number(0, kMaxProfileMs);
+    if (with_spreads) {
+        m.compress_spread_ms = c["compress_spread_ms"].number(0, kMaxProfileMs);
+        m.decompress_spread_ms = c["decompress_spread_ms"].number(0, kMaxProfileMs);
+    }
     return m;
 }
 
 // One saved tensor of the block, listed once, at this block's size, with its codecs.
-TensorProfile read_tensor(const Field& t, const GPTConfig& config, const BlockGraph& block, const Profile& p) {
+TensorProfile read_tensor(const Field& t, const GPTConfig& config, const BlockGraph& block, bool with_spreads,
+                          const Profile& p) {
     TensorProfile tensor;
     const Field kind = t["kind"];
     tensor.kind = static_cast<TensorKind>(kind.whole(0, kNumTensorKinds - 1));
@@ -409,17 +474,19 @@ TensorProfile read_tensor(const Field& t, const GPTConfig& config, const BlockGr
     tensor.bytes = bytes.whole(0, std::numeric_limits<std::uint64_t>::max());
     if (tensor.bytes != info.bytes())
         bytes.refuse("but this block's " + info.name + " holds " + std::to_string(info.bytes()) + " bytes");
-    for (const Field& c : t["codecs"].items()) tensor.codecs.push_back(read_codec(c, config, info, p, tensor));
+    for (const Field& c : t["codecs"].items()) tensor.codecs.push_back(read_codec(c, config, info, with_spreads, p, tensor));
     return tensor;
 }
 
 // profile.json's measurements into `p` (which names the run they must describe), each checked
 // against the block `config` builds at p's batch, seq and dtype: what profile_block would write.
-void read_measurements(const Field& root, const GPTConfig& config, Profile& p) {
+// `with_spreads`: the file's format keeps the times' spreads.
+void read_measurements(const Field& root, const GPTConfig& config, bool with_spreads, Profile& p) {
     const BlockGraph block(config, p.batch, p.seq, p.block.dtype);
     p.measured_batch = static_cast<int>(root["measured_batch"].whole(1, static_cast<std::uint64_t>(p.batch)));
-    read_ops(root["ops"], block, p);
-    for (const Field& t : root["tensors"].items()) p.tensors.push_back(read_tensor(t, config, block, p));
+    read_ops(root["ops"], block, with_spreads, p);
+    for (const Field& t : root["tensors"].items())
+        p.tensors.push_back(read_tensor(t, config, block, with_spreads, p));
     for (const TensorInfo& info : block.tensors())
         if (is_profiled(info) && p.find(info.kind) == nullptr)
             Field::fail("tensors has no " + info.name + "; this block plans " + profiled_names(block));
@@ -433,7 +500,8 @@ nlohmann::json Profile::to_json() const {
     j["measured_for"] = measured_for(*this);
     j["measured_batch"] = measured_batch;
     j["ops"] = nlohmann::json::array();
-    for (std::size_t i = 0; i < op_names.size(); ++i) j["ops"].push_back({{"name", op_names[i]}, {"forward_ms", op_ms[i]}});
+    for (std::size_t i = 0; i < op_names.size(); ++i)
+        j["ops"].push_back({{"name", op_names[i]}, {"forward_ms", op_ms[i]}, {"forward_spread_ms", op_spread_ms[i]}});
     j["tensors"] = nlohmann::json::array();
     for (const auto& t : tensors) {
         nlohmann::json codecs = nlohmann::json::array();
@@ -442,7 +510,9 @@ nlohmann::json Profile::to_json() const {
                               {"compressed_bytes", m.compressed_bytes}, {"compressed_bound", m.compressed_bound},
                               {"outlier_fraction", m.outlier_fraction}, {"relative_error", m.relative_error},
                               {"layer_errors", m.layer_errors},
-                              {"compress_ms", m.compress_ms}, {"decompress_ms", m.decompress_ms}});
+                              {"compress_ms", m.compress_ms}, {"decompress_ms", m.decompress_ms},
+                              {"compress_spread_ms", m.compress_spread_ms},
+                              {"decompress_spread_ms", m.decompress_spread_ms}});
         j["tensors"].push_back(
             {{"name", t.name}, {"kind", static_cast<int>(t.kind)}, {"bytes", t.bytes}, {"codecs", codecs}});
     }
@@ -476,13 +546,14 @@ Profile Profile::parse(const std::string& text, const std::string& source, const
         const Field root(j, "");
         // Format 1 had no "format" key.
         const nlohmann::json format = j.is_object() && j.contains("format") ? j["format"] : nlohmann::json(1);
-        if (format != kProfileFormat)
+        if (format != kProfileFormat && format != kOldestReadableProfileFormat)
             throw SettingError("memory.profile", source + " has format " + format.dump() +
-                                                     "; this adacc names what a profile was measured for (format " +
+                                                     "; this adacc names what a profile was measured for (formats " +
+                                                     std::to_string(kOldestReadableProfileFormat) + " and " +
                                                      std::to_string(kProfileFormat) + ")" + redo);
         Profile p = profile_subject(config, batch, seq, target, codec_params);
         check_measured_for(root["measured_for"], measured_for(p), source);
-        read_measurements(root, config, p);
+        read_measurements(root, config, format == kProfileFormat, p);
         return p;
     } catch (const MalformedProfile& e) {
         throw SettingError("memory.profile", source + ": " + e.what() + redo);

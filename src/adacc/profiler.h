@@ -30,8 +30,10 @@ struct CodecMeasurement {
     double outlier_fraction = 0;       // largest over layers (outlier codec)
     double relative_error = 0;         // largest over layers (0 for masks)
     std::vector<double> layer_errors;  // per profiled layer (the slice's); empty: relative_error for all
-    double compress_ms = 0;            // per layer, mean over layers
+    double compress_ms = 0;            // per layer: the median over repeats of the mean over layers
     double decompress_ms = 0;
+    double compress_spread_ms = 0;     // the repeats' range (largest - smallest); 0 in format-3 files
+    double decompress_spread_ms = 0;
 };
 
 struct TensorProfile {
@@ -74,7 +76,8 @@ struct Profile {
     int measured_batch = 0;            // the batch actually run (smaller when `batch` did not fit)
     ProfiledBlock block;               // what it measured besides batch x seq and codec_params
     std::vector<std::string> op_names; // the block's ops, in order
-    std::vector<double> op_ms;         // forward time per op per layer, at `batch`
+    std::vector<double> op_ms;         // forward time per op per layer, at `batch`: the repeats' median
+    std::vector<double> op_spread_ms;  // the repeats' range per op (0 in format-3 files)
     std::vector<TensorProfile> tensors;  // saved tensors of one block (not x, not layernorm statistics)
     CodecParams codec_params;
 
@@ -126,18 +129,35 @@ struct ProfileWeights {
     StressSection stress;
 };
 
+// `from`'s times (ops' and codecs', with their spreads) in place of `into`'s: a re-measure for a
+// re-plan keeps the first profile's times and takes only the errors and sizes that drift.
+void keep_times(const Profile& from, Profile& into);
+
 // The same profile described at another batch: times and compressed sizes scale linearly, full
 // sizes and codec bounds are recomputed exactly.
 Profile rescale_profile(const Profile& profile, const GPTConfig& config, int batch);
 
-// Runs `repeats` timed forwards of the slice of `config` with `weights` at measured_batch x T on
-// `tokens` (measured_batch * T of them) on `target` (its backend and activation dtype: times are
-// the device's, on its queue; errors those of its dtype's tensors), compresses every sliced
-// layer's saved tensors with every profiled codec, and scales times and sizes linearly from
+// A time measured `repeats` times: the median, which one slow repeat (a first call, a busy
+// moment of the machine) does not move, and the range, which says how far to trust it.
+struct RepeatedTime {
+    double median_ms = 0;
+    double spread_ms = 0;  // largest - smallest
+};
+RepeatedTime summarize_repeats(std::vector<double> times_ms);  // a non-empty list
+
+// The profiler's repeats of every timed op and codec pass, after an untimed warm-up of each.
+constexpr int kProfileRepeats = 3;
+
+// Runs a warm-up and `repeats` timed forwards of the slice of `config` with `weights` at
+// measured_batch x T on `tokens` (measured_batch * T of them) on `target` (its backend and
+// activation dtype: times are the device's, on its queue; errors those of its dtype's tensors),
+// compresses and decompresses every sliced layer's saved tensors with every profiled codec
+// (a warm-up pass, then `repeats` timed ones), and scales times and sizes linearly from
 // measured_batch to `batch`. Per-layer figures are what one layer of the whole model costs
-// (times: mean over the slice's layers; sizes, errors, outliers: the largest).
+// (times: the repeats' median of the mean over the slice's layers, with the repeats' range;
+// sizes, errors, outliers: the largest).
 Profile profile_block(const GPTConfig& config, int batch, int measured_batch, int T, const std::vector<int>& tokens,
                       const ProfileWeights& weights, const ComputeTarget& target, const CodecParams& codec_params = {},
-                      int repeats = 2);
+                      int repeats = kProfileRepeats);
 
 }  // namespace adacc
