@@ -265,9 +265,10 @@ add_library_dir() {
   case ":${LD_LIBRARY_PATH:-}:" in *":$1:"*) ;; *) export LD_LIBRARY_PATH="$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;; esac
 }
 
-# cuBLASLt (the executables link libcublasLt.so.13), cuDNN (for model.attention = "cudnn", once it
-# is built) and NCCL (opened at run time; without it the collectives go through host memory) are
-# the GPU machine's own, not the bundle's: from its CUDA toolkit, else from pip's nvidia-* wheels.
+# cuBLASLt (libcublasLt.so.13, which the CUDA backend opens when it starts), cuDNN (for
+# model.attention = "cudnn", once it is built) and NCCL (opened at run time; without it the
+# collectives go through host memory) are the GPU machine's own, not the bundle's: from its CUDA
+# toolkit, else from pip's nvidia-* wheels.
 find_gpu_libraries() {
   local log=$1 lib dir wheel_dirs=() desc=()
   SEARCHED=()
@@ -350,6 +351,20 @@ check_executables() {
   finish 3
 }
 
+# The backend opens libcublasLt.so.13 at run time, so ldd does not see it: it must be in a folder
+# on LD_LIBRARY_PATH (find_gpu_libraries adds the one it found) or in ld.so's cache.
+check_cublaslt() {
+  local log=$1 d
+  local IFS=:
+  for d in ${LD_LIBRARY_PATH:-}; do [ -e "$d/libcublasLt.so.13" ] && return 0; done
+  unset IFS
+  ldconfig -p 2>/dev/null | grep -q 'libcublasLt\.so\.13 ' && return 0
+  echo "gpu_check: preflight: libcublasLt.so.13 is neither on LD_LIBRARY_PATH nor in ld.so's cache, so no" \
+    "step runs: install the CUDA 13 toolkit's cuBLAS (CUDA_HOME=$CUDA_HOME) or pip's nvidia-cublas wheel" | tee -a "$log"
+  record preflight FAIL $((SECONDS - PREFLIGHT_T0)) "$PREFLIGHT_LIMIT" "libcublasLt.so.13 not found"
+  finish 3
+}
+
 find_sanitizer() {
   local c
   command -v compute-sanitizer && return 0
@@ -368,6 +383,7 @@ preflight() {
   check_gpu "$log"
   find_gpu_libraries "$log"
   check_executables "$log"
+  check_cublaslt "$log"
   SANITIZER="$(find_sanitizer)"
   echo "compute-sanitizer: ${SANITIZER:-not found}" >> "$log"
   record preflight PASS $((SECONDS - PREFLIGHT_T0)) "$PREFLIGHT_LIMIT" "executables' libraries all found"

@@ -14,6 +14,7 @@
 #include "kernels/cuda/device_sizes.h"
 #include "kernels/cuda/ops.h"
 #include "src/common/errors.h"
+#include "src/cuda/cublaslt_library.h"
 #include "src/cuda/cuda_device.h"
 #ifndef ADACC_SIMT_EMULATION
 #include "src/cuda/nccl_collectives.h"
@@ -82,6 +83,7 @@ public:
     CudaBackend() {
         check(cudaSetDevice(cuda_device_index()), "cudaSetDevice");
         check(cudaStreamCreate(&stream_), "cudaStreamCreate");
+        open_cublaslt();
         check(cublasLtCreate(&blas_.handle), "cublasLtCreate");
         blas_.workspace = allocate(cuda::kBlasWorkspaceBytes);
         blas_.workspace_bytes = cuda::kBlasWorkspaceBytes;
