@@ -373,7 +373,7 @@ TEST(ProfileSlice, InitialisesExactlyTheWholeModelsFirstLayers) {
 // gradients and AdamW state alone exceed this machine's memory (its depth is computed from the
 // machine) is profiled, planned and accounted for exactly, and the process stays under 1 GiB.
 TEST(ProfileSlice, PlansAModelLargerThanThisMachine) {
-    const std::uint64_t machine = physical_memory_bytes();
+    const std::uint64_t machine = host_memory_bytes();
     GPTConfig cfg = small_model();
     cfg.dropout = 0.0f;
     GPTConfig one_layer = cfg;

@@ -18,6 +18,8 @@
 #include "data/token_shard.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
+#include "src/common/units.h"
+#include "src/engine/gpt_model.h"
 #include "src/io/checkpoint.h"
 #include "src/io/weights_file.h"
 #include "tests/test_support.h"
@@ -252,8 +254,64 @@ TEST_F(HardEdges, AnAllocationTheProcessMayNotMakeIsAUserError) {
     const auto r = run_shell("/bin/sh -c \"ulimit -v 1500000; exec " + test::adacc_binary() + " train --config " +
                              config(run_dir) + sets + "\"");
     EXPECT_EQ(r.status, 2) << r.output;
-    EXPECT_TRUE(contains(r.output, "error: out of memory")) << r.output;
-    EXPECT_TRUE(contains(r.output, "training.batch_size")) << r.output;
+    // Refused before allocating: the start-up check counts the process's own limits.
+    EXPECT_TRUE(contains(r.output, "error: this run needs ")) << r.output;
+    EXPECT_TRUE(contains(r.output, "but ulimit -v allows the process 1.43 GiB, of which it already maps ")) << r.output;
+    EXPECT_TRUE(contains(r.output, "--set training.batch_size=")) << r.output;
+}
+
+// The CPU backend, except that it cannot allocate more than `limit` bytes at once.
+class LimitedBackend final : public Backend {
+public:
+    explicit LimitedBackend(std::size_t limit) : limit_(limit) {
+        kernels_ = cpu_backend().kernels();
+        context_ = cpu_backend().context();
+    }
+    Device device() const override { return Device::cpu; }
+    void* allocate(std::size_t bytes) override {
+        if (bytes > limit_) throw std::bad_alloc();
+        return cpu_backend().allocate(bytes);
+    }
+    void release(void* memory) override { cpu_backend().release(memory); }
+    void memset(void* dst, int byte, std::size_t bytes) override { cpu_backend().memset(dst, byte, bytes); }
+    void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+        cpu_backend().copy_to_device(dst, src, bytes);
+    }
+    void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+        cpu_backend().copy_to_host(dst, src, bytes);
+    }
+    void synchronize() override {}
+    bool host_addressable() const override { return true; }
+    std::size_t free_memory() const override { return limit_; }
+    std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) override {
+        return cpu_backend().make_interval_timer(max_intervals);
+    }
+
+private:
+    std::size_t limit_;
+};
+
+// An arena the allocator refuses after the start-up check passed (the limit moved, or the process
+// holds more beside its arenas than it counts) names the arena, its size and the fix.
+TEST(ArenaAllocation, AnArenaThatCannotBeHadIsAUserErrorNamingIt) {
+    GPTConfig cfg = *gpt_preset("gpt-micro");
+    cfg.n_layer = 2;
+    const int B = 2, T = 16;
+    const ActivationPlan plan(BlockGraph(cfg, B, T), cfg.n_layer);
+    const ModelMemory memory = GPTModel::plan_memory(cfg, B, T, plan, {}, ModelUse::training, ComputeTarget{});
+    LimitedBackend backend(memory.tape - 1);  // the tape is this model's largest arena
+    ASSERT_GT(memory.tape, memory.parameters);
+    ASSERT_GT(memory.tape, memory.workspace());
+    try {
+        GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend, DType::f32);
+        FAIL() << "the tape was allocated";
+    } catch (const UserError& e) {
+        const std::string message = e.what();
+        EXPECT_TRUE(contains(message, "out of memory: cannot allocate the model's tape (" + format_bytes(memory.tape) +
+                                          ") in cpu memory"))
+            << message;
+        EXPECT_TRUE(contains(message, "training.batch_size")) << message;
+    }
 }
 
 // Every command the tests run is checked for "internal error" (tests/test_support.cpp: run_shell).

@@ -342,7 +342,7 @@ TEST_F(RunSafety, RunLargerThanTheMachineIsRefusedBeforeAllocating) {
     for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(i % 50257);
     write_token_shard(dir / "gpt2.bin", tokens);
     const GPTConfig model = *gpt_preset("gpt-345m");
-    const std::uint64_t machine = physical_memory_bytes();
+    const std::uint64_t machine = host_memory_bytes();
     const int fits = largest_batch(model, 1024, MemoryMode::full, machine);
     const int batch = fits + 1;
     ASSERT_LE(batch, 1024) << "this machine holds more than the test data covers";
@@ -391,7 +391,7 @@ TEST_F(RunSafety, TrainEndsWithTheAccountedMemoryBesideThePeakRss) {
 }
 
 TEST_F(RunSafety, PlannedModelLargerThanTheMachineIsRefusedBeforeProfiling) {
-    const std::uint64_t machine = physical_memory_bytes();
+    const std::uint64_t machine = host_memory_bytes();
     int layers = 1;
     while (memory_for_mode(wide_tiny_model(layers), 1, 8, MemoryMode::full).total() <= machine) layers *= 2;
     const GPTConfig model = wide_tiny_model(layers);
@@ -405,7 +405,7 @@ TEST_F(RunSafety, PlannedModelLargerThanTheMachineIsRefusedBeforeProfiling) {
 }
 
 TEST_F(RunSafety, PlannedBudgetBeyondTheMachineIsRefusedWithTheBatchThatFits) {
-    const std::uint64_t machine = physical_memory_bytes();
+    const std::uint64_t machine = host_memory_bytes();
     const ModelMemory one = memory_for_mode(wide_tiny_model(1), 1, 8, MemoryMode::full);
     const GPTConfig model = wide_tiny_model(static_cast<int>(machine / 8 / one.static_bytes()) + 1);
     const int none_fits = largest_batch(model, 8, MemoryMode::none, machine);

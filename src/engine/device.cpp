@@ -2,6 +2,8 @@
 
 #include "kernels/cuda/device_sizes.h"
 #include "src/common/errors.h"
+#include "src/common/process_memory.h"
+#include "src/common/units.h"
 
 namespace adacc {
 
@@ -61,6 +63,11 @@ DeviceTraits device_traits(const ComputeTarget& target) {
     traits.working_weight_bytes = target.activation == DType::f32 ? 0 : dtype_size(target.activation);
     traits.optimizer_shards = target.optimizer_shards;
     return traits;
+}
+
+std::string device_memory_words(Device device, std::uint64_t bytes) {
+    if (device == Device::cpu) return host_memory_limit().source;
+    return "the GPU has " + format_bytes(bytes) + " free";
 }
 
 }  // namespace adacc

@@ -73,4 +73,9 @@ struct DeviceTraits {
 };
 DeviceTraits device_traits(const ComputeTarget& target);
 
+// What limits `device`'s memory to `bytes` (src/engine/memory_report.h: device_memory_bytes), in a
+// message's words: "this machine has 23.47 GiB of memory", "ulimit -v allows the process ...",
+// "the GPU has 79.10 GiB free".
+std::string device_memory_words(Device device, std::uint64_t bytes);
+
 }  // namespace adacc

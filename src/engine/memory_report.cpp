@@ -1,14 +1,11 @@
 #include "src/engine/memory_report.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <optional>
 
-#include "src/common/units.h"
 #include "src/common/errors.h"
+#include "src/common/process_memory.h"
+#include "src/common/units.h"
 
 namespace adacc {
 
@@ -60,25 +57,10 @@ void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::u
                     "\nLower training.batch_size, choose another memory.mode, or raise memory.budget.");
 }
 
-namespace {
-// A cgroup memory limit file's value; empty when absent or "max" (no limit).
-std::optional<std::uint64_t> cgroup_limit(const char* file) {
-    std::ifstream in(file);
-    std::uint64_t bytes = 0;
-    if (in >> bytes) return bytes;
-    return std::nullopt;
-}
-}  // namespace
-
-std::uint64_t physical_memory_bytes() {
-    std::uint64_t bytes = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-    for (const char* file : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"})
-        if (const auto limit = cgroup_limit(file); limit && *limit > 0) bytes = std::min(bytes, *limit);
-    return bytes;
-}
+std::uint64_t host_memory_bytes() { return host_memory_limit().bytes; }
 
 std::uint64_t device_memory_bytes(Device device) {
-    if (device == Device::cpu) return physical_memory_bytes();
+    if (device == Device::cpu) return host_memory_bytes();
     return cuda_backend().free_memory() + device_traits(device).resident_bytes;
 }
 
@@ -87,11 +69,10 @@ void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mod
     const std::uint64_t machine = device_memory_bytes(target.device);
     if (total <= machine) return;
     const int fits = largest_batch(config, T, mode, machine, 1 << 16, target);
-    const std::string where = target.device == Device::cpu ? "this machine has " : "the GPU has ";
     throw UserError("this run needs " + format_bytes(total) + " (batch " + std::to_string(B) + " x seq " +
                     std::to_string(T) + ", mode " + memory_mode_name(mode) + ": " +
-                    format_arenas(memory_for_mode(config, B, T, mode, target)) + ") but " + where +
-                    format_bytes(machine) + (target.device == Device::cpu ? " of memory; " : " free; ") +
+                    format_arenas(memory_for_mode(config, B, T, mode, target)) + ") but " +
+                    device_memory_words(target.device, machine) + "; " +
                     (fits > 0 ? "the largest batch that fits in mode " + std::string(memory_mode_name(mode)) + " is " +
                                     std::to_string(fits) + " (--set training.batch_size=" + std::to_string(fits) + ")"
                               : std::string("not even batch 1 fits in mode ") + memory_mode_name(mode)) +
@@ -106,8 +87,8 @@ void check_model_fits_machine(const GPTConfig& config, int T, const ComputeTarge
                     format_bytes(least.total()) + " even at batch 1 x seq " + std::to_string(T) +
                     " with full recomputation (" + format_arenas(least) + "; parameters, gradients and AdamW state "
                     "alone are " + format_bytes(least.static_bytes()) + "), but " +
-                    (target.device == Device::cpu ? "this machine has " : "the GPU has ") + format_bytes(machine) +
-                    " of memory: no memory mode can train it here; choose a smaller model (`adacc memory` shows "
+                    device_memory_words(target.device, machine) +
+                    ": no memory mode can train it here; choose a smaller model (`adacc memory` shows "
                     "every arena without allocating)");
 }
 

@@ -36,11 +36,11 @@ std::string format_arenas(const ModelMemory& memory);
 void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget,
                   const ComputeTarget& target = {});
 
-// This machine's memory in bytes: physical RAM, or the cgroup's memory limit when lower
-// (containers, Slurm jobs).
-std::uint64_t physical_memory_bytes();
+// The host memory this process may still take (src/common/process_memory.h: host_memory_limit):
+// physical RAM, or the cgroup's memory limit or the process's ulimit -v / -d when lower.
+std::uint64_t host_memory_bytes();
 
-// The memory a model on `device` may use: physical_memory_bytes() on the CPU; on CUDA the GPU's
+// The memory a model on `device` may use: host_memory_bytes() on the CPU; on CUDA the GPU's
 // free memory plus what the backend already holds (ModelMemory::backend counts that).
 std::uint64_t device_memory_bytes(Device device);
 
