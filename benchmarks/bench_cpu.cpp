@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     std::vector<int> tokens(B * T), targets(B * T);
     for (auto& t : tokens) t = static_cast<int>(gen() % cfg->vocab_size);
     for (auto& t : targets) t = static_cast<int>(gen() % cfg->vocab_size);
-    adacc::OptimizerSection opt;
+    adacc::OptimizerOptions opt;
     // Per phase and whole step; medians over the measured steps.
     std::vector<double> times, forward_times, backward_times, optimizer_times;
     for (int step = 1; step <= warmup + steps; ++step) {

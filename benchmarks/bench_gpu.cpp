@@ -61,7 +61,7 @@ StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType
     std::vector<int> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
     for (auto& t : tokens) t = static_cast<int>(gen() % cfg.vocab_size);
     for (auto& t : targets) t = static_cast<int>(gen() % cfg.vocab_size);
-    OptimizerSection opt;
+    OptimizerOptions opt;
     std::vector<double> ms;
     StepTiming timing;
     for (int step = 1; step <= warmup + steps; ++step) {

@@ -277,7 +277,7 @@ TEST(OutlierChannels, OutlierSeparatedInt4BeatsPlainInt4OnTheGradientsAtNearlyTh
     // INT4's codes and scales, so its blob is larger by about 64k / (9 C): 22% at this C = 128
     // with k = 4 (measured 20%), under 4% at GPT-2's C = 768.
     const RunConfig config = outlier_run(dir, 4);
-    const std::vector<float> weights = initial_parameters(config);
+    const std::vector<float> weights = initial_parameters(config.model, config.training.seed, config.stress);
     const Profile profile = profile_block(config.model, 4, 4, 32, first_training_batch(config),
                                           ProfileWeights{weights.data(), config.training.seed, {}}, {});
     const TensorProfile& ln1 = *profile.find(TensorKind::ln1);
@@ -295,7 +295,7 @@ TEST(OutlierChannels, ThePlannerChoosesTheOutlierCodecByItsMeasuredError) {
     for (int hook : {0, 1}) {
         SCOPED_TRACE(hook ? "outlier hook on" : "outlier hook off");
         const RunConfig config = outlier_run(dir, hook ? 4 : 0);
-        const std::vector<float> weights = initial_parameters(config);
+        const std::vector<float> weights = initial_parameters(config.model, config.training.seed, config.stress);
         Profile profile = profile_block(config.model, B, B, T, first_training_batch(config),
                                         ProfileWeights{weights.data(), config.training.seed, {}}, {});
         test::favour_compression(profile);  // the plan compresses
@@ -352,13 +352,13 @@ TEST(ProfileSlice, InitialisesExactlyTheWholeModelsFirstLayers) {
     whole.n_layer = 5;
     const GPTConfig slice = profile_slice(whole);
     ASSERT_EQ(slice.n_layer, kProfiledLayers);
-    StressSection stress;
+    StressOptions stress;
     stress.outlier_channels = 3;
     for (bool stressed : {false, true}) {
         SCOPED_TRACE(stressed ? "with outlier channels" : "plain");
         GPTModel a = GPTModel::for_inference(whole, 1, 1), b = GPTModel::for_inference(slice, 1, 1);
-        init_weights_with_stress(a, 42, stressed ? stress : StressSection{}, whole.n_layer);
-        init_weights_with_stress(b, 42, stressed ? stress : StressSection{}, whole.n_layer);
+        init_weights_with_stress(a, 42, stressed ? stress : StressOptions{}, whole.n_layer);
+        init_weights_with_stress(b, 42, stressed ? stress : StressOptions{}, whole.n_layer);
         const ParameterLayout &la = a.layout(), &lb = b.layout();
         for (int id = 0; id < kNumParamTensors; ++id) {
             const ParamTensorInfo& t = lb.tensors()[id];

@@ -92,7 +92,7 @@ StepOutcome two_steps(Backend& backend, const ActivationPlan& plan, int B, int T
     CodecSampler sampler;
     model.set_observer(&sampler);
     StepOutcome out;
-    OptimizerSection opt;
+    OptimizerOptions opt;
     for (int step = 1; step <= 2; ++step) {
         for (int micro = 0; micro < 2; ++micro) {
             out.losses.push_back(model.forward(tokens.data(), targets.data(), B, T,
@@ -151,7 +151,7 @@ TEST(Backend, ATrainingStepCopiesOnlyTokensInAndTheLossAndNormOut) {
     model.forward_step(tokens.data(), targets.data(), B, T, DropoutContext{3, 2, 0, true}, 1.0f / N, N, false);
     model.backward(tokens.data(), B, T, false);
     queue_gradient_norm(model);
-    queue_adamw_step(model, OptimizerSection{}, 1e-3f, 1);
+    queue_adamw_step(model, OptimizerOptions{}, 1e-3f, 1);
     EXPECT_EQ(remote.to_host, 0u) << "nothing is read back before the step's end";
     const StepReadout readout = model.read_step();
     EXPECT_EQ(remote.to_device, 3 * N * sizeof(int));

@@ -242,10 +242,10 @@ TEST(GradientFidelity, TrainingMeasuresItAlongTheRunWithoutChangingTheRun) {
 TEST(StressHook, ScalesExactlyTheChosenLayernormChannels) {
     const auto dir = test::scratch_dir("stress");
     RunConfig config = small_run(dir);  // n_embd 32
-    const std::vector<float> plain = initial_parameters(config);
+    const std::vector<float> plain = initial_parameters(config.model, config.training.seed, config.stress);
     config.stress.outlier_channels = 4;
     config.stress.outlier_scale = 20.0f;
-    const std::vector<float> stressed = initial_parameters(config);
+    const std::vector<float> stressed = initial_parameters(config.model, config.training.seed, config.stress);
     const ParameterLayout layout(config.model);
     ASSERT_EQ(plain.size(), stressed.size());
     std::vector<bool> scaled(plain.size(), false);

@@ -393,11 +393,12 @@ TEST(ZeroOne, AdaccMemoryShowsPerRankStateAndPlanFitsALargerBatch) {
         << "the params column holds one rank's shard of the masters and the whole bf16 copy:\n" << gpu.output;
     // The planner at a fixed per-rank budget: a larger predicted batch with the moments sharded.
     const std::vector<int> tokens(static_cast<std::size_t>(run.training.seq_len), 1);
-    const Profile unit = unit_batch_profile(run, tokens);
+    const Profile unit = unit_batch_profile(planned_run(run, ComputeTarget{}), tokens);
     const std::uint64_t budget = 8u << 20;  // unsharded, the model state alone is 6.6 MB of it
-    const int unsharded = largest_planned_batch(run, unit, MemoryMode::adacc, budget, ComputeTarget{});
+    const RegulatorOptions options = regulator_options(run, MemoryMode::adacc);
+    const int unsharded = largest_planned_batch(planned_run(run, ComputeTarget{}), unit, options, budget);
     const int sharded =
-        largest_planned_batch(run, unit, MemoryMode::adacc, budget, ComputeTarget{Device::cpu, DType::f32, 8});
+        largest_planned_batch(planned_run(run, ComputeTarget{Device::cpu, DType::f32, 8}), unit, options, budget);
     EXPECT_GT(unsharded, 0);
     EXPECT_GT(sharded, unsharded) << "ZeRO-1 leaves more of the budget for activations";
 }

@@ -200,7 +200,7 @@ TEST_F(Golden, TenStepAdamWTrajectoryMatchesJax) {
     GPTModel model(cfg, B, T);
     load_params(model);
     const auto& h = g.at("adamw_hparams").values;  // lr, b1, b2, eps, wd, clip
-    OptimizerSection opt;
+    OptimizerOptions opt;
     opt.beta1 = float(h[1]), opt.beta2 = float(h[2]), opt.eps = float(h[3]), opt.weight_decay = float(h[4]);
     opt.grad_clip = float(h[5]);
     const int N = B * T;
@@ -235,7 +235,7 @@ std::vector<float> train_losses(const GPTConfig& cfg, const ActivationPlan& plan
                                 std::vector<float>* first_grads = nullptr) {
     GPTModel model(cfg, B, T, plan);
     model.init_weights(21);
-    OptimizerSection opt;
+    OptimizerOptions opt;
     std::vector<float> losses;
     const auto tokens = random_tokens(B * T, cfg.vocab_size, 100), targets = random_tokens(B * T, cfg.vocab_size, 200);
     for (int step = 1; step <= steps; ++step) {
@@ -403,7 +403,7 @@ TEST(GradAccumulation, MicroBatchesEqualOneBigBatch) {
     GPTModel big(cfg, k * B, T), small(cfg, B, T);
     big.init_weights(5);
     small.init_weights(5);
-    OptimizerSection opt;
+    OptimizerOptions opt;
     const DropoutContext ctx{0, 1, 0, false};
 
     big.zero_grads();
@@ -473,8 +473,8 @@ std::vector<float> train_losses(const GPTConfig& cfg, int steps, std::uint64_t s
     GPTModel model(cfg, B, T);
     model.init_weights(seed);
     const auto tokens = random_tokens(N, cfg.vocab_size, 9), targets = random_tokens(N, cfg.vocab_size, 10);
-    OptimizerSection opt;
-    LrSection lr;
+    OptimizerOptions opt;
+    LrSchedule lr;
     lr.max = 1e-2f, lr.min = 1e-3f, lr.warmup_steps = 5;
     std::vector<float> losses;
     for (int step = 1; step <= steps; ++step) {
@@ -501,7 +501,7 @@ TEST(Training, TwoRunsWithTheSameSeedAreBitIdentical) {
 }
 
 TEST(LearningRate, WarmupThenCosineToMin) {
-    LrSection lr;
+    LrSchedule lr;
     lr.max = 1.0f, lr.min = 0.1f, lr.warmup_steps = 10;
     EXPECT_FLOAT_EQ(learning_rate(lr, 1, 110), 0.1f);
     EXPECT_FLOAT_EQ(learning_rate(lr, 10, 110), 1.0f);

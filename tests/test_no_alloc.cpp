@@ -22,8 +22,8 @@ namespace {
 
 void training_step(GPTModel& model, const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T,
                    int step, int micro_batches) {
-    OptimizerSection opt;
-    LrSection lr;
+    OptimizerOptions opt;
+    LrSchedule lr;
     for (int m = 0; m < micro_batches; ++m) {
         model.forward(tokens.data(), targets.data(), B, T, DropoutContext{1, std::uint64_t(step), std::uint64_t(m), true},
                       1.0f / (B * T * micro_batches));

@@ -377,12 +377,11 @@ struct Outcome {
 };
 Outcome plan_in_process(RunConfig config, std::uint64_t budget, const fs::path& file) {
     config.memory.profile = file.string();
-    RegulatorOptions options = regulator_options(config, MemoryMode::adacc);
-    options.world_size = 1;
+    const RegulatorOptions options = regulator_options(config, MemoryMode::adacc);
     try {
-        const AdaccRegulator regulator(config, budget, options, profiling_tokens(config), nullptr);
-        const AdaccPlan& plan = regulator.plan();
         const ComputeTarget target = compute_target(config, 1);
+        const AdaccRegulator regulator(planned_run(config, target), budget, options, profiling_tokens(config), nullptr);
+        const AdaccPlan& plan = regulator.plan();
         return {0, "", GPTModel::plan_memory(config.model, kB, kT, plan.plan, plan.codec_params, ModelUse::training, target)
                            .total()};
     } catch (const UserError& e) {

@@ -8,44 +8,30 @@
 #include "src/common/units.h"
 #include "src/common/checksum.h"
 #include "src/common/errors.h"
-#include "src/config/config.h"
 #include "src/dist/process_group.h"
 #include "src/engine/memory_report.h"
 
 namespace adacc {
 
-RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode) {
-    RegulatorOptions options;
-    options.allow_compress = mode == MemoryMode::adacc;
-    options.planner.granularity = parse_plan_granularity(config.memory.granularity);
-    options.monitor.max_interval = config.memory.monitor_max_interval;
-    options.monitor.min_steps_between_replans = config.memory.min_replan_steps;
-    options.codecs = codec_choice(config.memory);
-    options.monitor.max_codec_error = options.codecs.max_error;
-    if (!config.memory.profile.empty()) options.profile_file = config.memory.profile;
-    return options;
+Profile unit_batch_profile(const PlannedRun& run, const std::vector<int>& tokens) {
+    const ProfileWeights source{nullptr, run.seed, run.stress};
+    return profile_block(run.model, 1, 1, run.seq_len, tokens, source, ComputeTarget{});
 }
 
-Profile unit_batch_profile(const RunConfig& config, const std::vector<int>& tokens) {
-    const ProfileWeights source{nullptr, config.training.seed, config.stress};
-    return profile_block(config.model, 1, 1, config.training.seq_len, tokens, source, ComputeTarget{});
+int largest_planned_batch(const PlannedRun& run, const Profile& unit, const RegulatorOptions& options,
+                          std::uint64_t budget) {
+    return largest_planned_batch(run.model, unit, budget, options.allow_compress, options.planner, options.codecs,
+                                 run.target);
 }
 
-int largest_planned_batch(const RunConfig& config, const Profile& unit, MemoryMode mode, std::uint64_t budget,
-                          const ComputeTarget& target) {
-    const RegulatorOptions options = regulator_options(config, mode);
-    return largest_planned_batch(config.model, unit, budget, options.allow_compress, options.planner, options.codecs,
-                                 target);
-}
-
-void check_plan_fits_machine(const RunConfig& config, MemoryMode mode, const AdaccPlan& plan, const Profile& profile,
-                             const ComputeTarget& target) {
-    const std::uint64_t machine = device_memory_bytes(target.device);
+void check_plan_fits_machine(const PlannedRun& run, MemoryMode mode, const RegulatorOptions& options,
+                             std::uint64_t budget, const AdaccPlan& plan, const Profile& profile) {
+    const std::uint64_t machine = device_memory_bytes(run.target.device);
     if (plan.memory.total() <= machine) return;
-    const int fits = largest_planned_batch(config, profile, mode, machine, target);
-    const int B = config.training.batch_size, T = config.training.seq_len;
-    const std::string where = target.device == Device::cpu ? "this machine has " : "the GPU has ";
-    throw UserError("memory.budget " + config.memory.budget + " lets mode " + memory_mode_name(mode) + " plan batch " +
+    const int fits = largest_planned_batch(run, profile, options, machine);
+    const int B = run.batch_size, T = run.seq_len;
+    const std::string where = run.target.device == Device::cpu ? "this machine has " : "the GPU has ";
+    throw UserError("memory.budget " + format_bytes(budget) + " lets mode " + memory_mode_name(mode) + " plan batch " +
                     std::to_string(B) + " x seq " + std::to_string(T) + " to " + format_arenas(plan.memory) + ", but " +
                     where + format_bytes(machine) + " of memory: " +
                     (fits > 0 ? "within " + format_bytes(machine) + " it plans batch " + std::to_string(fits) +
@@ -97,17 +83,15 @@ void raise_to_samples(Profile& profile, const std::vector<CodecSample>& samples)
 }
 }  // namespace
 
-AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_bytes, RegulatorOptions options,
+AdaccRegulator::AdaccRegulator(const PlannedRun& run, std::uint64_t budget_bytes, RegulatorOptions options,
                                const std::vector<int>& tokens, const float* weights)
-    : config_(config),
-      target_(compute_target(config, options.world_size > 0 ? options.world_size : process_group().world_size)),
-      budget_(budget_bytes), options_(std::move(options)),
-      plan_{ActivationPlan(BlockGraph(config.model, 1, 1), config.model.n_layer), {}, {}, {}, {}, {}, {}},
+    : run_(run), budget_(budget_bytes), options_(std::move(options)),
+      plan_{ActivationPlan(BlockGraph(run.model, 1, 1), run.model.n_layer), {}, {}, {}, {}, {}, {}},
       monitor_(options_.monitor) {
-    const int B = config.training.batch_size, T = config.training.seq_len;
+    const int B = run.batch_size, T = run.seq_len;
     if (options_.profile_file)
-        profile_ = Profile::load(*options_.profile_file, config.model, B, T, target_, kRunCodecParams);
-    measured_batch_ = profile_.tensors.empty() ? profiling_batch(config.model, B, T, budget_bytes, target_)
+        profile_ = Profile::load(*options_.profile_file, run.model, B, T, run.target, kRunCodecParams);
+    measured_batch_ = profile_.tensors.empty() ? profiling_batch(run.model, B, T, budget_bytes, run.target)
                                                : profile_.measured_batch;
     tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(std::min(measured_batch_, B)) * T);
     solve(weights, {});
@@ -118,7 +102,7 @@ AdaccRegulator::AdaccRegulator(const RunConfig& config, std::uint64_t budget_byt
 // weights on the profiler's slice, raised to what the monitor last sampled in the layers the slice
 // does not hold.
 void AdaccRegulator::solve(const float* weights, const std::vector<CodecSample>& sampled) {
-    const int B = config_.training.batch_size, T = config_.training.seq_len;
+    const int B = run_.batch_size, T = run_.seq_len;
     const auto start = std::chrono::steady_clock::now();
     const bool root = process_group().is_root();
     if (profile_.tensors.empty() || weights) {
@@ -127,19 +111,19 @@ void AdaccRegulator::solve(const float* weights, const std::vector<CodecSample>&
     }
     share_rank0_profile();
     last_profile_ms_ = ms_since(start);
-    plan_ = plan_adacc(config_.model, B, T, profile_, budget_, options_.allow_compress, options_.planner,
-                       options_.codecs, target_);
+    plan_ = plan_adacc(run_.model, B, T, profile_, budget_, options_.allow_compress, options_.planner,
+                       options_.codecs, run_.target);
     require_one_plan();
 }
 
 Profile AdaccRegulator::measure(const float* weights, const std::vector<CodecSample>& sampled) const {
-    const int B = config_.training.batch_size, T = config_.training.seq_len;
+    const int B = run_.batch_size, T = run_.seq_len;
     const bool have_profile = !profile_.tensors.empty();
-    const ProfileWeights source{weights, config_.training.seed, config_.stress};
-    Profile fresh = profile_block(config_.model, B, measured_batch_, T, tokens_, source, target_, kRunCodecParams);
+    const ProfileWeights source{weights, run_.seed, run_.stress};
+    Profile fresh = profile_block(run_.model, B, measured_batch_, T, tokens_, source, run_.target, kRunCodecParams);
     if (have_profile) keep_times(profile_, fresh);
     // The slice sees only the first layers: deeper ones are known from the monitor's samples.
-    if (profile_slice(config_.model).n_layer < config_.model.n_layer) raise_to_samples(fresh, sampled);
+    if (profile_slice(run_.model).n_layer < run_.model.n_layer) raise_to_samples(fresh, sampled);
     return fresh;
 }
 
@@ -151,8 +135,8 @@ void AdaccRegulator::share_rank0_profile() {
     std::string text = process_group().is_root() ? profile_.to_json().dump() : std::string();
     broadcast_text(text, 0);
     if (!process_group().is_root())
-        profile_ = Profile::parse(text, "rank 0's profile", config_.model, config_.training.batch_size,
-                                  config_.training.seq_len, target_, kRunCodecParams);
+        profile_ = Profile::parse(text, "rank 0's profile", run_.model, run_.batch_size,
+                                  run_.seq_len, run_.target, kRunCodecParams);
 }
 
 // Every rank's plan is rank 0's, checked by fingerprint: a rank whose differs ends the job.
@@ -205,9 +189,9 @@ std::vector<CodecSample> AdaccRegulator::baseline() const {
 
 std::string AdaccRegulator::describe() const {
     const std::string scaled =
-        "; profiled on " + std::to_string(profile_slice(config_.model).n_layer) + " of " +
-        std::to_string(config_.model.n_layer) + " blocks" +
-        (measured_batch_ != config_.training.batch_size
+        "; profiled on " + std::to_string(profile_slice(run_.model).n_layer) + " of " +
+        std::to_string(run_.model.n_layer) + " blocks" +
+        (measured_batch_ != run_.batch_size
              ? " at batch " + std::to_string(measured_batch_) + ", scaled linearly"
              : std::string());
     char line[512];

@@ -8,6 +8,7 @@
 // and switches the model's plan before the next step.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -16,10 +17,12 @@
 #include "src/adacc/budget_planner.h"
 #include "src/adacc/codec_sampler.h"
 #include "src/adacc/policy_monitor.h"
-#include "src/config/run_config.h"
+#include "src/engine/weight_init.h"
 
 namespace adacc {
 
+// What planned modes adacc and recompute-opt plan with (the config's [memory] section,
+// src/config/config.h:regulator_options).
 struct RegulatorOptions {
     bool allow_compress = true;      // false: recompute-opt
     PlannerOptions planner;
@@ -27,27 +30,31 @@ struct RegulatorOptions {
     MonitorOptions monitor;
     std::optional<std::filesystem::path> profile_file;  // reuse instead of profiling
     std::filesystem::path save_profile;                 // where to write the profile ("" = nowhere)
-    int world_size = 0;  // data-parallel ranks the plan's memory is per rank of (0: this job's)
 };
 
-// The options of planned mode `mode` (adacc or recompute-opt) as the config's [memory] section
-// sets them: memory.granularity, memory.profile, memory.codecs, memory.max_codec_error,
-// memory.monitor_max_interval and memory.min_replan_steps (SettingError on a bad memory.codecs).
-// Training, `adacc plan`, `adacc memory` and `adacc compare` all start from it; where to save the
-// profile is the caller's (the trainer writes it into the run folder).
-RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode);
+// The training run a plan is for: the model, its micro-batch, where it runs (the plan's memory is
+// per rank of target.world_size ranks), and the weights it starts from when no parameters are
+// given (GPT-2's initialisation from `seed`, then `stress`).
+struct PlannedRun {
+    GPTConfig model;
+    int batch_size = 1;
+    int seq_len = 1;
+    std::uint64_t seed = 0;
+    StressOptions stress;
+    ComputeTarget target;
+};
 
-// The profile batch searches plan from: the profiler's slice at batch 1 x training.seq_len, from
-// the run's initial weights (training.seed, [stress]) on the first seq_len of `tokens` (a training
-// batch will do). It runs on the CPU in fp32 whatever training.device says, so `adacc memory
-// --device cuda` needs no GPU: sizes and errors are what the search needs, and the planner sizes
-// every tensor for the target itself.
-Profile unit_batch_profile(const RunConfig& config, const std::vector<int>& tokens);
+// The profile batch searches plan from: the profiler's slice at batch 1 x run.seq_len, from the
+// run's initial weights (seed, stress) on the first seq_len of `tokens` (a training batch will do).
+// It runs on the CPU in fp32 whatever run.target says, so `adacc memory --device cuda` needs no
+// GPU: sizes and errors are what the search needs, and the planner sizes every tensor for the
+// target itself.
+Profile unit_batch_profile(const PlannedRun& run, const std::vector<int>& tokens);
 
-// The largest batch planned mode `mode` fits within `budget` on `target` at training.seq_len, by
-// the planner's accounting on `unit` (unit_batch_profile) rescaled: nothing is allocated.
-int largest_planned_batch(const RunConfig& config, const Profile& unit, MemoryMode mode, std::uint64_t budget,
-                          const ComputeTarget& target);
+// The largest batch `options` plan within `budget` on run.target at run.seq_len, by the planner's
+// accounting on `unit` (unit_batch_profile) rescaled: nothing is allocated.
+int largest_planned_batch(const PlannedRun& run, const Profile& unit, const RegulatorOptions& options,
+                          std::uint64_t budget);
 
 struct ReplanEvent {
     int step = 0;
@@ -59,17 +66,17 @@ struct ReplanEvent {
 };
 
 // Throws UserError, before the training model is allocated, when `plan` (planned mode `mode`'s
-// answer for the config's batch and budget) totals more than `target`'s memory: it names the plan's
-// total and arenas, the machine's memory, and the largest batch the mode plans within that memory
-// (from `profile`, rescaled; no allocation).
-void check_plan_fits_machine(const RunConfig& config, MemoryMode mode, const AdaccPlan& plan, const Profile& profile,
-                             const ComputeTarget& target);
+// answer for the run's batch and `budget`) totals more than run.target's memory: it names the
+// plan's total and arenas, the machine's memory, and the largest batch the mode plans within that
+// memory (from `profile`, rescaled; no allocation).
+void check_plan_fits_machine(const PlannedRun& run, MemoryMode mode, const RegulatorOptions& options,
+                             std::uint64_t budget, const AdaccPlan& plan, const Profile& profile);
 
 class AdaccRegulator {
 public:
     // `tokens`: one batch (B*T) of real training tokens to profile with; `weights` the model's
-    // parameters (null: profile an initialisation from the config's seed).
-    AdaccRegulator(const RunConfig& config, std::uint64_t budget_bytes, RegulatorOptions options,
+    // parameters (null: profile the run's initialisation from its seed).
+    AdaccRegulator(const PlannedRun& run, std::uint64_t budget_bytes, RegulatorOptions options,
                    const std::vector<int>& tokens, const float* weights);
 
     const AdaccPlan& plan() const { return plan_; }
@@ -92,8 +99,7 @@ private:
     std::vector<CodecSample> rank0_samples(const std::vector<CodecSample>& mine) const;
     std::vector<CodecSample> baseline() const;
 
-    RunConfig config_;
-    ComputeTarget target_;  // where the training model runs: the profiler's slice runs there too
+    PlannedRun run_;  // run_.target: where the training model runs; the profiler's slice runs there too
     std::uint64_t budget_;
     RegulatorOptions options_;
     int measured_batch_ = 0;

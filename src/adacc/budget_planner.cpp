@@ -112,14 +112,6 @@ ActivationPlan to_activation_plan(const BlockGraph& block, const std::vector<Ten
 
 }  // namespace
 
-CodecChoice codec_choice(const MemorySection& memory) {
-    try {
-        return {parse_codec_candidates(memory.codecs), memory.max_codec_error};
-    } catch (const std::invalid_argument& e) {
-        throw SettingError("memory.codecs", e.what());
-    }
-}
-
 CodecParams codec_params_for(const Profile& profile, const GPTConfig& config) {
     CodecParams params = profile.codec_params;
     double most = 0;

@@ -14,7 +14,6 @@
 #include "src/engine/gpt_model.h"
 #include "src/adacc/milp_planner.h"
 #include "src/adacc/profiler.h"
-#include "src/config/run_config.h"
 
 namespace adacc {
 
@@ -24,11 +23,12 @@ namespace adacc {
 // slot bytes, time and error at once (a dominated codec is never worth choosing: ties go to the
 // earlier candidate, the paper's). So a codec worse than plain group INT4 on the tensor at hand
 // is chosen only when it buys memory or time, and never beyond the tolerance.
+inline constexpr const char* kDefaultCodecCandidates = "paper+group";  // a name in kCodecCandidateNames
+inline constexpr float kDefaultMaxCodecError = 0.12f;
 struct CodecChoice {
-    CodecCandidates candidates = parse_codec_candidates(MemorySection{}.codecs);
-    double max_error = MemorySection{}.max_codec_error;
+    CodecCandidates candidates = parse_codec_candidates(kDefaultCodecCandidates);
+    double max_error = kDefaultMaxCodecError;
 };
-CodecChoice codec_choice(const MemorySection& memory);  // SettingError on an unknown memory.codecs
 
 // Layers whose problems admit the same compress options form a class (the profiled layers'
 // errors differ: layer 0 reads the embeddings, deeper layers the residual stream). `problems[c]`

@@ -16,7 +16,7 @@
 
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
-#include "src/config/run_config.h"
+#include "src/engine/weight_init.h"
 #include "src/engine/device.h"
 #include "src/engine/gpt_model.h"
 
@@ -126,7 +126,7 @@ bool profile_slice_fits(const GPTConfig& config, int B, int T, std::uint64_t byt
 struct ProfileWeights {
     const float* parameters = nullptr;
     std::uint64_t seed = 0;
-    StressSection stress;
+    StressOptions stress;
 };
 
 // `from`'s times (ops' and codecs', with their spreads) in place of `into`'s: a re-measure for a

@@ -27,7 +27,7 @@ void run_compare(CompareArgs& args) {
     if (!args.device.empty()) args.overrides.push_back("training.device=" + args.device);
     if (!args.dtype.empty()) args.overrides.push_back("model.dtype=" + args.dtype);
     RunConfig config = load_config(args.config, args.overrides);
-    const std::uint64_t budget = config.memory.budget.empty() ? 0 : parse_size(config.memory.budget);
+    const std::uint64_t budget = budget_bytes(config.memory);
     CompareOptions options;
     for (const auto& m : args.modes) options.modes.push_back(parse_memory_mode(m));
     if (options.modes.empty()) options.modes = fixed_memory_modes();

@@ -30,6 +30,7 @@ MemoryRow planned_memory_row(const RunConfig& config, const Profile& unit, Memor
                              const ComputeTarget& target) {
     const int B = config.training.batch_size;
     const RegulatorOptions options = regulator_options(config, mode);
+    const PlannedRun run = planned_run(config, target);
     MemoryRow row;
     row.mode = mode;
     try {
@@ -39,7 +40,7 @@ MemoryRow planned_memory_row(const RunConfig& config, const Profile& unit, Memor
     } catch (const UserError&) {
         row.note = "no plan fits batch " + std::to_string(B) + " within the budget";
     }
-    row.max_batch = largest_planned_batch(config, unit, mode, budget, target);  // per rank
+    row.max_batch = largest_planned_batch(run, unit, options, budget);  // per rank
     return row;
 }
 
@@ -49,7 +50,7 @@ void run_memory(MemoryArgs& args) {
     if (!args.device.empty()) args.overrides.push_back("training.device=" + args.device);
     if (!args.dtype.empty()) args.overrides.push_back("model.dtype=" + args.dtype);
     RunConfig config = load_config(args.config, args.overrides);
-    const std::uint64_t budget = config.memory.budget.empty() ? 0 : parse_size(config.memory.budget);
+    const std::uint64_t budget = budget_bytes(config.memory);
     std::vector<MemoryMode> modes;
     for (const auto& m : args.modes) {
         modes.push_back(parse_memory_mode(m));
@@ -80,7 +81,7 @@ void run_memory(MemoryArgs& args) {
             rows.push_back(fixed_memory_row(m, B, T, mode, budget, target));
             continue;
         }
-        if (!unit) unit = unit_batch_profile(config, profiling_tokens(config));
+        if (!unit) unit = unit_batch_profile(planned_run(config, target), profiling_tokens(config));
         rows.push_back(planned_memory_row(config, *unit, mode, budget, target));
     }
     std::printf("%s", format_memory_rows(rows, target).c_str());

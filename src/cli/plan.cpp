@@ -31,14 +31,14 @@ void run_plan(PlanArgs& args) {
     if (!args.device.empty()) args.overrides.push_back("training.device=" + args.device);
     if (!args.dtype.empty()) args.overrides.push_back("model.dtype=" + args.dtype);
     RunConfig config = load_config(args.config, args.overrides);
-    if (config.memory.budget.empty())
+    const std::uint64_t budget = budget_bytes(config.memory);
+    if (!budget)
         throw UserError("adacc plan needs a memory budget: pass --memory-budget SIZE (e.g. 24GiB) or set memory.budget");
-    const std::uint64_t budget = parse_size(config.memory.budget);
     RegulatorOptions options =
         regulator_options(config, args.no_compress ? MemoryMode::recompute_opt : MemoryMode::adacc);
     options.save_profile = args.save_profile;
-    options.world_size = args.world_size;
-    const AdaccRegulator regulator(config, budget, options, profiling_tokens(config), nullptr);
+    const AdaccRegulator regulator(planned_run(config, compute_target(config, args.world_size)), budget, options,
+                                   profiling_tokens(config), nullptr);
     std::printf("%s", format_plan(regulator.plan(), regulator.profile(), options.codecs, config.model,
                                   config.training.batch_size,
                                   config.training.seq_len, budget, args.format).c_str());

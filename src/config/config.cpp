@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <sstream>
 #include <toml++/toml.h>
 #include <type_traits>
@@ -418,20 +419,20 @@ const std::vector<KeySpec>& registry() {
             "training", "skip_nonfinite", at_least(0),
             "steps with a non-finite loss or gradient norm to skip (no update) before stopping; 0 = stop at the first"),
 
-        field<&R::optimizer, &OptimizerSection::beta1>("optimizer", "beta1", below_one(),
+        field<&R::optimizer, &OptimizerOptions::beta1>("optimizer", "beta1", below_one(),
                                                        "AdamW first-moment decay"),
-        field<&R::optimizer, &OptimizerSection::beta2>("optimizer", "beta2", below_one(),
+        field<&R::optimizer, &OptimizerOptions::beta2>("optimizer", "beta2", below_one(),
                                                        "AdamW second-moment decay"),
-        field<&R::optimizer, &OptimizerSection::eps>("optimizer", "eps", above(0), "AdamW epsilon"),
-        field<&R::optimizer, &OptimizerSection::weight_decay>("optimizer", "weight_decay", at_least(0),
+        field<&R::optimizer, &OptimizerOptions::eps>("optimizer", "eps", above(0), "AdamW epsilon"),
+        field<&R::optimizer, &OptimizerOptions::weight_decay>("optimizer", "weight_decay", at_least(0),
                                                               "decoupled weight decay on 2-D weights"),
-        field<&R::optimizer, &OptimizerSection::grad_clip>("optimizer", "grad_clip", at_least(0),
+        field<&R::optimizer, &OptimizerOptions::grad_clip>("optimizer", "grad_clip", at_least(0),
                                                            "global gradient-norm clip (0 = off)"),
 
-        field<&R::lr, &LrSection::max>("lr", "max", above(0), "peak learning rate"),
-        field<&R::lr, &LrSection::min>("lr", "min", up_to_lr_max(), "floor of the cosine decay"),
-        field<&R::lr, &LrSection::warmup_steps>("lr", "warmup_steps", at_least(0), "linear warmup steps"),
-        field<&R::lr, &LrSection::schedule>("lr", "schedule", one_of({"cosine", "constant"}),
+        field<&R::lr, &LrSchedule::max>("lr", "max", above(0), "peak learning rate"),
+        field<&R::lr, &LrSchedule::min>("lr", "min", up_to_lr_max(), "floor of the cosine decay"),
+        field<&R::lr, &LrSchedule::warmup_steps>("lr", "warmup_steps", at_least(0), "linear warmup steps"),
+        field<&R::lr, &LrSchedule::schedule>("lr", "schedule", one_of({"cosine", "constant"}),
                                             "decay after warmup"),
 
         field<&R::data, &DataSection::train>("data", "train", any_value(), "training shard file or glob"),
@@ -475,10 +476,10 @@ const std::vector<KeySpec>& registry() {
         field<&R::eval, &EvalSection::vocab>("eval", "vocab", any_value(),
                                              "folder with GPT-2's encoder.json and vocab.bpe"),
 
-        field<&R::stress, &StressSection::outlier_channels>(
+        field<&R::stress, &StressOptions::outlier_channels>(
             "stress", "outlier_channels", up_to_n_embd(),
             "test hook: channels of every ln1/ln2 weight scaled at initialisation (0 = off)"),
-        field<&R::stress, &StressSection::outlier_scale>("stress", "outlier_scale", above(0),
+        field<&R::stress, &StressOptions::outlier_scale>("stress", "outlier_scale", above(0),
                                                          "test hook: the factor those channels are scaled by"),
 
         field<&R::logging, &LoggingSection::run_dir>("logging", "run_dir", non_empty(),
@@ -798,6 +799,35 @@ void validate_config(const RunConfig& config, std::string_view source_name, cons
 ComputeTarget compute_target(const RunConfig& config, int world_size) {
     const Device device = parse_device(config.training.device);
     return {device, resolve_model_dtype(config.dtype, device), config.training.zero ? world_size : 1};
+}
+
+std::uint64_t budget_bytes(const MemorySection& memory) {
+    return memory.budget.empty() ? 0 : parse_size(memory.budget);
+}
+
+CodecChoice codec_choice(const MemorySection& memory) {
+    try {
+        return {parse_codec_candidates(memory.codecs), memory.max_codec_error};
+    } catch (const std::invalid_argument& e) {
+        throw SettingError("memory.codecs", e.what());
+    }
+}
+
+RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode) {
+    RegulatorOptions options;
+    options.allow_compress = mode == MemoryMode::adacc;
+    options.planner.granularity = parse_plan_granularity(config.memory.granularity);
+    options.monitor.max_interval = config.memory.monitor_max_interval;
+    options.monitor.min_steps_between_replans = config.memory.min_replan_steps;
+    options.codecs = codec_choice(config.memory);
+    options.monitor.max_codec_error = options.codecs.max_error;
+    if (!config.memory.profile.empty()) options.profile_file = config.memory.profile;
+    return options;
+}
+
+PlannedRun planned_run(const RunConfig& config, const ComputeTarget& target) {
+    return {config.model, config.training.batch_size, config.training.seq_len, config.training.seed, config.stress,
+            target};
 }
 
 RunConfig config_from_toml_string(std::string_view text, std::string_view source_name) {

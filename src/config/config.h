@@ -18,9 +18,11 @@
 #include <string_view>
 #include <vector>
 
+#include "src/adacc/adacc_regulator.h"
 #include "src/config/run_config.h"
 #include "src/dist/process_group.h"
 #include "src/engine/device.h"
+#include "src/engine/memory_mode.h"
 
 namespace adacc {
 
@@ -44,11 +46,32 @@ void apply_override(RunConfig& config, std::string_view assignment);
 // the command line's to fix: a SettingError, which the command line turns into that flag's advice.
 void validate_config(const RunConfig& config, std::string_view source_name = {},
                      const std::vector<std::string>& overrides = {});
+// ---------------------------------------------------------------------------------------------
+// A validated config resolved into the options the components take. train/ and cli/ resolve a
+// config once and hand the pieces on; nothing below them reads a RunConfig.
+
 // Where the config's model runs: training.device and model.dtype resolved ("auto": the device's
-// default). SettingError when the device does not run the dtype.
-// The target of a run of `world_size` data-parallel ranks (this job's by default): with
-// training.zero = 1 they share the AdamW state.
+// default), for a run of `world_size` data-parallel ranks (this job's by default): with
+// training.zero = 1 they share the AdamW state. SettingError when the device does not run the dtype.
 ComputeTarget compute_target(const RunConfig& config, int world_size = process_group().world_size);
+
+// memory.budget in bytes; 0 when it is "" (no limit). The config was validated, so the text parses.
+std::uint64_t budget_bytes(const MemorySection& memory);
+
+// What the planner may compress with: memory.codecs and memory.max_codec_error (SettingError on an
+// unknown memory.codecs).
+CodecChoice codec_choice(const MemorySection& memory);
+
+// The options of planned mode `mode` (adacc or recompute-opt) as the config's [memory] section
+// sets them: memory.granularity, memory.profile, memory.codecs, memory.max_codec_error,
+// memory.monitor_max_interval and memory.min_replan_steps (SettingError on a bad memory.codecs).
+// Training, `adacc plan`, `adacc memory` and `adacc compare` all start from it; where to save the
+// profile is the caller's (the trainer writes it into the run folder).
+RegulatorOptions regulator_options(const RunConfig& config, MemoryMode mode);
+
+// The run the planner plans for: [model], training.batch_size, training.seq_len, training.seed and
+// [stress], on `target`.
+PlannedRun planned_run(const RunConfig& config, const ComputeTarget& target);
 
 // The resolved config, one "section.key  value" row per key, values aligned in one column.
 std::string format_config_table(const RunConfig& config);

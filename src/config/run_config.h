@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "models/gpt_config.h"
+#include "src/adacc/budget_planner.h"
+#include "src/engine/optimizer.h"
+#include "src/engine/weight_init.h"
 
 namespace adacc {
 
@@ -28,21 +31,6 @@ struct TrainingSection {
     int zero = 0;                // 1: ZeRO-1, AdamW's m and v sharded over the data-parallel ranks
 };
 
-struct OptimizerSection {
-    float beta1 = 0.9f;
-    float beta2 = 0.95f;
-    float eps = 1e-8f;
-    float weight_decay = 0.1f;   // decoupled, on 2-D weights only
-    float grad_clip = 1.0f;      // global L2 norm; 0 disables clipping
-};
-
-struct LrSection {
-    float max = 6e-4f;           // peak learning rate
-    float min = 6e-5f;           // floor of the cosine decay
-    int warmup_steps = 10;       // linear warmup from max/warmup to max
-    std::string schedule = "cosine";  // "cosine" | "constant"
-};
-
 struct DataSection {
     std::string train;           // .bin shard file or glob
     std::string val;             // .bin shard file or glob ("" = no validation)
@@ -60,8 +48,8 @@ struct MemorySection {
     // Adacc's codecs: the candidates per tensor (a name in kCodecCandidateNames,
     // src/engine/activation_plan.h) and the largest profiled relative L2 error a codec may have on
     // a tensor to be chosen for it (see README "Which codec compresses what").
-    std::string codecs = "paper+group";
-    float max_codec_error = 0.12f;
+    std::string codecs = kDefaultCodecCandidates;
+    float max_codec_error = kDefaultMaxCodecError;
 };
 
 struct CheckpointSection {
@@ -77,16 +65,6 @@ struct EvalSection {
     std::string vocab;           // folder with GPT-2's encoder.json and vocab.bpe (likewise)
 };
 
-// Test and study hooks. LLMs grow systematic outlier channels with scale (LLM.int8(),
-// SmoothQuant); a tiny model does not. outlier_channels > 0 multiplies that many evenly spaced
-// channels of every layer's ln1 and ln2 weights by outlier_scale when a run initialises its
-// weights from the seed, so the residual stream as the linear layers read it (the layernorm
-// outputs) has outlier channels from the first step (src/engine/weight_init.h).
-struct StressSection {
-    int outlier_channels = 0;
-    float outlier_scale = 50.0f;
-};
-
 struct LoggingSection {
     std::string run_dir = "runs/default";
     int print_every = 1;
@@ -99,13 +77,13 @@ struct RunConfig {
     // fp32 master weights whatever the dtype, so a model trains in one and evaluates in another.
     std::string dtype = "auto";
     TrainingSection training;
-    OptimizerSection optimizer;
-    LrSection lr;
+    OptimizerOptions optimizer;
+    LrSchedule lr;
     DataSection data;
     MemorySection memory;
     CheckpointSection checkpoint;
     EvalSection eval;
-    StressSection stress;
+    StressOptions stress;
     LoggingSection logging;
 };
 

@@ -7,7 +7,7 @@
 
 namespace adacc {
 
-float learning_rate(const LrSection& lr, int step, int total_steps) {
+float learning_rate(const LrSchedule& lr, int step, int total_steps) {
     if (lr.schedule == "constant") return lr.max;
     if (step <= lr.warmup_steps) return lr.max * static_cast<float>(step) / static_cast<float>(lr.warmup_steps);
     if (total_steps <= lr.warmup_steps) return lr.max;
@@ -30,7 +30,7 @@ float gradient_norm(const GPTModel& model) {
     return norm;
 }
 
-void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {
+void queue_adamw_step(GPTModel& model, const OptimizerOptions& opt, float lr, int t) {
     const Backend& backend = model.backend();
     bf16* working = model.working_weights().as<bf16>();  // null in fp32
     const OptimizerShard shard = model.optimizer_shard();
@@ -49,7 +49,7 @@ void queue_adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, in
     }
 }
 
-OptimizerStepStats adamw_step(GPTModel& model, const OptimizerSection& opt, float lr, int t) {
+OptimizerStepStats adamw_step(GPTModel& model, const OptimizerOptions& opt, float lr, int t) {
     OptimizerStepStats stats;
     stats.grad_norm = gradient_norm(model);
     stats.grad_scale = clip_scale(opt.grad_clip, stats.grad_norm);

@@ -18,16 +18,16 @@ void scale_outlier_channels(const GPTConfig& config, const ParameterLayout& layo
         }
 }
 
-void init_run_weights(GPTModel& model, const RunConfig& config) {
-    init_weights_with_stress(model, config.training.seed, config.stress, config.model.n_layer);
+void init_run_weights(GPTModel& model, std::uint64_t seed, const StressOptions& stress) {
+    init_weights_with_stress(model, seed, stress, model.config().n_layer);
 }
 
-void init_weights_with_stress(GPTModel& model, std::uint64_t seed, const StressSection& stress, int depth) {
+void init_weights_with_stress(GPTModel& model, std::uint64_t seed, const StressOptions& stress, int depth) {
     model.init_weights(seed, depth);
     apply_stress(model, stress);
 }
 
-void apply_stress(GPTModel& model, const StressSection& stress) {
+void apply_stress(GPTModel& model, const StressOptions& stress) {
     if (stress.outlier_channels == 0) return;
     std::vector<float> staging;
     const float* host = model.host_readable(ModelArena::parameters, staging);
@@ -37,9 +37,9 @@ void apply_stress(GPTModel& model, const StressSection& stress) {
     model.write_arena(ModelArena::parameters, 0, params.size(), params.data());
 }
 
-std::vector<float> initial_parameters(const RunConfig& config) {
-    GPTModel model = GPTModel::for_inference(config.model, 1, 1);
-    init_run_weights(model, config);
+std::vector<float> initial_parameters(const GPTConfig& shape, std::uint64_t seed, const StressOptions& stress) {
+    GPTModel model = GPTModel::for_inference(shape, 1, 1);
+    init_run_weights(model, seed, stress);
     std::vector<float> params(model.num_params());
     model.read_arena(ModelArena::parameters, 0, params.size(), params.data());
     return params;

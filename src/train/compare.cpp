@@ -29,12 +29,11 @@ struct RunResult {
 // The first `steps` training steps of one (plan, batch), from the config's seed and the data's
 // start, each taken as training takes it (TrainingStep). With a regulator (planned modes), its
 // monitor runs as in training.
-RunResult train_steps(const RunConfig& config, const ActivationPlan& plan, const CodecParams& codec_params,
-                      int steps, int warmup, AdaccRegulator* regulator = nullptr) {
-    const ComputeTarget target = compute_target(config);
+RunResult train_steps(const RunConfig& config, const ComputeTarget& target, const ActivationPlan& plan,
+                      const CodecParams& codec_params, int steps, int warmup, AdaccRegulator* regulator = nullptr) {
     GPTModel model(config.model, config.training.batch_size, config.training.seq_len, plan, codec_params,
                    ModelUse::training, backend_for(target.device), target.activation);
-    init_run_weights(model, config);
+    init_run_weights(model, config.training.seed, config.stress);
     DataLoader data = open_token_loader(config, TokenSplit::train, config.data.shuffle);
     TrainingStep training_step(config, model, data, regulator);
     RunResult result;
@@ -68,6 +67,7 @@ GradientFidelity fidelity_to_none(const RunConfig& at_batch, const ActivationPla
 std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOptions& options) {
     const int T = config.training.seq_len;
     const int warmup = std::min(options.warmup, options.steps - 1);
+    const ComputeTarget target = compute_target(config);
     std::vector<CompareRow> rows;
     for (int B : options.batches) {
         RunConfig at_batch = config;
@@ -87,7 +87,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
                     throw UserError(std::string("mode ") + memory_mode_name(mode) +
                                     " plans for a memory budget: pass --memory-budget SIZE");
                 try {
-                    regulator.emplace(at_batch, options.budget, regulator_options(at_batch, mode),
+                    regulator.emplace(planned_run(at_batch, target), options.budget, regulator_options(at_batch, mode),
                                       first_training_batch(at_batch), nullptr);
                 } catch (const UserError& e) {
                     std::fprintf(stderr, "compare: %s batch %d: %s\n", memory_mode_name(mode), B, e.what());
@@ -100,14 +100,13 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
             } else {
                 plan = plan_for_mode(config.model, B, T, mode);
             }
-            row.total_bytes = GPTModel::plan_memory(config.model, B, T, plan, codec_params, ModelUse::training,
-                                                    compute_target(config))
-                                  .total();
+            row.total_bytes =
+                GPTModel::plan_memory(config.model, B, T, plan, codec_params, ModelUse::training, target).total();
             row.fits = options.budget == 0 || row.total_bytes <= options.budget;
             // none is the reference every other mode is measured against: run it even over budget.
             if (row.fits || mode == MemoryMode::none) {
                 std::fprintf(stderr, "compare: %s batch %d ...\n", memory_mode_name(mode), B);
-                const RunResult r = train_steps(at_batch, plan, codec_params, options.steps, warmup,
+                const RunResult r = train_steps(at_batch, target, plan, codec_params, options.steps, warmup,
                                                 regulator ? &*regulator : nullptr);
                 row.ran = true;
                 row.tape_peak_bytes = r.tape_peak;
@@ -151,16 +150,17 @@ std::string format_recovery(const std::vector<CompareRow>& rows) {
 std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::vector<MemoryMode>& modes,
                                           std::uint64_t budget) {
     const int T = config.training.seq_len;
+    const ComputeTarget target = compute_target(config);
     std::vector<MaxBatchRow> rows;
     int none_batch = 0;
     std::optional<Profile> unit;  // profiled once, for every planned mode
     for (MemoryMode mode : modes) {
         MaxBatchRow row;
         row.mode = mode;
-        if (is_planned(mode) && !unit) unit = unit_batch_profile(config, first_training_batch(config));
-        row.max_batch = is_planned(mode) ? largest_planned_batch(config, *unit, mode, budget, compute_target(config))
-                                         : largest_batch(config.model, T, mode, budget, 1 << 16,
-                                                         compute_target(config));
+        const PlannedRun run = planned_run(config, target);
+        if (is_planned(mode) && !unit) unit = unit_batch_profile(run, first_training_batch(config));
+        row.max_batch = is_planned(mode) ? largest_planned_batch(run, *unit, regulator_options(config, mode), budget)
+                                         : largest_batch(config.model, T, mode, budget, 1 << 16, target);
         if (row.max_batch > 0) {
             RunConfig at_batch = config;
             at_batch.training.batch_size = row.max_batch;
@@ -168,16 +168,15 @@ std::vector<MaxBatchRow> find_max_batches(const RunConfig& config, const std::ve
             at_batch.training.grad_accum = 1;
             std::fprintf(stderr, "max-batch: verifying %s at batch %d ...\n", memory_mode_name(mode), row.max_batch);
             if (is_planned(mode)) {
-                AdaccRegulator regulator(at_batch, budget, regulator_options(at_batch, mode),
+                AdaccRegulator regulator(planned_run(at_batch, target), budget, regulator_options(at_batch, mode),
                                          first_training_batch(at_batch), nullptr);
                 row.total_bytes = regulator.plan().memory.total();
-                train_steps(at_batch, regulator.plan().plan, regulator.plan().codec_params, 1, 0);
+                train_steps(at_batch, target, regulator.plan().plan, regulator.plan().codec_params, 1, 0);
             } else {
                 const ActivationPlan plan = plan_for_mode(config.model, row.max_batch, T, mode);
-                row.total_bytes = GPTModel::plan_memory(config.model, row.max_batch, T, plan, {}, ModelUse::training,
-                                                        compute_target(config))
-                                      .total();
-                train_steps(at_batch, plan, {}, 1, 0);  // allocates every arena and runs a step
+                row.total_bytes =
+                    GPTModel::plan_memory(config.model, row.max_batch, T, plan, {}, ModelUse::training, target).total();
+                train_steps(at_batch, target, plan, {}, 1, 0);  // allocates every arena and runs a step
             }
             row.verified = row.total_bytes <= budget;
         }

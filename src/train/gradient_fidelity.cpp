@@ -44,7 +44,7 @@ std::unique_ptr<GPTModel> make_model(const RunConfig& config, const ActivationPl
 std::vector<float> gradients_at_init(const RunConfig& config, const ActivationPlan& plan,
                                      const CodecParams& codec_params) {
     const std::unique_ptr<GPTModel> model = make_model(config, plan, codec_params);
-    init_run_weights(*model, config);
+    init_run_weights(*model, config.training.seed, config.stress);
     std::vector<int> inputs, targets;
     first_batch(config, inputs, targets);
     return gradients_on(*model, config.training.batch_size, config.training.seq_len, inputs, targets);

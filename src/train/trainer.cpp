@@ -97,7 +97,7 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
         std::printf("initialised from %s%s\n", describe_weights(*init_from).c_str(),
                     config_.stress.outlier_channels ? ", then [stress] outlier channels scaled" : "");
     } else {
-        init_run_weights(*model_, config_);
+        init_run_weights(*model_, config_.training.seed, config_.stress);
     }
     if (process_group().is_root())
         metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", resume_checkpoint ? progress_.step : 0);
@@ -108,7 +108,7 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
 void Trainer::make_model(int B, int T) {
     const MemoryMode mode = parse_memory_mode(config_.memory.mode);
     const ComputeTarget target = compute_target(config_);
-    const std::uint64_t budget = config_.memory.budget.empty() ? 0 : parse_size(config_.memory.budget);
+    const std::uint64_t budget = budget_bytes(config_.memory);
     if (!is_planned(mode)) {
         if (budget) check_budget(config_.model, B, T, mode, budget, target);
         const ActivationPlan plan = plan_for_mode(config_.model, B, T, mode);
@@ -126,11 +126,12 @@ void Trainer::make_model(int B, int T) {
     RegulatorOptions options = regulator_options(config_, mode);
     options.save_profile = run_dir_ / "profile.json";
     // Profile on the first training batch, from a loader of its own so training's position is untouched.
-    regulator_ = std::make_unique<AdaccRegulator>(config_, budget, options, first_training_batch(config_), nullptr);
+    const PlannedRun run = planned_run(config_, target);
+    regulator_ = std::make_unique<AdaccRegulator>(run, budget, options, first_training_batch(config_), nullptr);
     std::printf("%s\n", regulator_->describe().c_str());
     const auto& planned = regulator_->plan();
     // A planned mode's budget may exceed the machine: what counts is the plan's total.
-    check_plan_fits_machine(config_, mode, planned, regulator_->profile(), target);
+    check_plan_fits_machine(run, mode, options, budget, planned, regulator_->profile());
     model_ = std::make_unique<GPTModel>(config_.model, B, T, planned.plan, planned.codec_params, ModelUse::training,
                                         backend_for(target.device), target.activation, target.optimizer_shards);
 }

@@ -47,8 +47,8 @@ public:
 
 private:
     TrainingSection training_;
-    OptimizerSection optimizer_;
-    LrSection lr_;
+    OptimizerOptions optimizer_;
+    LrSchedule lr_;
     GPTModel& model_;
     DataLoader& data_;
     AdaccRegulator* regulator_;

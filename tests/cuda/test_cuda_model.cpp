@@ -58,7 +58,7 @@ TrainOutcome train_two_steps(Backend& backend, const GPTConfig& cfg, const Activ
     model.init_weights(5);
     const auto tokens = random_tokens(B * T, cfg.vocab_size, 1), targets = random_tokens(B * T, cfg.vocab_size, 2);
     TrainOutcome out;
-    OptimizerSection opt;
+    OptimizerOptions opt;
     out.params0.resize(model.num_params());
     model.read_arena(ModelArena::parameters, 0, out.params0.size(), out.params0.data());
     out.decay.assign(model.num_params(), 0.0f);
@@ -103,7 +103,7 @@ struct AdamwReference {
     std::vector<double> params, error;  // exact-arithmetic AdamW, and the float kernel's bound from it
 };
 AdamwReference adamw_reference(const TrainOutcome& run, float lr) {
-    const OptimizerSection opt;
+    const OptimizerOptions opt;
     const double u = std::ldexp(1.0, -24);
     auto gamma = [u](int n) { return n * u / (1 - n * u); };
     const std::size_t n = run.params0.size();
@@ -325,7 +325,7 @@ TEST(CudaModel, CheckpointsMoveBetweenBackends) {
     const auto tokens = random_tokens(B * T, cfg.vocab_size, 4);
     on_gpu.forward(tokens.data(), tokens.data(), B, T, DropoutContext{}, 1.0f / (B * T));
     on_gpu.backward(tokens.data(), B, T, false);
-    adamw_step(on_gpu, OptimizerSection{}, 1e-3f, 1);
+    adamw_step(on_gpu, OptimizerOptions{}, 1e-3f, 1);
     const auto run_dir = scratch_dir("cuda_checkpoint");
     const auto file = *save_training_checkpoint(run_dir, config, on_gpu, TrainingProgress{1, {}, 0});
 
