@@ -16,10 +16,11 @@
 #include <vector>
 
 #include "models/gpt_params.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
 #include "src/io/llmc_model_io.h"
+#include "src/train/training_state.h"
 #include "tests/test_support.h"
 
 namespace adacc {

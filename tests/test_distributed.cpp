@@ -29,7 +29,7 @@
 #include "src/common/units.h"
 #include "src/config/config.h"
 #include "src/engine/gpt_model.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 #include "tests/test_support.h"
 
 namespace adacc {

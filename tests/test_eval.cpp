@@ -23,7 +23,7 @@
 
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_file.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
 #include "src/eval/eval_tasks.h"

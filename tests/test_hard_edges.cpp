@@ -20,8 +20,8 @@
 #include "src/common/file_io.h"
 #include "src/common/units.h"
 #include "src/engine/gpt_model.h"
-#include "src/io/checkpoint.h"
-#include "src/io/weights_file.h"
+#include "src/io/checkpoint_folder.h"
+#include "src/train/weights_file.h"
 #include "tests/test_support.h"
 
 namespace adacc {

@@ -23,7 +23,7 @@
 #include "src/engine/gpt_model.h"
 #include "src/io/hf_gpt2.h"
 #include "src/io/safetensors.h"
-#include "src/io/weights_file.h"
+#include "src/train/weights_file.h"
 #include "src/train/training_state.h"
 #include "tests/test_support.h"
 

@@ -20,7 +20,7 @@
 #include "data/dataloader.h"
 #include "data/token_shard.h"
 #include "models/gpt_params.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/config/config.h"
 #include "src/engine/gpt_model.h"
 #include "src/io/llmc_model_io.h"

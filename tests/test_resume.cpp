@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "data/token_shard.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 #include "tests/test_support.h"
 
 namespace adacc {

@@ -20,7 +20,7 @@
 #include <utility>
 
 #include "data/token_shard.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/common/units.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"

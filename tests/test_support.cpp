@@ -19,7 +19,7 @@
 
 #include "data/token_shard.h"
 #include "src/adacc/budget_planner.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 
 extern char** environ;
 

@@ -21,7 +21,7 @@ void add_plan_command(Command& program);      // src/cli/plan.cpp
 void add_export_command(Command& program);    // src/cli/export.cpp
 
 // The model a command reads, as --checkpoint DIR|FILE, --llmc-model FILE or --hf-model DIR (one of
-// them; src/io/weights_file.h opens them): src/cli/weights_options.cpp. Used by sample and eval.
+// them; src/train/weights_file.h opens them): src/cli/weights_options.cpp. Used by sample and eval.
 void add_model_options(Command& command, std::string& checkpoint, std::string& llmc_model, std::string& hf_model);
 
 // --device cpu|cuda (src/engine/device.h) into `device` (left empty when not given); commands

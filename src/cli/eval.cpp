@@ -18,7 +18,7 @@
 #include "src/eval/eval_tasks.h"
 #include "src/eval/evaluation.h"
 #include "src/common/progress_bar.h"
-#include "src/io/weights_file.h"
+#include "src/train/weights_file.h"
 
 namespace adacc {
 namespace {

@@ -13,7 +13,7 @@
 #include "src/common/errors.h"
 #include "src/io/hf_gpt2.h"
 #include "src/io/llmc_model_io.h"
-#include "src/io/weights_file.h"
+#include "src/train/weights_file.h"
 
 namespace adacc {
 
@@ -27,7 +27,7 @@ struct ExportArgs {
 };
 
 // A Hugging Face folder gets config.json, which would make a run folder read as a Hugging Face
-// model (src/io/weights_file.h): refuse to write one into a run.
+// model (src/train/weights_file.h): refuse to write one into a run.
 void refuse_run_folder(const fs::path& dir) {
     if (fs::exists(dir / "config.toml") || fs::exists(dir / "checkpoints"))
         throw UserError("--hf-model " + dir.string() + " holds an adacc run (config.toml, checkpoints/): write the "

@@ -6,7 +6,7 @@
 #include "src/cli/commands.h"
 #include "src/common/errors.h"
 #include "src/eval/sampler.h"
-#include "src/io/weights_file.h"
+#include "src/train/weights_file.h"
 
 namespace adacc {
 

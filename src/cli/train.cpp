@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/cli/commands.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
@@ -12,7 +12,7 @@
 #include "src/train/run_folder.h"
 #include "src/train/stop_signals.h"
 #include "src/train/trainer.h"
-#include "src/io/weights_file.h"
+#include "src/train/weights_file.h"
 
 namespace adacc {
 

@@ -22,6 +22,7 @@
 #include "src/engine/activation_plan.h"
 #include "src/engine/device.h"
 #include "src/engine/memory_mode.h"
+#include "src/eval/eval_tasks.h"
 
 namespace adacc {
 namespace {
@@ -468,7 +469,7 @@ const std::vector<KeySpec>& registry() {
 
         field<&R::eval, &EvalSection::every>("eval", "every", at_least(0),
                                              "steps between in-training evals (0 = never)"),
-        field<&R::eval, &EvalSection::tasks>("eval", "tasks", each_one_of({"lambada", "arc_easy"}),
+        field<&R::eval, &EvalSection::tasks>("eval", "tasks", each_one_of(eval_task_names()),
                                              "eval tasks"),
         field<&R::eval, &EvalSection::limit>("eval", "limit", at_least(0), "examples per task (0 = all)"),
         field<&R::eval, &EvalSection::data>("eval", "data", any_value(),

@@ -7,7 +7,7 @@
 //
 // A config file has the sections [model] [training] [optimizer] [lr] [data] [memory]
 // [checkpoint] [eval] [stress] [logging], each holding the snake_case fields of the matching
-// struct in src/config/run_config.h ([model]: GPTConfig's, models/gpt_config.h, and dtype). In
+// struct of RunConfig (src/config/run_config.h) ([model]: GPTConfig's, models/gpt_config.h, and dtype). In
 // [model], `preset = "gpt-117m"` starts the model from gpt_preset() and the other [model] keys
 // override it, wherever they appear in the section.
 #pragma once

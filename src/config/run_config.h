@@ -1,6 +1,10 @@
-// The resolved run configuration: one struct per TOML section. src/config/config.cpp loads it from
-// TOML (+ --set overrides), validates it, prints it and writes it back; the engine reads only
-// this struct, never TOML.
+// The resolved run configuration: one struct per TOML section. A section a component takes whole is
+// that component's own options struct ([optimizer]: OptimizerOptions and [lr]: LrSchedule,
+// src/engine/optimizer.h; [stress]: StressOptions, src/engine/weight_init.h); the other sections
+// are declared here, and src/config/config.h maps them into the components' options
+// (compute_target, budget_bytes, regulator_options, planned_run). src/config/config.cpp loads it
+// from TOML (+ --set overrides), validates it, prints it and writes it back. Only train/ and cli/
+// read this struct; nothing below src/config includes it.
 #pragma once
 
 #include <cstdint>

@@ -6,22 +6,13 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 
 #include "data/tokenizer.h"
 #include "src/common/units.h"
-#include "src/config/config.h"
 #include "src/common/errors.h"
 
 namespace adacc {
-
-std::optional<EvalTask> parse_eval_task(std::string_view name) {
-    if (name == "lambada" || name == "lambada_openai") return EvalTask::lambada;
-    if (name == "arc_easy") return EvalTask::arc_easy;
-    return std::nullopt;
-}
-
-const char* eval_task_name(EvalTask task) { return task == EvalTask::lambada ? "lambada" : "arc_easy"; }
-const char* harness_task_name(EvalTask task) { return task == EvalTask::lambada ? "lambada_openai" : "arc_easy"; }
 
 std::size_t utf8_length(std::string_view text) {
     std::size_t n = 0;
@@ -39,7 +30,9 @@ EvalDoc lambada_doc(std::string_view text, std::string id) {
     EvalDoc doc;
     doc.id = std::move(id);
     doc.context = std::string(context);
-    doc.continuations = {" " + std::string(last)};
+    std::string continuation(" ");  // appended, not " " + last: GCC 12's -Wrestrict misfires on that
+    continuation += last;
+    doc.continuations = {std::move(continuation)};
     doc.choices = {std::string(last)};
     doc.gold = 0;
     return doc;
@@ -130,27 +123,65 @@ std::vector<EvalDoc> read_arc_easy(const std::filesystem::path& file, std::size_
     return docs;
 }
 
-std::vector<EvalDoc> read_eval_docs(EvalTask task, const std::filesystem::path& file, std::size_t limit) {
-    return task == EvalTask::lambada ? read_lambada(file, limit) : read_arc_easy(file, limit);
+const std::vector<EvalTaskInfo>& eval_tasks() {
+    static const std::vector<EvalTaskInfo> tasks = {
+        {EvalTask::lambada, "lambada", "lambada_openai", "lambada_openai", "lambada", EvalScoring::greedy_continuation,
+         read_lambada, {{"test", "lambada_test.jsonl"}}},
+        {EvalTask::arc_easy, "arc_easy", "arc_easy", "arc_easy", "arc_easy", EvalScoring::multiple_choice, read_arc_easy,
+         {{"test", "ARC-Easy-Test.jsonl"},
+          {"dev", "ARC-Easy-Dev.jsonl"},
+          {"validation", "ARC-Easy-Dev.jsonl"},
+          {"train", "ARC-Easy-Train.jsonl"}}},
+    };
+    return tasks;
 }
+
+const EvalTaskInfo& eval_task_info(EvalTask task) {
+    for (const EvalTaskInfo& info : eval_tasks())
+        if (info.task == task) return info;
+    throw std::logic_error("eval_task_info: a task missing from eval_tasks()");
+}
+
+std::optional<EvalTask> parse_eval_task(std::string_view name) {
+    for (const EvalTaskInfo& info : eval_tasks())
+        if (name == info.name || name == info.harness_name) return info.task;
+    return std::nullopt;
+}
+
+std::vector<std::string> eval_task_names() {
+    std::vector<std::string> names;
+    for (const EvalTaskInfo& info : eval_tasks()) names.emplace_back(info.name);
+    return names;
+}
+
+const char* eval_task_name(EvalTask task) { return eval_task_info(task).name; }
+const char* harness_task_name(EvalTask task) { return eval_task_info(task).harness_name; }
+
+std::vector<EvalDoc> read_eval_docs(EvalTask task, const std::filesystem::path& file, std::size_t limit) {
+    return eval_task_info(task).read(file, limit);
+}
+
+namespace {
+// The file of `split` ("test", "dev", ...); UserError naming the splits the task has otherwise.
+std::string split_file(const EvalTaskInfo& info, std::string_view split) {
+    for (const EvalSplit& s : info.splits)
+        if (split == s.name) return s.file;
+    const std::string asked(split), task(info.harness_name), test_split(info.splits.front().name);
+    if (info.splits.size() == 1)
+        throw UserError(task + " has only a " + test_split + " split (asked for '" + asked + "'): use --split " +
+                        test_split);
+    std::vector<std::string> names;
+    for (const EvalSplit& s : info.splits) names.emplace_back(s.name);
+    std::string list;
+    for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+    throw UserError("unknown " + task + " split '" + asked + "': use " + list);
+}
+}  // namespace
 
 std::filesystem::path resolve_eval_data(EvalTask task, const std::filesystem::path& data, std::string_view split) {
     namespace fs = std::filesystem;
-    std::string name, subfolder, fetch;
-    if (task == EvalTask::lambada) {
-        if (split != "test")
-            throw UserError("lambada_openai has only a test split (asked for '" + std::string(split) + "'): use --split test");
-        name = "lambada_test.jsonl";
-        subfolder = "lambada_openai";
-        fetch = "lambada";
-    } else {
-        if (split == "test") name = "ARC-Easy-Test.jsonl";
-        else if (split == "dev" || split == "validation") name = "ARC-Easy-Dev.jsonl";
-        else if (split == "train") name = "ARC-Easy-Train.jsonl";
-        else throw UserError("unknown ARC-Easy split '" + std::string(split) + "': use test, dev or train");
-        subfolder = "arc_easy";
-        fetch = "arc_easy";
-    }
+    const EvalTaskInfo& info = eval_task_info(task);
+    const std::string name = split_file(info, split), subfolder = info.data_folder, fetch = info.fetch_name;
     if (data.empty())
         throw SettingError("eval.data", "no data path given for " + std::string(harness_task_name(task)) +
                                             ": eval.data must name " + name + " or its folder (`scripts/download_data.sh " +
@@ -204,7 +235,7 @@ DocResult score_doc(EvalTask task, const EvalDoc& doc, std::span<const Loglikeli
         out.loglikelihoods.push_back(r.loglikelihood);
         out.is_greedy.push_back(r.is_greedy);
     }
-    if (task == EvalTask::lambada) {
+    if (eval_task_info(task).scoring == EvalScoring::greedy_continuation) {
         out.greedy_tokens = results[0].greedy_tokens;
         out.correct = out.correct_norm = out.correct_bytes = results[0].is_greedy;
         return out;
@@ -252,7 +283,7 @@ EvalSummary summarize(EvalTask task, std::span<const DocResult> results) {
         ll_sum += r.loglikelihoods.empty() ? 0.0 : r.loglikelihoods[0];
     }
     std::tie(s.acc, s.acc_stderr) = mean_and_stderr(acc);
-    if (task == EvalTask::arc_easy) {
+    if (eval_task_info(task).scoring == EvalScoring::multiple_choice) {
         const auto [norm, norm_stderr] = mean_and_stderr(acc_norm);
         s.acc_norm = norm;
         s.acc_norm_stderr = norm_stderr;
@@ -325,7 +356,7 @@ nlohmann::json summary_json(const EvalSummary& s) {
 nlohmann::json doc_json(EvalTask task, std::size_t index, const EvalDoc& doc, const DocResult& result,
                         const TextEncoder& encoder) {
     nlohmann::json out = {{"doc", index}, {"id", doc.id}, {"loglikelihoods", result.loglikelihoods}};
-    if (task == EvalTask::lambada) {
+    if (eval_task_info(task).scoring == EvalScoring::greedy_continuation) {
         out["target"] = doc.continuations[0];
         out["is_greedy"] = result.is_greedy[0];
         // The model's arg-max at the target's positions (teacher-forced), decoded; JSON needs
@@ -345,86 +376,6 @@ nlohmann::json doc_json(EvalTask task, std::size_t index, const EvalDoc& doc, co
     out["correct"] = result.correct;
     out["correct_norm"] = result.correct_norm;
     return out;
-}
-
-// ---- during training ------------------------------------------------------------------------
-
-bool TrainingEvaluator::enabled(const RunConfig& config) { return config.eval.every > 0 && !config.eval.tasks.empty(); }
-
-TrainingEvaluator::TrainingEvaluator(const RunConfig& config) : config_(config) {
-    const EvalSection& e = config.eval;
-    if (e.vocab.empty())
-        throw UserError("eval.tasks needs eval.vocab: set it to the folder with GPT-2's encoder.json and vocab.bpe "
-                        "(`scripts/download_data.sh vocab DIR` fetches them), or set eval.every = 0");
-    if (e.data.empty())
-        throw UserError("eval.tasks needs eval.data: set it to the folder holding lambada_openai/ and arc_easy/ "
-                        "(`scripts/download_data.sh lambada` and `arc_easy` fill datasets/), or set eval.every = 0");
-    const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(e.vocab);
-    if (static_cast<std::uint32_t>(config.model.vocab_size) != tokenizer.vocab_size())
-        throw UserError("eval.tasks scores GPT-2 text, but model.vocab_size is " + std::to_string(config.model.vocab_size) +
-                        " and the tokenizer in eval.vocab has " + std::to_string(tokenizer.vocab_size()) +
-                        " tokens: set eval.every = 0 for this model");
-    const TextEncoder encoder = gpt2_text_encoder(tokenizer);
-    int seq_len = 1;
-    for (const std::string& name : e.tasks) {
-        const EvalTask task = *parse_eval_task(name);  // the config accepts only known names
-        const auto file = resolve_eval_data(task, e.data, "test");
-        tasks_.push_back(prepare_eval(task, read_eval_docs(task, file, static_cast<std::size_t>(e.limit)), encoder));
-        seq_len = std::max(seq_len, required_seq_len(tasks_.back().requests, config.model.max_seq_len));
-    }
-    const ComputeTarget target = compute_target(config);
-    model_ = std::make_unique<GPTModel>(config.model, config.training.batch_size, seq_len,
-                                        ActivationPlan(BlockGraph(config.model, config.training.batch_size, seq_len),
-                                                       config.model.n_layer),
-                                        CodecParams{}, ModelUse::inference,
-                                        backend_for(target.device), target.activation);
-}
-
-TrainingEvaluator::~TrainingEvaluator() = default;
-
-bool TrainingEvaluator::due(int step, int last_step) const {
-    return config_.eval.every > 0 && (step % config_.eval.every == 0 || step == last_step);
-}
-
-nlohmann::json TrainingEvaluator::evaluate(const GPTModel& model, int step) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<float> staging;
-    model_->write_arena(ModelArena::parameters, 0, model.num_params(),
-                        model.host_readable(ModelArena::parameters, staging));
-    nlohmann::json record = {{"step", step}};
-    for (const PreparedEval& task : tasks_) {
-        const EvalRun run = run_eval(*model_, task);
-        const std::string prefix = std::string("eval_") + eval_task_name(task.task) + "_";
-        record[prefix + "acc"] = run.summary.acc;
-        if (run.summary.acc_norm) record[prefix + "acc_norm"] = *run.summary.acc_norm;
-        if (run.summary.ppl) record[prefix + "ppl"] = *run.summary.ppl;
-        record[prefix + "n"] = run.summary.n;
-    }
-    record["eval_seconds"] = seconds_since(start);
-    return record;
-}
-
-std::string TrainingEvaluator::describe(const nlohmann::json& record) {
-    std::string line;
-    char buffer[160];
-    for (const EvalTask task : {EvalTask::lambada, EvalTask::arc_easy}) {
-        const std::string prefix = std::string("eval_") + eval_task_name(task) + "_";
-        if (!record.contains(prefix + "acc")) continue;
-        std::snprintf(buffer, sizeof buffer, "%s%s acc %.4f", line.empty() ? "" : " | ", eval_task_name(task),
-                      record[prefix + "acc"].get<double>());
-        line += buffer;
-        if (record.contains(prefix + "acc_norm")) {
-            std::snprintf(buffer, sizeof buffer, " acc_norm %.4f", record[prefix + "acc_norm"].get<double>());
-            line += buffer;
-        }
-        if (record.contains(prefix + "ppl")) {
-            std::snprintf(buffer, sizeof buffer, " ppl %.4g", record[prefix + "ppl"].get<double>());
-            line += buffer;
-        }
-        line += " (n=" + std::to_string(record[prefix + "n"].get<std::size_t>()) + ")";
-    }
-    std::snprintf(buffer, sizeof buffer, " | %.1f s", record.value("eval_seconds", 0.0));
-    return line + buffer;
 }
 
 }  // namespace adacc

@@ -27,16 +27,10 @@
 
 #include "src/eval/evaluation.h"
 #include "src/engine/gpt_model.h"
-#include "src/config/run_config.h"
 
 namespace adacc {
 
 enum class EvalTask { lambada, arc_easy };
-
-// "lambada" (also "lambada_openai") or "arc_easy"; empty otherwise.
-std::optional<EvalTask> parse_eval_task(std::string_view name);
-const char* eval_task_name(EvalTask task);     // "lambada", "arc_easy"
-const char* harness_task_name(EvalTask task);  // "lambada_openai", "arc_easy"
 
 // One document as the harness sees it: a context and one continuation per choice.
 struct EvalDoc {
@@ -56,6 +50,36 @@ EvalDoc lambada_doc(std::string_view text, std::string id);
 std::vector<EvalDoc> read_lambada(const std::filesystem::path& file, std::size_t limit = 0);
 std::vector<EvalDoc> read_arc_easy(const std::filesystem::path& file, std::size_t limit = 0);
 std::vector<EvalDoc> read_eval_docs(EvalTask task, const std::filesystem::path& file, std::size_t limit = 0);
+
+// How a task scores a document: `greedy_continuation` (LAMBADA: acc = every continuation token is
+// the arg-max; ppl over the documents) or `multiple_choice` (ARC: the arg-max of the summed
+// log-likelihoods; acc_norm and acc_bytes per character and byte).
+enum class EvalScoring { greedy_continuation, multiple_choice };
+
+// One split of a task's data: its name (as --split takes it) and its file.
+struct EvalSplit {
+    const char* name;
+    const char* file;
+};
+
+// Everything that tells the tasks apart; the code below reads only this table.
+struct EvalTaskInfo {
+    EvalTask task;
+    const char* name;          // what eval.tasks and --task take: "lambada"
+    const char* harness_name;  // lm-evaluation-harness's name (also accepted): "lambada_openai"
+    const char* data_folder;   // the subfolder of a data folder holding its files
+    const char* fetch_name;    // what `scripts/download_data.sh NAME DIR` calls it
+    EvalScoring scoring;
+    std::vector<EvalDoc> (*read)(const std::filesystem::path& file, std::size_t limit);
+    std::vector<EvalSplit> splits;  // the first is the test split
+};
+const std::vector<EvalTaskInfo>& eval_tasks();
+const EvalTaskInfo& eval_task_info(EvalTask task);
+// A task's name or harness name; empty otherwise.
+std::optional<EvalTask> parse_eval_task(std::string_view name);
+std::vector<std::string> eval_task_names();     // "lambada", "arc_easy"
+const char* eval_task_name(EvalTask task);     // "lambada", "arc_easy"
+const char* harness_task_name(EvalTask task);  // "lambada_openai", "arc_easy"
 
 // What --data names: a jsonl file as is; a folder holding the task's file (lambada_test.jsonl,
 // ARC-Easy-{Test,Dev,Train}.jsonl by `split`: test, dev (= validation) or train), directly or in
@@ -124,30 +148,5 @@ nlohmann::json summary_json(const EvalSummary& summary);
 // One --output line: {"doc", "id", "loglikelihoods", "is_greedy", "gold", "prediction", "correct", ...}.
 nlohmann::json doc_json(EvalTask task, std::size_t index, const EvalDoc& doc, const DocResult& result,
                         const TextEncoder& encoder);
-
-// Evaluation during training (the [eval] section): every eval.every steps, the first eval.limit
-// test documents of each of eval.tasks, read from eval.data with the GPT-2 vocabulary in
-// eval.vocab, scored with an inference model of the run's shape (batch = training.batch_size)
-// into which the training model's parameters are copied.
-class TrainingEvaluator {
-public:
-    // True when the config asks for in-training evals (eval.every > 0 and eval.tasks non-empty).
-    static bool enabled(const RunConfig& config);
-    // Reads and tokenizes the documents and allocates the model; UserError naming the key and the
-    // fix when eval.data or eval.vocab is missing or wrong.
-    explicit TrainingEvaluator(const RunConfig& config);
-    ~TrainingEvaluator();
-    bool due(int step, int last_step) const;
-    // {"step", "eval_<task>_acc", "eval_<task>_acc_norm" (arc_easy), "eval_<task>_ppl" (lambada),
-    //  "eval_<task>_n", "eval_seconds"}
-    nlohmann::json evaluate(const GPTModel& model, int step);
-    // "lambada acc 0.0312 ppl 8.1e+03 (n=100) | arc_easy acc 0.27 acc_norm 0.26 (n=100) | 4.2 s"
-    static std::string describe(const nlohmann::json& record);
-
-private:
-    RunConfig config_;
-    std::vector<PreparedEval> tasks_;
-    std::unique_ptr<GPTModel> model_;
-};
 
 }  // namespace adacc

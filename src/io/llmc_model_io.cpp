@@ -9,7 +9,7 @@
 
 #include "data/token_shard.h"
 #include "models/gpt_params.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_file.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
 

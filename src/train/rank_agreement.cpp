@@ -11,7 +11,7 @@
 #include "src/common/file_io.h"
 #include "src/config/config.h"
 #include "src/dist/process_group.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_file.h"
 
 namespace adacc {
 

@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "src/config/run_config.h"
-#include "src/io/weights_file.h"
+#include "src/train/weights_file.h"
 
 namespace adacc {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
 

@@ -5,7 +5,7 @@
 #include "src/common/units.h"
 #include "src/config/config.h"
 #include "src/engine/cpu_threads.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/common/checksum.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
@@ -43,12 +43,12 @@ void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
 
 Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint,
                  const std::optional<WeightsFile>& init_from)
-    : config_(config), run_dir_(config.logging.run_dir) {
+    : config_(config), target_(compute_target(config)), run_dir_(config.logging.run_dir) {
     if (config_.training.threads > 0) configure_cpu_threads(config_.training.threads);
     // A device that cannot run this config (no GPU) or a planned mode's bad [memory] options fail
     // before the run folder is touched.
     if (const MemoryMode mode = parse_memory_mode(config_.memory.mode); is_planned(mode)) regulator_options(config_, mode);
-    backend_for(parse_device(config_.training.device));
+    backend_for(target_.device);
     // The run folder is rank 0's: the other ranks of a data-parallel job write nothing there.
     const bool root = process_group().is_root();
     if (root) create_run_folder(run_dir_);
@@ -82,7 +82,7 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
     print_model_summary(config_, *model_);
     if (!config_.data.val.empty())
         val_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::val, /*shuffle=*/false));
-    if (TrainingEvaluator::enabled(config_)) evaluator_ = std::make_unique<TrainingEvaluator>(config_);
+    if (TrainingEvaluator::enabled(config_)) evaluator_ = std::make_unique<TrainingEvaluator>(config_, target_);
     if (config_.training.fidelity_every > 0) fidelity_ = std::make_unique<FidelityProbe>(config_);
     inputs_.resize(static_cast<std::size_t>(B) * T);
     targets_.resize(inputs_.size());
@@ -107,33 +107,32 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
 // keep a regulator that monitors and re-plans during the run.
 void Trainer::make_model(int B, int T) {
     const MemoryMode mode = parse_memory_mode(config_.memory.mode);
-    const ComputeTarget target = compute_target(config_);
     const std::uint64_t budget = budget_bytes(config_.memory);
     if (!is_planned(mode)) {
-        if (budget) check_budget(config_.model, B, T, mode, budget, target);
+        if (budget) check_budget(config_.model, B, T, mode, budget, target_);
         const ActivationPlan plan = plan_for_mode(config_.model, B, T, mode);
         check_physical_memory(config_.model, B, T, mode,
-                              GPTModel::plan_memory(config_.model, B, T, plan, {}, ModelUse::training, target).total(),
-                              target);
+                              GPTModel::plan_memory(config_.model, B, T, plan, {}, ModelUse::training, target_).total(),
+                              target_);
         model_ = std::make_unique<GPTModel>(config_.model, B, T, plan, CodecParams{}, ModelUse::training,
-                                            backend_for(target.device), target.activation, target.optimizer_shards);
+                                            backend_for(target_.device), target_.activation, target_.optimizer_shards);
         return;
     }
     if (!budget)
         throw UserError("memory.mode " + config_.memory.mode + " plans for a memory budget: set memory.budget " +
                         "(or --memory-budget SIZE)");
-    check_model_fits_machine(config_.model, T, target);  // before even the profiler's slice is built
+    check_model_fits_machine(config_.model, T, target_);  // before even the profiler's slice is built
     RegulatorOptions options = regulator_options(config_, mode);
     options.save_profile = run_dir_ / "profile.json";
     // Profile on the first training batch, from a loader of its own so training's position is untouched.
-    const PlannedRun run = planned_run(config_, target);
+    const PlannedRun run = planned_run(config_, target_);
     regulator_ = std::make_unique<AdaccRegulator>(run, budget, options, first_training_batch(config_), nullptr);
     std::printf("%s\n", regulator_->describe().c_str());
     const auto& planned = regulator_->plan();
     // A planned mode's budget may exceed the machine: what counts is the plan's total.
     check_plan_fits_machine(run, mode, options, budget, planned, regulator_->profile());
     model_ = std::make_unique<GPTModel>(config_.model, B, T, planned.plan, planned.codec_params, ModelUse::training,
-                                        backend_for(target.device), target.activation, target.optimizer_shards);
+                                        backend_for(target_.device), target_.activation, target_.optimizer_shards);
 }
 
 void Trainer::write_metrics(const nlohmann::json& line) {

@@ -11,14 +11,14 @@
 
 #include "data/dataloader.h"
 #include "src/adacc/adacc_regulator.h"
-#include "src/eval/eval_tasks.h"
 #include "src/engine/gpt_model.h"
 #include "src/io/metrics_log.h"
 #include "src/config/run_config.h"
 #include "src/train/gradient_fidelity.h"
 #include "src/train/training_step.h"
+#include "src/train/training_evaluator.h"
 #include "src/train/training_state.h"
-#include "src/io/weights_file.h"
+#include "src/train/weights_file.h"
 
 namespace adacc {
 
@@ -60,6 +60,7 @@ private:
     void log_fidelity(int step);
 
     RunConfig config_;
+    ComputeTarget target_;  // where the model runs, resolved from the config once
     std::filesystem::path run_dir_;
     std::unique_ptr<GPTModel> model_;
     std::unique_ptr<DataLoader> train_data_, val_data_;

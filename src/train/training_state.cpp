@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/config/config.h"
 #include "src/common/errors.h"
 #include "src/dist/data_parallel.h"
@@ -112,6 +112,15 @@ TrainingProgress read_progress(const CheckpointReader& reader, std::uint64_t con
 }
 
 }  // namespace
+
+RunConfig checkpoint_config(const CheckpointReader& reader) {
+    const auto& meta = reader.meta();
+    if (!meta.is_object() || !meta.contains(kCheckpointConfigKey) || !meta[kCheckpointConfigKey].is_string())
+        throw UserError("checkpoint " + quoted(reader.path()) + " holds no config (metadata key '" +
+                        kCheckpointConfigKey + "'); pass the run's config file explicitly");
+    return config_from_toml_string(meta[kCheckpointConfigKey].get<std::string>(),
+                                   reader.path().string() + " (stored config)");
+}
 
 std::optional<std::filesystem::path> save_training_checkpoint(const std::filesystem::path& run_dir,
                                                               const RunConfig& config, const GPTModel& model,

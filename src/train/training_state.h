@@ -11,9 +11,15 @@
 #include "data/dataloader.h"
 #include "src/engine/gpt_model.h"
 #include "src/config/run_config.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_file.h"
 
 namespace adacc {
+
+// Metadata key holding the resolved config as TOML text (see to_toml()).
+constexpr const char* kCheckpointConfigKey = "config";
+
+// The config stored in the checkpoint's metadata (kCheckpointConfigKey), loaded and validated.
+RunConfig checkpoint_config(const CheckpointReader& reader);
 
 struct TrainingProgress {
     int step = 0;                  // optimizer steps completed

@@ -1,4 +1,4 @@
-#include "src/io/weights_file.h"
+#include "src/train/weights_file.h"
 
 #include <vector>
 
@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "data/token_shard.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
 #include "src/io/hf_gpt2.h"

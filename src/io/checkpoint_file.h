@@ -1,5 +1,5 @@
-// Checkpoint files: a self-describing container of named tensors plus JSON metadata, written
-// atomically, and the run-folder conventions for finding and pruning them.
+// The checkpoint file format: a self-describing container of named tensors plus JSON metadata,
+// written atomically. Which checkpoints a run folder keeps is src/io/checkpoint_folder.h's.
 //
 // File format (version 1, all integers little-endian):
 //
@@ -23,8 +23,7 @@
 // and table are verified when a file is opened, which is cheap, so that is what
 // newest_complete_checkpoint() checks.
 //
-// Metadata is the caller's JSON. The trainer stores the step, RNG state words, dataloader
-// position (as integers), and the resolved config as TOML text under kCheckpointConfigKey.
+// Metadata is the caller's JSON (what a training checkpoint stores: src/train/training_state.h).
 #pragma once
 
 #include <cstddef>
@@ -40,7 +39,6 @@
 
 #include "src/common/dtype.h"
 #include "src/common/file_io.h"
-#include "src/config/run_config.h"
 
 namespace adacc {
 
@@ -48,8 +46,6 @@ constexpr std::uint32_t kCheckpointFormatVersion = 1;
 // The first 8 bytes of every checkpoint file.
 constexpr char kCheckpointMagic[8] = {'A', 'D', 'A', 'C', 'C', 'K', 'P', 'T'};
 constexpr std::size_t kCheckpointAlignment = 64;
-// Metadata key holding the resolved config as TOML text (see to_toml()).
-constexpr const char* kCheckpointConfigKey = "config";
 
 // A tensor to write: `data` holds product(shape) elements of `dtype`, contiguous.
 struct CheckpointTensor {
@@ -105,46 +101,8 @@ private:
     std::vector<StoredTensor> tensors_;
 };
 
-// The config stored in the checkpoint's metadata (kCheckpointConfigKey), loaded and validated.
-RunConfig checkpoint_config(const CheckpointReader& reader);
-
-// ---------------------------------------------------------------------------------------------
-// Run folders. Checkpoints live in RUN_DIR/checkpoints/ named ckpt_%08d.bin by optimizer step
-// (ckpt_00005000.bin; steps past 99,999,999 get more digits), and are ordered by the parsed step,
-// never by name or time. A write in progress is ckpt_XXXXXXXX.bin.tmp.
-
-std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir);
-std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir, std::int64_t step);
-// The step a checkpoint file name encodes; empty for any other name (including *.tmp).
-std::optional<std::int64_t> checkpoint_step(const std::filesystem::path& file);
-
-// The checkpoint with the highest step that opens cleanly (header, metadata and table valid,
-// size as recorded). Newer files that fail are skipped, each with its reason appended to
-// `rejected` when given, so a run resumes from the last good checkpoint after a crash.
-std::optional<std::filesystem::path> newest_complete_checkpoint(const std::filesystem::path& run_dir,
-                                                                std::vector<std::string>* rejected = nullptr);
-
-// Checkpoint files in RUN_DIR/checkpoints written by a newer adacc (format version above
-// kCheckpointFormatVersion): this build cannot read them, and must not prune or overwrite them
-// unless the user says so.
-std::vector<std::filesystem::path> newer_format_checkpoints(const std::filesystem::path& run_dir);
-
-// Every checkpoint file (ckpt_*.bin, complete or not) in RUN_DIR/checkpoints.
-std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& run_dir);
-
-// Deletes the temporaries of checkpoints whose writing was cut short (a kill, a full disk):
-// only files named as AtomicFileWriter names them, so nothing adacc did not make.
-void remove_checkpoint_temporaries(const std::filesystem::path& run_dir);
-
-// Keeps the `keep` checkpoints with the highest steps and `just_written` (even if it is not
-// among them, e.g. after resuming from an older step); deletes the other checkpoints and the
-// temporaries of interrupted writes.
-void prune_checkpoints(const std::filesystem::path& run_dir, int keep, const std::filesystem::path& just_written);
-
-// What a --checkpoint argument names, opened: a checkpoint file as is; a run folder (or its
-// checkpoints/ folder) as its newest complete checkpoint. UserError when there is none. The file
-// stays open, so a run still writing there cannot prune it away from the reader; one pruned
-// between listing and opening lists the folder again (and twice is a UserError saying so).
-std::shared_ptr<const CheckpointReader> open_checkpoint(const std::filesystem::path& file_or_run_dir);
+// The format version `file` declares when it starts with kCheckpointMagic; empty for a foreign
+// file or one that cannot be read.
+std::optional<std::uint32_t> stored_format_version(const std::filesystem::path& file);
 
 }  // namespace adacc

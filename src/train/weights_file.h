@@ -11,7 +11,7 @@
 #include <string>
 
 #include "models/gpt_config.h"
-#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_file.h"
 #include "src/engine/gpt_model.h"
 
 namespace adacc {
