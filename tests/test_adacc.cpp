@@ -248,8 +248,9 @@ double layernorm_output_error(const RunConfig& config, Codec codec, const CodecP
     for (int l = 0; l < config.model.n_layer; ++l)
         for (TensorKind k : {TensorKind::ln1, TensorKind::ln2}) plan.set(l, k, {Policy::compress, codec});
     const ParameterLayout layout(config.model);
-    return compare_gradients(gradients_at_init(config, plan, params), gradients_at_init(config, keep_all, params),
-                             layout)
+    const ComputeTarget target = compute_target(config);
+    return compare_gradients(gradients_at_init(config, target, plan, params),
+                             gradients_at_init(config, target, keep_all, params), layout)
         .overall.relative_l2;
 }
 

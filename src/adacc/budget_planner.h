@@ -17,14 +17,16 @@
 
 namespace adacc {
 
+// The defaults of memory.codecs (a name in kCodecCandidateNames) and memory.max_codec_error.
+inline constexpr const char* kDefaultCodecCandidates = "paper+group";
+inline constexpr float kDefaultMaxCodecError = 0.12f;
+
 // What the planner may compress a tensor with (memory.codecs and memory.max_codec_error). A
 // candidate codec becomes one of the tensor's compress options when its profiled relative L2
 // error is at most max_error (bitpack is lossless) and no other admitted candidate is as good in
 // slot bytes, time and error at once (a dominated codec is never worth choosing: ties go to the
 // earlier candidate, the paper's). So a codec worse than plain group INT4 on the tensor at hand
 // is chosen only when it buys memory or time, and never beyond the tolerance.
-inline constexpr const char* kDefaultCodecCandidates = "paper+group";  // a name in kCodecCandidateNames
-inline constexpr float kDefaultMaxCodecError = 0.12f;
 struct CodecChoice {
     CodecCandidates candidates = parse_codec_candidates(kDefaultCodecCandidates);
     double max_error = kDefaultMaxCodecError;

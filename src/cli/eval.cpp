@@ -46,7 +46,11 @@ void run_eval_command(const EvalArgs& args) {
     const auto start = std::chrono::steady_clock::now();
     if (args.threads > 0) omp_set_num_threads(args.threads);
     const auto task = parse_eval_task(args.task);
-    if (!task) throw UserError("unknown task '" + args.task + "': use lambada or arc_easy");
+    if (!task) {
+        std::string names;
+        for (const std::string& name : eval_task_names()) names += (names.empty() ? "" : " or ") + name;
+        throw UserError("unknown task '" + args.task + "': use " + names);
+    }
 
     const WeightsFile weights = open_weights_option(args.checkpoint, args.llmc_model, args.hf_model);
     const GPTConfig& config = weights.shape;

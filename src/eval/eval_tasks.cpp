@@ -125,9 +125,9 @@ std::vector<EvalDoc> read_arc_easy(const std::filesystem::path& file, std::size_
 
 const std::vector<EvalTaskInfo>& eval_tasks() {
     static const std::vector<EvalTaskInfo> tasks = {
-        {EvalTask::lambada, "lambada", "lambada_openai", "lambada_openai", "lambada", EvalScoring::greedy_continuation,
+        {EvalTask::lambada, "lambada", "lambada_openai", {"lambada_openai"}, "lambada", EvalScoring::greedy_continuation,
          read_lambada, {{"test", "lambada_test.jsonl"}}},
-        {EvalTask::arc_easy, "arc_easy", "arc_easy", "arc_easy", "arc_easy", EvalScoring::multiple_choice, read_arc_easy,
+        {EvalTask::arc_easy, "arc_easy", "arc_easy", {"arc_easy", "ARC-Easy"}, "arc_easy", EvalScoring::multiple_choice, read_arc_easy,
          {{"test", "ARC-Easy-Test.jsonl"},
           {"dev", "ARC-Easy-Dev.jsonl"},
           {"validation", "ARC-Easy-Dev.jsonl"},
@@ -181,7 +181,7 @@ std::string split_file(const EvalTaskInfo& info, std::string_view split) {
 std::filesystem::path resolve_eval_data(EvalTask task, const std::filesystem::path& data, std::string_view split) {
     namespace fs = std::filesystem;
     const EvalTaskInfo& info = eval_task_info(task);
-    const std::string name = split_file(info, split), subfolder = info.data_folder, fetch = info.fetch_name;
+    const std::string name = split_file(info, split), subfolder = info.data_folders.front(), fetch = info.fetch_name;
     if (data.empty())
         throw SettingError("eval.data", "no data path given for " + std::string(harness_task_name(task)) +
                                             ": eval.data must name " + name + " or its folder (`scripts/download_data.sh " +
@@ -191,8 +191,9 @@ std::filesystem::path resolve_eval_data(EvalTask task, const std::filesystem::pa
     if (!fs::is_directory(data, ec))
         throw SettingError("eval.data", data.string() + " does not exist: eval.data must name " + name +
                                             " or its folder (`scripts/download_data.sh " + fetch + " DIR` fetches it)");
-    for (const fs::path& candidate : {data / name, data / subfolder / name, data / "ARC-Easy" / name})
-        if (fs::is_regular_file(candidate, ec)) return candidate;
+    if (fs::is_regular_file(data / name, ec)) return data / name;
+    for (const char* folder : info.data_folders)
+        if (fs::is_regular_file(data / folder / name, ec)) return data / folder / name;
     throw SettingError("eval.data", "no " + name + " in " + data.string() + " or its " + subfolder +
                                         "/ folder: point eval.data at the file, or fetch it with `scripts/download_data.sh " +
                                         fetch + " DIR`");

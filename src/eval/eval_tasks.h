@@ -67,7 +67,7 @@ struct EvalTaskInfo {
     EvalTask task;
     const char* name;          // what eval.tasks and --task take: "lambada"
     const char* harness_name;  // lm-evaluation-harness's name (also accepted): "lambada_openai"
-    const char* data_folder;   // the subfolder of a data folder holding its files
+    std::vector<const char*> data_folders;  // subfolders of a data folder that may hold its files
     const char* fetch_name;    // what `scripts/download_data.sh NAME DIR` calls it
     EvalScoring scoring;
     std::vector<EvalDoc> (*read)(const std::filesystem::path& file, std::size_t limit);

@@ -53,12 +53,13 @@ RunResult train_steps(const RunConfig& config, const ComputeTarget& target, cons
 
 // The gradients of `plan` at the initial weights against none's (`reference`, computed here
 // when still empty).
-GradientFidelity fidelity_to_none(const RunConfig& at_batch, const ActivationPlan& plan, const CodecParams& codec_params,
-                                  MemoryMode mode, std::vector<float>& reference) {
+GradientFidelity fidelity_to_none(const RunConfig& at_batch, const ComputeTarget& target, const ActivationPlan& plan,
+                                  const CodecParams& codec_params, MemoryMode mode, std::vector<float>& reference) {
     const int B = at_batch.training.batch_size, T = at_batch.training.seq_len;
     if (reference.empty())
-        reference = gradients_at_init(at_batch, plan_for_mode(at_batch.model, B, T, MemoryMode::none), {});
-    const std::vector<float> grads = mode == MemoryMode::none ? reference : gradients_at_init(at_batch, plan, codec_params);
+        reference = gradients_at_init(at_batch, target, plan_for_mode(at_batch.model, B, T, MemoryMode::none), {});
+    const std::vector<float> grads =
+        mode == MemoryMode::none ? reference : gradients_at_init(at_batch, target, plan, codec_params);
     return compare_gradients(grads, reference, ParameterLayout(at_batch.model));
 }
 
@@ -115,7 +116,7 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
                 row.tokens_per_s = r.median_step_ms > 0 ? tokens / (r.median_step_ms / 1e3) : 0;
                 row.loss = r.last_loss;
                 if (mode == MemoryMode::none) none_loss = row.loss;
-                if (options.fidelity) row.gradients = fidelity_to_none(at_batch, plan, codec_params, mode, reference);
+                if (options.fidelity) row.gradients = fidelity_to_none(at_batch, target, plan, codec_params, mode, reference);
             }
             rows.push_back(row);
         }

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <limits>
 
-#include "src/config/config.h"
 #include "src/engine/gpt_model.h"
 #include "src/engine/weight_init.h"
 #include "src/train/token_loader.h"
@@ -32,26 +31,25 @@ std::vector<float> gradients_on(GPTModel& model, int B, int T, const std::vector
     return grads;
 }
 
-std::unique_ptr<GPTModel> make_model(const RunConfig& config, const ActivationPlan& plan,
+std::unique_ptr<GPTModel> make_model(const RunConfig& config, const ComputeTarget& target, const ActivationPlan& plan,
                                      const CodecParams& codec_params) {
-    const ComputeTarget target = compute_target(config);
     return std::make_unique<GPTModel>(config.model, config.training.batch_size, config.training.seq_len, plan,
                                       codec_params, ModelUse::training, backend_for(target.device), target.activation);
 }
 
 }  // namespace
 
-std::vector<float> gradients_at_init(const RunConfig& config, const ActivationPlan& plan,
+std::vector<float> gradients_at_init(const RunConfig& config, const ComputeTarget& target, const ActivationPlan& plan,
                                      const CodecParams& codec_params) {
-    const std::unique_ptr<GPTModel> model = make_model(config, plan, codec_params);
+    const std::unique_ptr<GPTModel> model = make_model(config, target, plan, codec_params);
     init_run_weights(*model, config.training.seed, config.stress);
     std::vector<int> inputs, targets;
     first_batch(config, inputs, targets);
     return gradients_on(*model, config.training.batch_size, config.training.seq_len, inputs, targets);
 }
 
-FidelityProbe::FidelityProbe(const RunConfig& config)
-    : reference_(make_model(config, ActivationPlan(BlockGraph(config.model, 1, 1), config.model.n_layer), {})),
+FidelityProbe::FidelityProbe(const RunConfig& config, const ComputeTarget& target)
+    : reference_(make_model(config, target, ActivationPlan(BlockGraph(config.model, 1, 1), config.model.n_layer), {})),
       batch_(config.training.batch_size), seq_(config.training.seq_len) {
     first_batch(config, inputs_, targets_);
 }

@@ -30,14 +30,15 @@ struct GradientFidelity {
 };
 
 // The parameter gradients (the whole gradient arena) of that one step under `plan`, at
-// training.batch_size x seq_len on the config's device and dtype.
-std::vector<float> gradients_at_init(const RunConfig& config, const ActivationPlan& plan,
+// training.batch_size x seq_len on `target`'s device and dtype.
+std::vector<float> gradients_at_init(const RunConfig& config, const ComputeTarget& target, const ActivationPlan& plan,
                                      const CodecParams& codec_params);
 
-// Training's probe: a keep-all model of the run's shape and the run's first training batch.
+// Training's probe: a keep-all model of the run's shape on `target` (the training model's) and
+// the run's first training batch.
 class FidelityProbe {
 public:
-    explicit FidelityProbe(const RunConfig& config);
+    FidelityProbe(const RunConfig& config, const ComputeTarget& target);
     ~FidelityProbe();
     // `model`'s gradients under its plan vs the keep-all model's at `model`'s current weights. It
     // leaves model's parameters, optimizer state and data position as they were (its gradient

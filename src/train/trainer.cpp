@@ -83,7 +83,7 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
     if (!config_.data.val.empty())
         val_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::val, /*shuffle=*/false));
     if (TrainingEvaluator::enabled(config_)) evaluator_ = std::make_unique<TrainingEvaluator>(config_, target_);
-    if (config_.training.fidelity_every > 0) fidelity_ = std::make_unique<FidelityProbe>(config_);
+    if (config_.training.fidelity_every > 0) fidelity_ = std::make_unique<FidelityProbe>(config_, target_);
     inputs_.resize(static_cast<std::size_t>(B) * T);
     targets_.resize(inputs_.size());
 
