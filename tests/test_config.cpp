@@ -211,6 +211,7 @@ TEST(Config, OutOfRangeNamesKeyValueAndAllowedRange) {
         {"training.seq_len=17", "training.seq_len = 17, but it must be in [1, model.max_seq_len] (model.max_seq_len = 16)"},
         {"training.steps=0", "training.steps = 0, but it must be >= 1"},
         {"training.grad_accum=-1", "training.grad_accum = -1, but it must be >= 1"},
+        {"training.collective_timeout_s=0", "training.collective_timeout_s = 0.0, but it must be > 0"},
         {"model.dropout=1", "model.dropout = 1.0, but it must be in [0, 1)"},
         {"model.vocab_size=70000", "model.vocab_size = 70000, but it must be in [2, 65536]"},
         {"lr.max=0", "lr.max = 0.0, but it must be > 0"},
@@ -423,7 +424,7 @@ TEST(Config, TableListsEveryKeyWithAlignedValues) {
         ++rows;
         start = end + 1;
     }
-    EXPECT_EQ(rows, 53u);  // the 50 fields of run_config.h, plus model.preset, model.attention and model.dtype
+    EXPECT_EQ(rows, 54u);  // the 51 fields of run_config.h, plus model.preset, model.attention and model.dtype
 }
 
 TEST(Config, ReferenceDescribesEveryKey) {

@@ -30,10 +30,9 @@ void check_plan_fits_machine(const PlannedRun& run, MemoryMode mode, const Regul
     if (plan.memory.total() <= machine) return;
     const int fits = largest_planned_batch(run, profile, options, machine);
     const int B = run.batch_size, T = run.seq_len;
-    const std::string where = run.target.device == Device::cpu ? "this machine has " : "the GPU has ";
     throw UserError("memory.budget " + format_bytes(budget) + " lets mode " + memory_mode_name(mode) + " plan batch " +
                     std::to_string(B) + " x seq " + std::to_string(T) + " to " + format_arenas(plan.memory) + ", but " +
-                    where + format_bytes(machine) + " of memory: " +
+                    device_memory_words(run.target.device, machine) + ": " +
                     (fits > 0 ? "within " + format_bytes(machine) + " it plans batch " + std::to_string(fits) +
                                     " (--set training.batch_size=" + std::to_string(fits) +
                                     " and a memory.budget of at most " + format_bytes(machine) + ")"

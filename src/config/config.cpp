@@ -416,6 +416,10 @@ const std::vector<KeySpec>& registry() {
             "training", "zero", within(0, 1),
             "1: ZeRO-1, AdamW's moments sharded over the data-parallel ranks (each holds 1/N of them); 0: every "
             "rank holds all"),
+        field<&R::training, &TrainingSection::collective_timeout_s>(
+            "training", "collective_timeout_s", above(0),
+            "seconds one GPU collective (NCCL) may stay pending before the job is ended as hung: a rank died or "
+            "hangs"),
         field<&R::training, &TrainingSection::skip_nonfinite>(
             "training", "skip_nonfinite", at_least(0),
             "steps with a non-finite loss or gradient norm to skip (no update) before stopping; 0 = stop at the first"),

@@ -13,6 +13,7 @@
 
 #include "models/gpt_config.h"
 #include "src/adacc/budget_planner.h"
+#include "src/dist/process_group.h"
 #include "src/engine/optimizer.h"
 #include "src/engine/weight_init.h"
 
@@ -33,6 +34,9 @@ struct TrainingSection {
     std::string device = "cpu";  // "cpu" | "cuda" (src/engine/device.h)
     int skip_nonfinite = 0;      // steps with a non-finite loss or gradient norm skipped before stopping
     int zero = 0;                // 1: ZeRO-1, AdamW's m and v sharded over the data-parallel ranks
+    // How long one GPU collective may stay pending before its watchdog ends the job
+    // (src/dist/collective_watchdog.h).
+    float collective_timeout_s = static_cast<float>(kDefaultCollectiveTimeoutS);
 };
 
 struct DataSection {

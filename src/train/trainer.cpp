@@ -45,6 +45,7 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
                  const std::optional<WeightsFile>& init_from)
     : config_(config), target_(compute_target(config)), run_dir_(config.logging.run_dir) {
     if (config_.training.threads > 0) configure_cpu_threads(config_.training.threads);
+    set_collective_timeout(config_.training.collective_timeout_s);
     // A device that cannot run this config (no GPU) or a planned mode's bad [memory] options fail
     // before the run folder is touched.
     if (const MemoryMode mode = parse_memory_mode(config_.memory.mode); is_planned(mode)) regulator_options(config_, mode);
