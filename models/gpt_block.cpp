@@ -1,17 +1,35 @@
 #include "models/gpt_block.h"
 
+#include <iterator>
+
 namespace adacc {
 
 namespace {
-const char* const kTensorNames[kNumTapeTensorKinds] = {
+const char* const kTensorNames[] = {
     "x",    "ln1",      "ln1_mean", "ln1_rstd", "qkv",    "att",       "att_mask",
     "atty", "attproj",  "res1_mask", "x2",      "ln2",    "ln2_mean",  "ln2_rstd",
     "fch",  "fch_gelu", "fcproj",   "res2_mask", "out",   "att_lse",   "emb_mask",
     "lnf",  "lnf_mean", "lnf_rstd",
 };
+static_assert(std::size(kTensorNames) == kNumTapeTensorKinds, "one name per TensorKind, in the enum's order");
 }  // namespace
 
 const char* tensor_kind_name(TensorKind k) { return kTensorNames[static_cast<int>(k)]; }
+
+std::vector<Kernel> op_kernels(OpKind kind) {
+    using Kn = Kernel;
+    switch (kind) {
+        case OpKind::layernorm: return {Kn::layernorm_forward, Kn::layernorm_backward};
+        case OpKind::matmul: return {Kn::matmul_forward, Kn::matmul_backward};
+        case OpKind::attention_softmax: return {Kn::attention_softmax_forward, Kn::attention_softmax_backward};
+        case OpKind::dropout_mask: return {Kn::dropout_mask};  // a mask has no gradient
+        case OpKind::attention_value: return {Kn::attention_value_forward, Kn::attention_value_backward};
+        case OpKind::attention_fused: return {Kn::attention_fused_forward, Kn::attention_fused_backward};
+        case OpKind::residual_dropout: return {Kn::residual_dropout_forward, Kn::residual_dropout_backward};
+        case OpKind::gelu: return {Kn::gelu_forward, Kn::gelu_backward};
+    }
+    return {};
+}
 
 std::size_t tensor_rows(const GPTConfig& config, TensorKind kind, int B, int T) {
     return static_cast<std::size_t>(B) * T * (is_attention_matrix(kind) ? config.n_head : 1);
@@ -29,7 +47,7 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
     const bool d = has_dropout_, fused = cfg.attention == AttentionImpl::fused;
     const std::size_t matrix = fused ? 0 : TT;  // the attention matrices' elements
     const DType A = activation, S = DType::f32, M = DType::u8;  // activations, layernorm statistics, masks
-    const Spec specs[kNumTensorKinds] = {
+    const Spec specs[] = {
         {A, N * C, true, false},       // x
         {A, N * C, true, false},       // ln1
         {S, N, true, true},            // ln1_mean
@@ -51,6 +69,7 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
         {A, N * C, false, false},      // out (saved as the next block's x)
         {S, fused ? N * H : 0, fused, true},  // att_lse
     };
+    static_assert(std::size(specs) == kNumTensorKinds, "one spec per block TensorKind, in the enum's order");
     for (int i = 0; i < kNumTensorKinds; ++i)
         tensors_.push_back({static_cast<K>(i), kTensorNames[i], specs[i].dtype, specs[i].numel, specs[i].saved,
                             specs[i].tiny});

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_table.h"
 #include "models/gpt_config.h"
 #include "models/gpt_params.h"
 #include "src/common/dtype.h"
@@ -45,8 +46,10 @@ enum class TensorKind : int {
     lnf_mean,
     lnf_rstd,
 };
-constexpr int kNumTensorKinds = 20;      // the block's tensors: x .. att_lse (BlockGraph::tensors())
-constexpr int kNumTapeTensorKinds = 24;  // every TensorKind, the ones outside the blocks included
+// Counted from the enum, so adding a kind moves them: the block's tensors are x .. att_lse
+// (BlockGraph::tensors()), the tape's are every TensorKind, the ones outside the blocks included.
+constexpr int kNumTensorKinds = static_cast<int>(TensorKind::att_lse) + 1;
+constexpr int kNumTapeTensorKinds = static_cast<int>(TensorKind::lnf_rstd) + 1;
 
 // The B x H x T x T tensors (softmax probabilities and their dropout mask): rows = N * H, cols = T.
 constexpr bool is_attention_matrix(TensorKind k) { return k == TensorKind::att || k == TensorKind::att_mask; }
@@ -61,6 +64,11 @@ enum class OpKind : std::uint8_t {
     residual_dropout,   // inputs {residual, branch, mask?}; outputs {sum}
     gelu,               // inputs {x}; outputs {y}
 };
+
+// The kernels (kernels/ops.inc) an op of `kind` runs, forward and backward: Driver::run_op and
+// Driver::backward_op call these and no others, so a backend must support each of them for a
+// block holding the op (Backend::supports).
+std::vector<Kernel> op_kernels(OpKind kind);
 
 struct TensorInfo {
     TensorKind kind;
