@@ -10,10 +10,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "src/adacc/codec_sampler.h"
+#include "src/common/errors.h"
 #include "src/engine/gpt_model.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/optimizer.h"
@@ -47,12 +50,16 @@ public:
     }
     void synchronize() override {}
     bool host_addressable() const override { return false; }
+    bool supports(Kernel kernel, DType activation) const override {
+        return kernel != declined && cpu_backend().supports(kernel, activation);
+    }
     std::size_t free_memory() const override { return std::size_t{1} << 40; }
     std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) override {
         return cpu_backend().make_interval_timer(max_intervals);
     }
 
     std::size_t to_device = 0, to_host = 0;
+    std::optional<Kernel> declined;  // a kernel this backend says it does not run (supports)
 };
 
 using test::random_tokens;
@@ -197,6 +204,45 @@ TEST(Backend, CompressedSlotsAreReservedAtTheBoundAndMeasuredWhenSampled) {
     std::size_t worst_per_kind = 0;
     for (const CodecSample& s : sampler.samples()) worst_per_kind += s.bytes * cfg.n_layer;
     EXPECT_GE(worst_per_kind, u.measured_bytes);  // per kind the worst layer, times layers
+}
+
+// The message a model's construction on `backend` refuses with (empty when it does not throw a
+// UserError). The refusal comes before any step, from the driver's Backend::supports check.
+std::string refusal(const GPTConfig& cfg, Backend& backend, DType activation) {
+    const int B = 2, T = 8;
+    try {
+        GPTModel model(cfg, B, T, ActivationPlan(BlockGraph(cfg, B, T, activation), cfg.n_layer), {},
+                       ModelUse::training, backend, activation);
+    } catch (const UserError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(Backend, TheCpuBackendRefusesBf16ActivationsBeforeTheFirstStep) {
+    EXPECT_FALSE(cpu_backend().supports(Kernel::gelu_forward, DType::bf16));
+    EXPECT_TRUE(cpu_backend().supports(Kernel::gelu_forward, DType::f32));
+    const std::string message = refusal(tiny_config(), cpu_backend(), DType::bf16);
+    EXPECT_NE(message.find("the cpu backend does not run kernel"), std::string::npos) << message;
+    EXPECT_NE(message.find("on bf16 activations"), std::string::npos) << message;
+    EXPECT_NE(message.find("model.dtype"), std::string::npos) << message;
+}
+
+TEST(Backend, AKernelTheBackendDeclinesIsRefusedNamingItsOpAndTheFix) {
+    GPTConfig cfg = tiny_config();
+    cfg.attention = AttentionImpl::fused;
+    RemoteBackend remote;
+    remote.declined = Kernel::attention_fused_backward;
+    const std::string message = refusal(cfg, remote, DType::f32);
+    EXPECT_NE(message.find("kernel attention_fused_backward (the block's op \"attention\") on fp32"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("another model.attention"), std::string::npos) << message;
+    // The materialized attention does not call it: the same backend runs that model.
+    cfg.attention = AttentionImpl::materialized;
+    EXPECT_EQ(refusal(cfg, remote, DType::f32), "");
+    // A kernel outside the blocks is checked too.
+    remote.declined = Kernel::fused_classifier;
+    EXPECT_NE(refusal(cfg, remote, DType::f32).find("kernel fused_classifier (the embedding"), std::string::npos);
 }
 
 }  // namespace

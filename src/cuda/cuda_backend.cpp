@@ -131,6 +131,10 @@ public:
     }
     void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
     bool host_addressable() const override { return false; }
+    // Every kernel of kernels/cuda/ is templated on fp32 and bf16 activations (with_activation_type).
+    bool supports(Kernel, DType activation) const override {
+        return activation == DType::f32 || activation == DType::bf16;
+    }
     std::size_t free_memory() const override {
         std::size_t free = 0, total = 0;
         check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");

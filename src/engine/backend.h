@@ -62,6 +62,11 @@ public:
     // all_gather); `data` holds sharded_span(count, world size) elements, one equal shard per rank.
     virtual bool reduce_scatter_sum(float* data, std::size_t count) { return false; }
     virtual bool all_gather(Act data, std::size_t count) { return false; }
+    // Whether this backend runs `kernel` on activations of type `activation` (the model's dtype),
+    // ggml's supports_op: the driver asks it for every kernel a model calls before the first step
+    // (Driver::require_supported), so an op a backend lacks is refused up front with a UserError
+    // naming it, not met mid-step as a kernel's logic_error.
+    virtual bool supports(Kernel kernel, DType activation) const = 0;
 
     const KernelTable& kernels() const { return kernels_; }
     const KernelContext& context() const { return context_; }

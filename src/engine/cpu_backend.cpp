@@ -59,6 +59,8 @@ public:
     void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
     void synchronize() override {}
     bool host_addressable() const override { return true; }
+    // Every CPU kernel computes on fp32 activations and reads them as such (bf16 is CUDA's).
+    bool supports(Kernel, DType activation) const override { return activation == DType::f32; }
     std::size_t free_memory() const override { return host_memory_bytes(); }
     std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) override {
         return std::make_unique<SteadyClockTimer>(max_intervals);

@@ -4,8 +4,27 @@
 #include <string>
 
 #include "kernels/rng.h"
+#include "src/common/errors.h"
 
 namespace adacc {
+
+namespace {
+
+// The kernels a model runs besides its blocks' ops (gpt_block.h's op_kernels): the embedding and
+// its dropout, the final layernorm and the tied classifier here; the summed loss (GPTModel), the
+// gradient norm and AdamW (optimizer.cpp); and in training the activation codecs, which any
+// re-plan may bring in (their statistics are the codec sampler's).
+constexpr Kernel kModelKernels[] = {
+    Kernel::encoder_forward,  Kernel::encoder_backward, Kernel::dropout_mask,      Kernel::dropout_forward,
+    Kernel::residual_dropout_backward, Kernel::layernorm_forward, Kernel::layernorm_backward,
+    Kernel::matmul_forward,   Kernel::matmul_backward,  Kernel::fused_classifier,  Kernel::loss_accumulate,
+};
+constexpr Kernel kTrainingKernels[] = {
+    Kernel::global_norm,       Kernel::adamw_update,        Kernel::codec_compress,
+    Kernel::codec_decompress,  Kernel::codec_outlier_count, Kernel::codec_error,
+};
+
+}  // namespace
 
 Driver::Driver(Backend& backend, const ModelLayout& layout, ModelArenas& arenas)
     : backend_(backend), k_(backend.kernels()), arenas_(arenas) {
@@ -13,6 +32,7 @@ Driver::Driver(Backend& backend, const ModelLayout& layout, ModelArenas& arenas)
 }
 
 void Driver::rebind(const ModelLayout& layout) {
+    require_supported(layout);
     layout_ = &layout;
     ctx_ = backend_.context();
     ctx_.scratch = arenas_.views.codec_scratch;
@@ -20,6 +40,28 @@ void Driver::rebind(const ModelLayout& layout) {
     schedule_.clear();
     schedule_.reserve(layout.max_tape_entries());
     layer_mark_.assign(layout.config().n_layer + 1, {});
+}
+
+// Before anything runs: every kernel this model will call must be one the backend runs on the
+// model's activations, or the run stops here saying which op and what to change.
+void Driver::require_supported(const ModelLayout& layout) const {
+    const DType activation = layout.device_traits().activation;
+    // `user`: who calls the kernel, for the message; `attention`: whether model.attention chose it.
+    auto require = [&](Kernel kernel, const std::string& user, bool attention) {
+        if (backend_.supports(kernel, activation)) return;
+        throw UserError("the " + std::string(device_name(backend_.device())) + " backend does not run kernel " +
+                        kernel_name(kernel) + " (" + user + ") on " + model_dtype_name(activation) +
+                        " activations; use a model.dtype it runs (fp32 runs on every backend)" +
+                        (attention ? ", another model.attention" : "") + " or another --device");
+    };
+    for (const OpInfo& op : layout.block().ops()) {
+        const bool attention = op.kind == OpKind::attention_fused || op.kind == OpKind::attention_softmax ||
+                               op.kind == OpKind::attention_value;
+        for (Kernel kernel : op_kernels(op.kind)) require(kernel, "the block's op \"" + op.name + "\"", attention);
+    }
+    for (Kernel kernel : kModelKernels) require(kernel, "the embedding, final layernorm or classifier", false);
+    if (layout.use() == ModelUse::training)
+        for (Kernel kernel : kTrainingKernels) require(kernel, "the optimizer or the activation codecs", false);
 }
 
 unsigned char* Driver::mask_view(TensorKind kind) const {

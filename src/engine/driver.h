@@ -52,6 +52,9 @@ public:
     void classifier_logits(std::size_t row, int n);
 
 private:
+    // A UserError naming the op, kernel, dtype and backend when the backend does not support a
+    // kernel `layout`'s model runs (Backend::supports).
+    void require_supported(const ModelLayout& layout) const;
     // Block tensor `kind` where it is now, typed by its TensorInfo (activations in the model's
     // dtype, layernorm statistics fp32, masks bytes).
     Act view(TensorKind kind) const { return Act(view_[static_cast<int>(kind)], layout_->block().tensor(kind).dtype); }
