@@ -35,6 +35,49 @@ std::size_t tensor_rows(const GPTConfig& config, TensorKind kind, int B, int T) 
     return static_cast<std::size_t>(B) * T * (is_attention_matrix(kind) ? config.n_head : 1);
 }
 
+namespace {
+
+// The gradient wiring of `op` (OpInfo's grad_* fields), from its kind; the ops.inc comments of
+// each kernel say which gradients it writes and how.
+void wire_gradients(OpInfo& op) {
+    const std::vector<TensorKind>& in = op.inputs;
+    const TensorKind out = op.outputs.empty() ? TensorKind::x : op.outputs[0];
+    switch (op.kind) {
+        case OpKind::layernorm:  // dinp accumulates: x is the residual stream
+            op.grad_reads = {out};
+            op.grad_updates = {in[0]};
+            break;
+        case OpKind::matmul:
+            op.grad_reads = {out};
+            op.grad_writes = {in[0]};
+            break;
+        case OpKind::attention_softmax:  // q and k columns of dqkv, from datt
+            op.grad_reads = {out};
+            op.grad_updates = {TensorKind::qkv};
+            break;
+        case OpKind::dropout_mask: break;  // a mask has no gradient
+        case OpKind::attention_value:      // datt, and the v columns of dqkv
+            op.grad_reads = {out};
+            op.grad_writes = {TensorKind::att, TensorKind::qkv};
+            break;
+        case OpKind::attention_fused:  // all of dqkv; att_lse has no gradient
+            op.grad_reads = {out};
+            op.grad_writes = {TensorKind::qkv};
+            break;
+        case OpKind::residual_dropout:  // the residual's gradient is the sum's; the branch's is computed
+            op.grad_reads = {out};
+            op.grad_writes = {in[1]};
+            op.grad_shared = std::pair{in[0], out};
+            break;
+        case OpKind::gelu:  // in place: dinp over dout
+            op.grad_reads = {out};
+            op.grad_shared = std::pair{in[0], out};
+            break;
+    }
+}
+
+}  // namespace
+
 BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : has_dropout_(cfg.dropout > 0.0f) {
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, H = cfg.n_head;
     const std::size_t TT = static_cast<std::size_t>(B) * H * T * T;
@@ -109,6 +152,7 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
     ops_.push_back({"residual2", OpKind::residual_dropout,
                     d ? std::vector<K>{K::x2, K::fcproj, K::res2_mask} : std::vector<K>{K::x2, K::fcproj},
                     {K::out}, {}, {}, 0, 0, 2.0 * n * c});
+    for (OpInfo& op : ops_) wire_gradients(op);
 }
 
 const OpInfo* BlockGraph::producer(TensorKind k) const {

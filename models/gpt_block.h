@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernel_table.h"
@@ -89,6 +90,14 @@ struct OpInfo {
     std::optional<ParamId> bias;
     int in_features = 0, out_features = 0;  // matmul shapes
     double forward_flops = 0;               // for one block at (B, T)
+    // Gradient wiring, what backward reads and writes (ModelLayout gives each gradient a buffer
+    // by its liveness from these): the gradients of outputs it reads; of inputs it writes (born
+    // here, overwritten); of inputs it adds to or completes, alive already (layernorm adds to the
+    // residual stream's, attention_softmax writes qkv's q and k columns beside attention_value's
+    // v); and {input, output} when the input's gradient is the output's own buffer (a residual
+    // addition passes the gradient through unchanged; gelu's backward runs in place).
+    std::vector<TensorKind> grad_reads = {}, grad_writes = {}, grad_updates = {};
+    std::optional<std::pair<TensorKind, TensorKind>> grad_shared = std::nullopt;
 };
 
 class BlockGraph {

@@ -3,9 +3,11 @@
 // and bit-identical gradients for every recompute-only plan.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "src/adacc/codec_sampler.h"
@@ -134,6 +136,44 @@ TEST(ActivationPlan, CompressCodecMustFitTheTensorsElementType) {
                 EXPECT_EQ(fixed.at(0, t.kind).codec == Codec::bitpack, t.dtype == DType::u8) << t.name;
             }
     }
+}
+
+// Backward's gradient buffers by liveness (model_layout.h's gradient_buffers): the residual
+// stream's gradient is one buffer, gelu's runs in place, a matmul's input and output gradients
+// are never one buffer, and N x C buffers are reused once their reader is done: two of them
+// besides the residual stream's, as the fixed dres, dc_a, dc_b were.
+TEST(GradientBuffers, LivenessReusesBuffersAndKeepsLiveOnesApart) {
+    GPTConfig cfg = config_with("gpt-micro", 2, 0.1f);
+    const int B = 2, T = 6;  // H * T is not C, 3C or 4C: the attention matrix has a size of its own
+    for (int k : {1, 3, 4}) ASSERT_NE(cfg.n_head * T, k * cfg.n_embd);
+    const BlockGraph block(cfg, B, T);
+    const GradientBuffers g = gradient_buffers(block);
+    auto of = [&](TensorKind k) { return g.of[static_cast<int>(k)]; };
+    using K = TensorKind;
+    EXPECT_EQ(of(K::x), of(K::x2));
+    EXPECT_EQ(of(K::x2), of(K::out));
+    EXPECT_EQ(of(K::fch), of(K::fch_gelu));
+    for (auto [in, out] : {std::pair{K::ln1, K::qkv}, {K::atty, K::attproj}, {K::ln2, K::fch}, {K::fch_gelu, K::fcproj}})
+        EXPECT_NE(of(in), of(out)) << tensor_kind_name(in) << " and " << tensor_kind_name(out);
+    EXPECT_EQ(of(K::ln1_mean), -1);  // no gradient: statistics, masks
+    EXPECT_EQ(of(K::att_mask), -1);
+    const std::size_t nc = block.tensor(K::x).bytes();
+    std::vector<std::size_t> sizes = g.bytes;
+    std::sort(sizes.begin(), sizes.end());
+    std::vector<std::size_t> want = {nc, nc, nc, 3 * nc, 4 * nc, block.tensor(K::att).bytes()};
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(sizes, want);
+
+    // Where the attention matrix is as large as fch (H * T = 4C) it takes fch's buffer, free by then.
+    const BlockGraph square(cfg, B, 4 * cfg.n_embd / cfg.n_head);
+    const GradientBuffers s = gradient_buffers(square);
+    EXPECT_EQ(s.of[static_cast<int>(K::att)], s.of[static_cast<int>(K::fch)]);
+    EXPECT_EQ(s.bytes.size(), 5u);
+    // Fused attention has no attention matrix, nor its gradient.
+    cfg.attention = AttentionImpl::fused;
+    const GradientBuffers f = gradient_buffers(BlockGraph(cfg, B, T));
+    EXPECT_EQ(f.of[static_cast<int>(K::att)], -1);
+    EXPECT_EQ(f.bytes.size(), 5u);
 }
 
 TEST(TapeAllocator, OverflowNamesTheSlot) {

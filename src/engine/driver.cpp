@@ -80,28 +80,9 @@ bool Driver::dropped(int layer, TensorKind kind) const {
     return layout_->block().tensor(kind).saved && layout_->plan().at(layer, kind).policy == Policy::recompute;
 }
 
-// Backward's gradient buffers: the residual stream's gradient (dres) is shared by x, x2 and
-// out because residual additions pass it through unchanged; the rest alternate between two
-// N x C buffers so that each op reads one and writes the other.
-Act Driver::grad_buffer(TensorKind kind) const {
-    using K = TensorKind;
-    const WorkspaceViews& v = arenas_.views;
-    switch (kind) {
-        case K::x:
-        case K::x2:
-        case K::out: return v.dres;
-        case K::fcproj:
-        case K::attproj:
-        case K::ln1: return v.dc_a;
-        case K::ln2:
-        case K::atty: return v.dc_b;
-        case K::fch:
-        case K::fch_gelu: return v.dfc;
-        case K::qkv: return v.dqkv;
-        case K::att: return v.datt;
-        default: return Act();
-    }
-}
+// Backward's gradient of tensor `kind`: its buffer by liveness (model_layout.h's
+// gradient_buffers); the residual stream's (x, x2, out) is one buffer throughout.
+Act Driver::grad_buffer(TensorKind kind) const { return arenas_.views.grad[static_cast<int>(kind)]; }
 
 std::uint64_t Driver::dropout_key(int layer, TensorKind kind) const {
     return rng_key(dropout_.seed, dropout_.step, dropout_.micro, static_cast<std::uint64_t>(layer),
@@ -209,7 +190,8 @@ void Driver::report_compressed(int layer, TensorKind kind, Codec codec, const vo
     t.cols = layout_->numel(kind, B, T) / t.rows;
     t.exact_bytes = codec_bytes(codec, t.rows, t.cols, layout_->codec_params(), k_.codec_outlier_count(ctx_, codec,
                                 blob));
-    t.decode_buffer = is_attention_matrix(kind) ? arenas_.views.datt : arenas_.views.dfc;  // in the model's dtype
+    // The gradient buffers of the largest tensors, att's or fch's: at least the tensor's size.
+    t.decode_buffer = grad_buffer(is_attention_matrix(kind) ? TensorKind::att : TensorKind::fch);
     arenas_.tape.set_measured_bytes(t.exact_bytes);
     observer_->tensor_compressed(backend_, t);
 }
@@ -305,7 +287,7 @@ Act rows_from(Act a, std::size_t row, std::size_t cols) {
 
 // logits = lnf @ wte^T, then with targets the loss and, when dloss != 0, dlogits in place (the
 // fused classifier). Over chunks of layout_->classifier_rows() tokens when the N x Vp logits do
-// not fit whole: each chunk's dlogits are consumed at once — dlnf into dc_a (where backward's
+// not fit whole: each chunk's dlogits are consumed at once — dlnf into its gradient buffer (where backward's
 // final layernorm reads it) and the chunk's share of dwte into the gradients (accumulate false:
 // the first chunk overwrites them, as backward's classifier matmul would) — so backward starts at
 // the final layernorm, and only one chunk of logits ever exists. An inference forward without
@@ -335,7 +317,7 @@ void Driver::classifier_forward(const int* targets, int N, float dloss, bool acc
         k_.matmul_forward(ctx_, w.logits, lnf, weight(ParamId::wte), nullptr, n, C, Vp);
         k_.fused_classifier(ctx_, w.logits, w.losses + row, targets + row, n, V, Vp, dloss);
         if (dloss == 0.0f) continue;
-        k_.matmul_backward(ctx_, rows_from(w.dc_a, row, C), dwte, nullptr, w.logits, lnf,
+        k_.matmul_backward(ctx_, rows_from(grad_buffer(TensorKind::lnf), row, C), dwte, nullptr, w.logits, lnf,
                            weight(ParamId::wte), n, C, Vp, accumulate || row > 0);
     }
     has_dlogits_ = dloss != 0.0f;
@@ -420,7 +402,6 @@ void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumul
     const int N = B * T, C = cfg.n_embd, NH = cfg.n_head;
     const float p = dropout_p();
     const ParameterLayout& pl = layout_->parameters();
-    const WorkspaceViews& w = arenas_.views;
     auto dweight = [&](std::optional<ParamId> id) { return id ? pl.at(arenas_.grads.as<float>(), *id,
                        layer) : nullptr; };
     const ConstAct att = view(TensorKind::att);
@@ -437,15 +418,18 @@ void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumul
                                op.in_features, op.out_features, accumulate);
             break;
         case OpKind::attention_softmax:
-            k_.attention_softmax_backward(ctx_, w.dqkv, w.datt, att, qkv, B, T, C, NH);
+            k_.attention_softmax_backward(ctx_, grad_buffer(TensorKind::qkv), grad_buffer(TensorKind::att), att, qkv,
+                                          B, T, C, NH);
             break;
         case OpKind::dropout_mask: break;  // masks are inputs only
         case OpKind::attention_value:
-            k_.attention_value_backward(ctx_, w.datt, w.dqkv, grad_buffer(TensorKind::atty), att,
+            k_.attention_value_backward(ctx_, grad_buffer(TensorKind::att), grad_buffer(TensorKind::qkv),
+                                        grad_buffer(TensorKind::atty), att,
                                         mask_view(TensorKind::att_mask), p, qkv, B, T, C, NH);
             break;
         case OpKind::attention_fused:
-            k_.attention_fused_backward(ctx_, w.dqkv, grad_buffer(TensorKind::atty), qkv, view(TensorKind::atty),
+            k_.attention_fused_backward(ctx_, grad_buffer(TensorKind::qkv), grad_buffer(TensorKind::atty), qkv,
+                                        view(TensorKind::atty),
                                         view(TensorKind::att_lse).as<float>(), B, T, C, NH, p,
                                         dropout_key(layer, TensorKind::att_mask));
             break;
@@ -482,19 +466,22 @@ void Driver::backward(const int* tokens, int B, int T, bool accumulate) {
     float* grads = arenas_.grads.as<float>();
     const WorkspaceViews& w = arenas_.views;
     TapeAllocator& tape = arenas_.tape;
+    // The residual stream's gradient (the last block's output's, the first's input's) and the
+    // final layernorm output's.
+    const Act dres = grad_buffer(TensorKind::out), dlnf = grad_buffer(TensorKind::lnf);
 
     if (!accumulate) zero_non_matmul_grads();
     // Classifier (tied head): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf (done chunk by chunk
     // in forward when the logits were chunked); then the final layernorm.
     if (!classifier_chunked_)
-        k_.matmul_backward(ctx_, w.dc_a, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_,
+        k_.matmul_backward(ctx_, dlnf, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_,
                            weight(ParamId::wte), N, C, Vp, accumulate);
     else if (classifier_accumulated_ != accumulate)
         throw std::logic_error("a chunked classifier's forward wrote dwte with accumulate = " +
                                std::string(classifier_accumulated_ ? "true" : "false") +
                                " but backward was called with the other: pass forward_step the flag backward gets");
-    backend_.memset(w.dres.data(), 0, dtype_size(w.dres.dtype()) * N * C);
-    k_.layernorm_backward(ctx_, w.dres, pl.at(grads, ParamId::lnfw), pl.at(grads, ParamId::lnfb), w.dc_a, final_x_,
+    backend_.memset(dres.data(), 0, dtype_size(dres.dtype()) * N * C);
+    k_.layernorm_backward(ctx_, dres, pl.at(grads, ParamId::lnfw), pl.at(grads, ParamId::lnfb), dlnf, final_x_,
                           weight(ParamId::lnfw), lnf_mean_, lnf_rstd_, N, C);
     tape.release_to(layer_mark_[L]);
 
@@ -507,8 +494,8 @@ void Driver::backward(const int* tokens, int B, int T, bool accumulate) {
     }
 
     if (dropout_active_)
-        k_.residual_dropout_backward(ctx_, w.dres, w.dres, emb_mask_, cfg.dropout, static_cast<long>(N) * C);
-    k_.encoder_backward(ctx_, pl.at(grads, ParamId::wte), pl.at(grads, ParamId::wpe), w.dres, tokens, B, T, C);
+        k_.residual_dropout_backward(ctx_, dres, dres, emb_mask_, cfg.dropout, static_cast<long>(N) * C);
+    k_.encoder_backward(ctx_, pl.at(grads, ParamId::wte), pl.at(grads, ParamId::wpe), dres, tokens, B, T, C);
     tape.release_to({});
     has_dlogits_ = false;
 }

@@ -76,12 +76,8 @@ void ModelArenas::carve(const ModelLayout& layout) {
         v.lnf_mean = at_byte<float>(workspace, w.lnf_mean);
         v.lnf_rstd = at_byte<float>(workspace, w.lnf_rstd);
     } else {
-        v.dres = act(w.dres);
-        v.dc_a = act(w.dc_a);
-        v.dc_b = act(w.dc_b);
-        v.dqkv = act(w.dqkv);
-        v.dfc = act(w.dfc);
-        v.datt = act(w.datt);
+        for (int k = 0; k < kNumTapeTensorKinds; ++k)
+            if (w.has_grad[k]) v.grad[k] = act(w.grad[k]);
         v.discard = at_byte<float>(workspace, w.discard);
     }
     for (int k = 0; k < kNumTensorKinds; ++k)

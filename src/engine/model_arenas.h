@@ -17,7 +17,7 @@ struct WorkspaceViews {
     Act residual[2] = {};                // inference: the residual stream, alternating between layers
     Act lnf;                             // inference: the final layernorm
     float *lnf_mean = nullptr, *lnf_rstd = nullptr;
-    Act dres, dc_a, dc_b, dqkv, dfc, datt;
+    Act grad[kNumTapeTensorKinds] = {};  // training: each tensor's gradient buffer (WorkspaceLayout::grad)
     float* discard = nullptr;  // layernorm statistics a recompute must produce but that are already materialised
     void* codec_scratch = nullptr;
     Act logits;

@@ -1,6 +1,8 @@
 #include "src/engine/model_layout.h"
 
 #include <algorithm>
+#include <iterator>
+#include <string>
 #include <stdexcept>
 
 #include "src/common/units.h"
@@ -66,12 +68,14 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
         w.has_buffer[static_cast<int>(t)] = true;
     }
     if (!inference) {  // backward's buffers
-        w.dres = c.take(N * C * A);
-        w.dc_a = c.take(N * C * A);
-        w.dc_b = c.take(N * C * A);
-        w.dqkv = c.take(N * 3 * C * A);
-        w.dfc = c.take(N * 4 * C * A);
-        w.datt = c.take(block.tensor(TensorKind::att).bytes());
+        const GradientBuffers grads = gradient_buffers(block);
+        std::vector<std::size_t> offsets;
+        for (std::size_t bytes : grads.bytes) offsets.push_back(c.take(bytes));
+        for (int k = 0; k < kNumTapeTensorKinds; ++k)
+            if (grads.of[k] >= 0) {
+                w.grad[k] = offsets[grads.of[k]];
+                w.has_grad[k] = true;
+            }
         // A re-run op's kept outputs: a layernorm's two statistics, or fused attention's lse.
         w.discard = c.take(std::max(2 * N, block.tensor(TensorKind::att_lse).numel) * F);
     }
@@ -91,6 +95,51 @@ WorkspaceLayout workspace_layout(const GPTConfig& cfg, const BlockGraph& block, 
 }
 
 }  // namespace
+
+GradientBuffers gradient_buffers(const BlockGraph& block) {
+    using K = TensorKind;
+    GradientBuffers g;
+    std::fill(std::begin(g.of), std::end(g.of), -1);
+    std::vector<int> holders;  // per buffer: the tensors whose gradient it holds now
+    auto bytes = [&](K k) { return k == K::lnf ? block.tensor(K::x).bytes() : block.tensor(k).bytes(); };
+    auto name = [](K k) { return std::string(tensor_kind_name(k)); };
+    auto live = [&](K k) { return g.of[static_cast<int>(k)] >= 0 && holders[g.of[static_cast<int>(k)]] > 0; };
+    auto take = [&](K k) {
+        if (live(k)) throw std::logic_error("gradient_buffers: " + name(k) + "'s gradient is written twice");
+        int buffer = 0;
+        while (buffer < static_cast<int>(g.bytes.size()) && (holders[buffer] > 0 || g.bytes[buffer] != bytes(k)))
+            ++buffer;
+        if (buffer == static_cast<int>(g.bytes.size())) {
+            g.bytes.push_back(bytes(k));
+            holders.push_back(0);
+        }
+        g.of[static_cast<int>(k)] = buffer;
+        ++holders[buffer];
+    };
+    auto release = [&](K k) {
+        if (!live(k)) throw std::logic_error("gradient_buffers: " + name(k) + "'s gradient is read but never written");
+        --holders[g.of[static_cast<int>(k)]];
+    };
+    take(K::lnf);  // the classifier's dlnf
+    take(K::out);  // the final layernorm's: the last block's output gradient
+    release(K::lnf);
+    const auto& ops = block.ops();
+    for (auto op = ops.rbegin(); op != ops.rend(); ++op) {
+        if (op->grad_shared) {
+            const auto [input, output] = *op->grad_shared;
+            if (!live(output)) throw std::logic_error("gradient_buffers: " + op->name + " shares a dead gradient");
+            g.of[static_cast<int>(input)] = g.of[static_cast<int>(output)];
+            ++holders[g.of[static_cast<int>(input)]];
+        }
+        for (K k : op->grad_writes) take(k);  // before the reads are freed: no op's dinp is its dout
+        for (K k : op->grad_updates)
+            if (!live(k)) throw std::logic_error("gradient_buffers: " + op->name + " adds to a dead gradient");
+        for (K k : op->grad_reads) release(k);
+    }
+    if (!live(K::x) || g.of[static_cast<int>(K::x)] != g.of[static_cast<int>(K::out)])
+        throw std::logic_error("gradient_buffers: the block's input gradient is not its output's buffer");
+    return g;
+}
 
 ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
                          const CodecParams& codec_params, ModelUse use, const DeviceTraits& traits)

@@ -58,7 +58,11 @@ struct WorkspaceLayout {
     std::size_t buffer[kNumTensorKinds] = {};  // materialised tensors and transients
     bool has_buffer[kNumTensorKinds] = {};
     std::size_t residual[2] = {}, lnf = 0, lnf_mean = 0, lnf_rstd = 0;  // inference only
-    std::size_t dres = 0, dc_a = 0, dc_b = 0, dqkv = 0, dfc = 0, datt = 0, discard = 0;  // training only
+    // Training only: the buffer of each tensor's gradient in backward (gradient_buffers: several
+    // tensors whose gradients are never alive together share one), and the discard buffer.
+    std::size_t grad[kNumTapeTensorKinds] = {};
+    bool has_grad[kNumTapeTensorKinds] = {};
+    std::size_t discard = 0;
     std::size_t codec_scratch = 0, codec_scratch_bytes = 0;
     std::size_t logits = 0, losses = 0;
     std::size_t classifier_rows = 0;  // rows of logits held (B x T, or a chunk of them)
@@ -139,6 +143,19 @@ private:
     ModelMemory memory_;
     std::size_t max_tape_entries_ = 0;
 };
+
+// Backward's gradient buffers, assigned by liveness from the block's gradient wiring
+// (OpInfo::grad_*), as the tape reuses its memory: walking backward's order — the classifier
+// writing the final layernorm's output gradient, the final layernorm writing the residual
+// stream's, then one block's ops reversed — a gradient takes a free buffer of its size when an op
+// first writes it (a new one when none is free) and frees it after its reader; an input's
+// gradient that shares an output's buffer keeps it alive. Every layer runs one block's
+// assignment, so a block's input gradient must be its output's buffer (the residual stream's).
+struct GradientBuffers {
+    std::vector<std::size_t> bytes;   // each buffer's size
+    int of[kNumTapeTensorKinds] = {};  // the buffer holding each tensor's gradient; -1: none
+};
+GradientBuffers gradient_buffers(const BlockGraph& block);
 
 // Sum of the schedule's slots as the tape lays them out (each 64-byte aligned).
 std::size_t tape_bytes(const std::vector<TapeEntry>& schedule);
