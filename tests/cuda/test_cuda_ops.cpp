@@ -8,6 +8,7 @@
 // for its dtype (Backend::supports) skips the case, as test-backend-ops does, saying so.
 // Checks beyond a twin comparison (a rounding formula, refused dtypes) follow the table.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -23,9 +24,9 @@
 namespace adacc::test {
 namespace {
 
-// A buffer's elements: the case's activation dtype, fp32 (statistics, losses, gradients), or
-// bytes (dropout masks).
-enum class Elem { act, f32, u8 };
+// A buffer's elements: the case's activation dtype, fp32 (statistics, losses, gradients), bytes
+// (dropout masks) or int32 (token ids).
+enum class Elem { act, f32, u8, i32 };
 
 struct Buffer {
     Elem elem;
@@ -66,7 +67,10 @@ class Placed {
 public:
     Placed(Backend& backend, const OpCase& c, DType activation) : backend_(backend) {
         for (const Buffer& b : c.buffers) {
-            const DType type = b.elem == Elem::act ? activation : b.elem == Elem::f32 ? DType::f32 : DType::u8;
+            const DType type = b.elem == Elem::act   ? activation
+                               : b.elem == Elem::f32 ? DType::f32
+                               : b.elem == Elem::u8  ? DType::u8
+                                                     : DType::i32;
             const std::vector<unsigned char> bytes = encode(b.values, type);
             arenas_.emplace_back(backend, std::max<std::size_t>(bytes.size(), 1));
             types_.push_back(type);
@@ -76,6 +80,10 @@ public:
     Act act(int i) const { return Act(arenas_[i].data(), types_[i]); }
     float* f32(int i) const { return act(i).as<float>(); }
     unsigned char* u8(int i) const { return act(i).as<unsigned char>(); }
+    const int* i32(int i) const {
+        if (types_[i] != DType::i32) throw std::logic_error("buffer " + std::to_string(i) + " holds no int32");
+        return static_cast<const int*>(arenas_[i].data());
+    }
     std::vector<float> read(int i, std::size_t n) const {
         std::vector<unsigned char> bytes(n * dtype_size(types_[i]));
         backend_.copy_to_host(bytes.data(), arenas_[i].data(), bytes.size());
@@ -87,6 +95,10 @@ private:
         std::vector<unsigned char> out(v.size() * dtype_size(type));
         for (std::size_t i = 0; i < v.size(); ++i) {
             if (type == DType::u8) out[i] = static_cast<unsigned char>(v[i]);
+            if (type == DType::i32) {
+                const int k = static_cast<int>(v[i]);
+                std::memcpy(&out[4 * i], &k, 4);
+            }
             if (type == DType::f32) std::memcpy(&out[4 * i], &v[i], 4);
             if (type == DType::bf16) {
                 const bf16 b = to_bf16(v[i]);
@@ -99,6 +111,11 @@ private:
         std::vector<float> out(bytes.size() / dtype_size(type));
         for (std::size_t i = 0; i < out.size(); ++i) {
             if (type == DType::u8) out[i] = bytes[i];
+            if (type == DType::i32) {
+                int k;
+                std::memcpy(&k, &bytes[4 * i], 4);
+                out[i] = static_cast<float>(k);
+            }
             if (type == DType::f32) std::memcpy(&out[i], &bytes[4 * i], 4);
             if (type == DType::bf16) {
                 bf16 b;
@@ -170,6 +187,13 @@ Buffer mask_values(std::size_t n, std::uint64_t seed, float keep) {
     return {Elem::u8, std::vector<float>(m.begin(), m.end())};
 }
 Buffer mask_zeros(std::size_t n) { return {Elem::u8, std::vector<float>(n)}; }
+Buffer f32_values(std::size_t n, std::uint64_t seed) { return {Elem::f32, random_floats(n, seed)}; }
+// Token ids in [0, V) from `seed`; a small V makes many positions share a row of dwte.
+Buffer token_values(std::size_t n, int V, std::uint64_t seed) {
+    std::vector<float> u = random_floats(n, seed, 0.0f, static_cast<float>(V));
+    for (float& t : u) t = std::min<float>(V - 1, std::floor(t));
+    return {Elem::i32, u};
+}
 
 // bf16 results: the fp32 results may differ by the fp32 tolerance before rounding, so the rounded
 // ones may land one bf16 ulp apart (2^-7 of the value at most; 2^-8 when rounding to nearest).
@@ -281,6 +305,45 @@ std::vector<OpCase> residual_dropout_cases(DType a) {
     return cases;
 }
 
+// Token + position embedding. Both directions are bit-identical to the CPU: the forward is one
+// addition per element (in bf16 the CPU's sum rounded once), and the backward adds the same
+// values in the same order (positions in increasing b*T+t for every (row, channel) of dwte,
+// increasing b for dwpe) into fp32 gradients that start nonzero (it accumulates).
+std::vector<OpCase> encoder_cases(DType a) {
+    struct Shape {
+        int B, T, C, V;
+        bool one_token;  // every position on token 4: one run of B*T positions, other rows untouched
+    };
+    // T = 1; odd shapes with repeated tokens (V small); channels over two blocks (C = 300 > 256);
+    // N = 260 positions: three 128-key sort tiles, runs up to ~10; N = 1100 > 1024 walk blocks,
+    // which stride over the sorted positions.
+    const Shape shapes[] = {{1, 1, 40, 5, false},  {2, 7, 40, 13, false}, {3, 5, 300, 4, false}, {2, 1, 72, 101, false},
+                            {3, 9, 72, 6, true},   {4, 65, 72, 37, false}, {2, 550, 40, 50, false}};
+    std::vector<OpCase> cases;
+    for (const Shape& s : shapes) {
+        const std::size_t N = static_cast<std::size_t>(s.B) * s.T, C = s.C;
+        const std::string shape = " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C) +
+                                  " V=" + std::to_string(s.V) + (s.one_token ? " one token" : "");
+        const Buffer tokens = s.one_token ? Buffer{Elem::i32, std::vector<float>(N, 4.0f)}
+                                          : token_values(N, s.V, 21 + s.C);
+        OpCase f = op_case("encoder_forward" + shape, a, {Kernel::encoder_forward},
+                           {tokens, act_values(a, s.V * C, 11), act_values(a, s.T * C, 12), act_zeros(N * C)});
+        f.run = [s](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
+            k.encoder_forward(ctx, p.act(3), p.i32(0), p.act(1), p.act(2), s.B, s.T, s.C);
+        };
+        f.checks = {{3}};
+        cases.push_back(f);
+        OpCase b = op_case("encoder_backward" + shape, a, {Kernel::encoder_backward},
+                           {tokens, act_values(a, N * C, 13), f32_values(s.V * C, 14), f32_values(s.T * C, 15)});
+        b.run = [s](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
+            k.encoder_backward(ctx, p.f32(2), p.f32(3), p.act(1), p.i32(0), s.B, s.T, s.C);
+        };
+        b.checks = {{2}, {3}};
+        cases.push_back(b);
+    }
+    return cases;
+}
+
 // The table: one row per op family, each making its cases for an activation dtype.
 struct Family {
     const char* name;
@@ -290,6 +353,7 @@ const Family kFamilies[] = {
     {"gelu", gelu_cases},
     {"dropout_mask", dropout_mask_cases},
     {"residual_dropout", residual_dropout_cases},
+    {"encoder", encoder_cases},
 };
 
 std::vector<OpCase> all_cases() {
@@ -308,7 +372,6 @@ TEST(CudaOps, EveryCaseOfTheTableMatchesTheCpuBackend) {
 // The kernels of kernels/ops.inc the table does not run yet, and the file whose hand-written twin
 // test checks each: the list the table shrinks, so that no kernel goes unchecked.
 const std::set<std::string> kTwinTestedElsewhere = {
-    "encoder_forward",           "encoder_backward",          // test_cuda_encoder.cpp
     "layernorm_forward",         "layernorm_backward",        // test_cuda_layernorm.cpp
     "matmul_forward",            "matmul_backward",           // test_cuda_matmul.cpp
     "attention_softmax_forward", "attention_value_forward",   // test_cuda_attention.cpp
@@ -371,6 +434,11 @@ TEST(CudaOps, ActivationsOfDifferentDtypesAreRefused) {
     EXPECT_THROW(k.residual_dropout_forward(ctx, b16, b16, f32, nullptr, 0.1f, 8), std::invalid_argument);
     EXPECT_THROW(k.residual_dropout_backward(ctx, b16, f32, nullptr, 0.1f, 8), std::invalid_argument);
     EXPECT_THROW(k.dropout_forward(ctx, f32, b16, nullptr, 0.1f, 8), std::invalid_argument);
+    // Embeddings of another dtype than the output.
+    const std::vector<int> two_tokens = {1, 2};
+    const Arena tokens(gpu, sizeof(int) * two_tokens.size());
+    gpu.copy_to_device(tokens.data(), two_tokens.data(), sizeof(int) * two_tokens.size());
+    EXPECT_THROW(k.encoder_forward(ctx, b16, tokens.as<const int>(), f32, b16, 1, 2, 4), std::invalid_argument);
 }
 
 }  // namespace
