@@ -282,6 +282,7 @@ public:
     }
     void synchronize() override {}
     bool host_addressable() const override { return true; }
+    bool supports(Kernel kernel, DType activation) const override { return cpu_backend().supports(kernel, activation); }
     std::size_t free_memory() const override { return limit_; }
     std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) override {
         return cpu_backend().make_interval_timer(max_intervals);
