@@ -23,17 +23,20 @@ namespace {
 // declarations, with Backend only forward-declared, so the engine may ask which rank it is
 // (src/engine/model_layout.cpp: a ZeRO-1 rank's optimizer shard). Its implementation and the rest
 // of src/dist run the collectives on the engine's Backend and the model: above the engine.
+// models/ sits above kernels/: the block's ops name the kernels they run (models/gpt_block.h:
+// op_kernels), which is what a backend's supports() is asked about.
 const std::map<std::string, int>& layer_ranks() {
     static const std::map<std::string, int> ranks = {
         {"src/common", 0},
-        {"kernels", 1},        {"models", 1},  {"data", 1},
-        {"src/dist/process_group.h", 2},
-        {"src/engine", 3},
-        {"src/dist", 4},       {"src/io", 4},  {"src/eval", 4},
-        {"src/adacc", 5},      {"src/cuda", 5},
-        {"src/config", 6},
-        {"src/train", 7},
-        {"src/cli", 8},
+        {"kernels", 1},        {"data", 1},
+        {"models", 2},
+        {"src/dist/process_group.h", 3},
+        {"src/engine", 4},
+        {"src/dist", 5},       {"src/io", 5},  {"src/eval", 5},
+        {"src/adacc", 6},      {"src/cuda", 6},
+        {"src/config", 7},
+        {"src/train", 8},
+        {"src/cli", 9},
     };
     return ranks;
 }
