@@ -86,10 +86,11 @@ int main(int argc, char** argv) {
     };
     const double step_s = median(times);
     const double gflops = model.training_flops(B, T) / step_s / 1e9;
-    std::printf("%-13s B=%-3d T=%-5d params=%-11lld step_ms=%8.1f (fwd %.1f bwd %.1f opt %.1f) tokens/s=%8.1f "
-                "GFLOP/s=%6.1f sgemm_peak=%6.1f pct_of_peak=%5.1f%%\n",
-                preset.c_str(), B, T, static_cast<long long>(model.num_params()), step_s * 1e3,
-                median(forward_times) * 1e3, median(backward_times) * 1e3, median(optimizer_times) * 1e3, B * T / step_s,
-                gflops, peak, 100.0 * gflops / peak);
+    std::printf(
+        "%-13s B=%-3d T=%-5d params=%-11lld step_ms=%8.1f (fwd %.1f bwd %.1f opt %.1f) tokens/s=%8.1f "
+        "GFLOP/s=%6.1f sgemm_peak=%6.1f pct_of_peak=%5.1f%%\n",
+        preset.c_str(), B, T, static_cast<long long>(model.num_params()), step_s * 1e3, median(forward_times) * 1e3,
+        median(backward_times) * 1e3, median(optimizer_times) * 1e3, B * T / step_s, gflops, peak,
+        100.0 * gflops / peak);
     return 0;
 }

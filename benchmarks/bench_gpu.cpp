@@ -34,7 +34,7 @@ struct GpuPeak {
 };
 constexpr GpuPeak kPeaks[] = {
     {"H200", 989.0, 67.0}, {"H100 SXM", 989.0, 67.0}, {"H100 PCIe", 756.0, 51.0}, {"H100", 989.0, 67.0},
-    {"A100", 312.0, 19.5},  {"L40S", 362.0, 91.6},     {"A10", 125.0, 31.2},
+    {"A100", 312.0, 19.5}, {"L40S", 362.0, 91.6},     {"A10", 125.0, 31.2},
 };
 
 GpuPeak peak_for(const std::string& gpu) {
@@ -67,8 +67,7 @@ StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType
     for (int step = 1; step <= warmup + steps; ++step) {
         backend.synchronize();
         const auto t0 = std::chrono::steady_clock::now();
-        model.forward_step(tokens.data(), targets.data(), B, T, DropoutContext{}, 1.0f / (B * T), double(B) * T,
-                           false);
+        model.forward_step(tokens.data(), targets.data(), B, T, DropoutContext{}, 1.0f / (B * T), double(B) * T, false);
         model.backward(tokens.data(), B, T, false);
         queue_gradient_norm(model);
         queue_adamw_step(model, opt, 3e-4f, step);
@@ -113,16 +112,22 @@ int main(int argc, char** argv) {
         const DType dtype = resolve_model_dtype(dtype_name, Device::cuda);
         // MFU against the dense peak of the matmuls' input type (fp32 runs true fp32, never TF32).
         const double peak_tflops = dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops;
-        nlohmann::json out = {{"gpu", gpu.name}, {"compute_capability", gpu.compute_capability},
-                              {"precision", dtype_name}, {"peak_tflops_fp32", peak.fp32_tflops},
-                              {"peak_tflops_bf16", peak.bf16_tflops}, {"flops_per_token", "6N + 6LCT (llm.c)"},
-                              {"seq_len", T}, {"runs", nlohmann::json::array()}, {"modes", nlohmann::json::array()}};
-        std::printf("GPU %s (sm_%d), %s; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 %.1f, "
-                    "bf16 %.0f TFLOP/s)\n\n",
-                    gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(), dtype_name.c_str(), peak.fp32_tflops,
-                    peak.bf16_tflops);
-        std::printf("%-10s %6s %6s %10s %12s %9s %12s %8s\n", "model", "batch", "seq", "step_ms", "tokens/s",
-                    "TFLOP/s", "MFU", "loss");
+        nlohmann::json out = {{"gpu", gpu.name},
+                              {"compute_capability", gpu.compute_capability},
+                              {"precision", dtype_name},
+                              {"peak_tflops_fp32", peak.fp32_tflops},
+                              {"peak_tflops_bf16", peak.bf16_tflops},
+                              {"flops_per_token", "6N + 6LCT (llm.c)"},
+                              {"seq_len", T},
+                              {"runs", nlohmann::json::array()},
+                              {"modes", nlohmann::json::array()}};
+        std::printf(
+            "GPU %s (sm_%d), %s; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 %.1f, "
+            "bf16 %.0f TFLOP/s)\n\n",
+            gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(), dtype_name.c_str(), peak.fp32_tflops,
+            peak.bf16_tflops);
+        std::printf("%-10s %6s %6s %10s %12s %9s %12s %8s\n", "model", "batch", "seq", "step_ms", "tokens/s", "TFLOP/s",
+                    "MFU", "loss");
         int modes_batch = 0;
         for (const std::string& name : presets) {
             const auto cfg = gpt_preset(name);
@@ -139,8 +144,12 @@ int main(int argc, char** argv) {
             const double mfu = peak_tflops > 0 ? tflops / peak_tflops : 0.0;
             std::printf("%-10s %6d %6d %10.1f %12.0f %9.1f %11.1f%% %8.4f\n", name.c_str(), B, T, t.median_ms,
                         tokens_per_s, tflops, 100 * mfu, t.loss);
-            out["runs"].push_back({{"model", name}, {"batch", B}, {"step_ms", t.median_ms},
-                                   {"tokens_per_s", tokens_per_s}, {"tflops", tflops}, {"mfu", mfu}});
+            out["runs"].push_back({{"model", name},
+                                   {"batch", B},
+                                   {"step_ms", t.median_ms},
+                                   {"tokens_per_s", tokens_per_s},
+                                   {"tflops", tflops},
+                                   {"mfu", mfu}});
         }
         if (modes_batch > 0) {
             const GPTConfig cfg = *gpt_preset(presets.front());
@@ -151,8 +160,11 @@ int main(int argc, char** argv) {
                 const StepTiming t = time_steps(cfg, modes_batch, T, mode, dtype, steps, warmup);
                 std::printf("%-10s %10.1f %12s %12s\n", memory_mode_name(mode), t.median_ms,
                             format_bytes(m.tape).c_str(), format_bytes(m.total()).c_str());
-                out["modes"].push_back({{"mode", memory_mode_name(mode)}, {"batch", modes_batch},
-                                        {"step_ms", t.median_ms}, {"tape_bytes", m.tape}, {"total_bytes", m.total()}});
+                out["modes"].push_back({{"mode", memory_mode_name(mode)},
+                                        {"batch", modes_batch},
+                                        {"step_ms", t.median_ms},
+                                        {"tape_bytes", m.tape},
+                                        {"total_bytes", m.total()}});
             }
         }
         if (!json_file.empty()) std::ofstream(json_file) << out.dump(2) << '\n';

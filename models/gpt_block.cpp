@@ -6,10 +6,9 @@ namespace adacc {
 
 namespace {
 const char* const kTensorNames[] = {
-    "x",    "ln1",      "ln1_mean", "ln1_rstd", "qkv",    "att",       "att_mask",
-    "atty", "attproj",  "res1_mask", "x2",      "ln2",    "ln2_mean",  "ln2_rstd",
-    "fch",  "fch_gelu", "fcproj",   "res2_mask", "out",   "att_lse",   "emb_mask",
-    "lnf",  "lnf_mean", "lnf_rstd",
+    "x",       "ln1",       "ln1_mean", "ln1_rstd", "qkv",      "att",      "att_mask", "atty",
+    "attproj", "res1_mask", "x2",       "ln2",      "ln2_mean", "ln2_rstd", "fch",      "fch_gelu",
+    "fcproj",  "res2_mask", "out",      "att_lse",  "emb_mask", "lnf",      "lnf_mean", "lnf_rstd",
 };
 static_assert(std::size(kTensorNames) == kNumTapeTensorKinds, "one name per TensorKind, in the enum's order");
 }  // namespace
@@ -88,34 +87,34 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
         bool saved, tiny;
     };
     const bool d = has_dropout_, fused = cfg.attention == AttentionImpl::fused;
-    const std::size_t matrix = fused ? 0 : TT;  // the attention matrices' elements
+    const std::size_t matrix = fused ? 0 : TT;                  // the attention matrices' elements
     const DType A = activation, S = DType::f32, M = DType::u8;  // activations, layernorm statistics, masks
     const Spec specs[] = {
-        {A, N * C, true, false},       // x
-        {A, N * C, true, false},       // ln1
-        {S, N, true, true},            // ln1_mean
-        {S, N, true, true},            // ln1_rstd
-        {A, N * 3 * C, true, false},   // qkv
-        {A, matrix, !fused, false},    // att
+        {A, N * C, true, false},                  // x
+        {A, N * C, true, false},                  // ln1
+        {S, N, true, true},                       // ln1_mean
+        {S, N, true, true},                       // ln1_rstd
+        {A, N * 3 * C, true, false},              // qkv
+        {A, matrix, !fused, false},               // att
         {M, d ? matrix : 0, d && !fused, false},  // att_mask
-        {A, N * C, true, false},       // atty
-        {A, N * C, false, false},      // attproj
-        {M, d ? N * C : 0, d, false},  // res1_mask
-        {A, N * C, true, false},       // x2
-        {A, N * C, true, false},       // ln2
-        {S, N, true, true},            // ln2_mean
-        {S, N, true, true},            // ln2_rstd
-        {A, N * 4 * C, true, false},   // fch
-        {A, N * 4 * C, true, false},   // fch_gelu
-        {A, N * C, false, false},      // fcproj
-        {M, d ? N * C : 0, d, false},  // res2_mask
-        {A, N * C, false, false},      // out (saved as the next block's x)
-        {S, fused ? N * H : 0, fused, true},  // att_lse
+        {A, N * C, true, false},                  // atty
+        {A, N * C, false, false},                 // attproj
+        {M, d ? N * C : 0, d, false},             // res1_mask
+        {A, N * C, true, false},                  // x2
+        {A, N * C, true, false},                  // ln2
+        {S, N, true, true},                       // ln2_mean
+        {S, N, true, true},                       // ln2_rstd
+        {A, N * 4 * C, true, false},              // fch
+        {A, N * 4 * C, true, false},              // fch_gelu
+        {A, N * C, false, false},                 // fcproj
+        {M, d ? N * C : 0, d, false},             // res2_mask
+        {A, N * C, false, false},                 // out (saved as the next block's x)
+        {S, fused ? N * H : 0, fused, true},      // att_lse
     };
     static_assert(std::size(specs) == kNumTensorKinds, "one spec per block TensorKind, in the enum's order");
     for (int i = 0; i < kNumTensorKinds; ++i)
-        tensors_.push_back({static_cast<K>(i), kTensorNames[i], specs[i].dtype, specs[i].numel, specs[i].saved,
-                            specs[i].tiny});
+        tensors_.push_back(
+            {static_cast<K>(i), kTensorNames[i], specs[i].dtype, specs[i].numel, specs[i].saved, specs[i].tiny});
 
     const double n = static_cast<double>(N), c = static_cast<double>(C);
     const double attn_flops = 2.0 * 2.0 * B * H * (T * (T + 1) / 2.0) * (c / H);  // q k^T and att v, causal
@@ -126,32 +125,65 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
         if (d) ops_.push_back({name, OpKind::dropout_mask, {}, {out}, {}, {}, 0, 0, 0.0});
     };
     const int Ci = static_cast<int>(C);
-    ops_.push_back({"ln1", OpKind::layernorm, {K::x}, {K::ln1, K::ln1_mean, K::ln1_rstd}, ParamId::ln1w,
-                    ParamId::ln1b, 0, 0, 8.0 * n * c});
+    ops_.push_back({"ln1",
+                    OpKind::layernorm,
+                    {K::x},
+                    {K::ln1, K::ln1_mean, K::ln1_rstd},
+                    ParamId::ln1w,
+                    ParamId::ln1b,
+                    0,
+                    0,
+                    8.0 * n * c});
     matmul("qkv", K::ln1, K::qkv, ParamId::qkvw, ParamId::qkvb, Ci, 3 * Ci);
     if (fused) {
-        ops_.push_back({"attention", OpKind::attention_fused, {K::qkv}, {K::atty, K::att_lse}, {}, {}, 0, 0, attn_flops});
+        ops_.push_back(
+            {"attention", OpKind::attention_fused, {K::qkv}, {K::atty, K::att_lse}, {}, {}, 0, 0, attn_flops});
     } else {
         ops_.push_back({"att_softmax", OpKind::attention_softmax, {K::qkv}, {K::att}, {}, {}, 0, 0, attn_flops / 2});
         mask("att_dropout_mask", K::att_mask);
-        ops_.push_back({"att_value", OpKind::attention_value,
+        ops_.push_back({"att_value",
+                        OpKind::attention_value,
                         d ? std::vector<K>{K::att, K::att_mask, K::qkv} : std::vector<K>{K::att, K::qkv},
-                        {K::atty}, {}, {}, 0, 0, attn_flops / 2});
+                        {K::atty},
+                        {},
+                        {},
+                        0,
+                        0,
+                        attn_flops / 2});
     }
     matmul("attproj", K::atty, K::attproj, ParamId::attprojw, ParamId::attprojb, Ci, Ci);
     mask("res1_dropout_mask", K::res1_mask);
-    ops_.push_back({"residual1", OpKind::residual_dropout,
+    ops_.push_back({"residual1",
+                    OpKind::residual_dropout,
                     d ? std::vector<K>{K::x, K::attproj, K::res1_mask} : std::vector<K>{K::x, K::attproj},
-                    {K::x2}, {}, {}, 0, 0, 2.0 * n * c});
-    ops_.push_back({"ln2", OpKind::layernorm, {K::x2}, {K::ln2, K::ln2_mean, K::ln2_rstd}, ParamId::ln2w,
-                    ParamId::ln2b, 0, 0, 8.0 * n * c});
+                    {K::x2},
+                    {},
+                    {},
+                    0,
+                    0,
+                    2.0 * n * c});
+    ops_.push_back({"ln2",
+                    OpKind::layernorm,
+                    {K::x2},
+                    {K::ln2, K::ln2_mean, K::ln2_rstd},
+                    ParamId::ln2w,
+                    ParamId::ln2b,
+                    0,
+                    0,
+                    8.0 * n * c});
     matmul("fc", K::ln2, K::fch, ParamId::fcw, ParamId::fcb, Ci, 4 * Ci);
     ops_.push_back({"gelu", OpKind::gelu, {K::fch}, {K::fch_gelu}, {}, {}, 0, 0, 8.0 * n * 4 * c});
     matmul("fcproj", K::fch_gelu, K::fcproj, ParamId::fcprojw, ParamId::fcprojb, 4 * Ci, Ci);
     mask("res2_dropout_mask", K::res2_mask);
-    ops_.push_back({"residual2", OpKind::residual_dropout,
+    ops_.push_back({"residual2",
+                    OpKind::residual_dropout,
                     d ? std::vector<K>{K::x2, K::fcproj, K::res2_mask} : std::vector<K>{K::x2, K::fcproj},
-                    {K::out}, {}, {}, 0, 0, 2.0 * n * c});
+                    {K::out},
+                    {},
+                    {},
+                    0,
+                    0,
+                    2.0 * n * c});
     for (OpInfo& op : ops_) wire_gradients(op);
 }
 

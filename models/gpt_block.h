@@ -26,24 +26,24 @@ enum class TensorKind : int {
     ln1_mean,
     ln1_rstd,
     qkv,
-    att,        // softmax probabilities, B x H x T x T
-    att_mask,   // attention dropout mask, B x H x T x T bytes
+    att,       // softmax probabilities, B x H x T x T
+    att_mask,  // attention dropout mask, B x H x T x T bytes
     atty,
-    attproj,    // transient: only feeds the residual
+    attproj,  // transient: only feeds the residual
     res1_mask,
-    x2,         // residual stream after attention
+    x2,  // residual stream after attention
     ln2,
     ln2_mean,
     ln2_rstd,
-    fch,        // fc output, gelu input
+    fch,  // fc output, gelu input
     fch_gelu,
-    fcproj,     // transient
+    fcproj,  // transient
     res2_mask,
-    out,        // block output = next block's x
-    att_lse,    // fused attention: log of each probability row's softmax denominator, B x H x T fp32
+    out,      // block output = next block's x
+    att_lse,  // fused attention: log of each probability row's softmax denominator, B x H x T fp32
     // Tensors outside the blocks (on the tape, never in BlockGraph's lists or a plan):
-    emb_mask,   // embedding dropout mask, N x C bytes
-    lnf,        // final layernorm output, N x C
+    emb_mask,  // embedding dropout mask, N x C bytes
+    lnf,       // final layernorm output, N x C
     lnf_mean,
     lnf_rstd,
 };
@@ -75,9 +75,9 @@ struct TensorInfo {
     TensorKind kind;
     std::string name;
     DType dtype;
-    std::size_t numel;      // elements for the given (B, T)
-    bool saved;             // backward reads it, so it must be on the tape in some form
-    bool tiny;              // layernorm statistics: always kept, never planned
+    std::size_t numel;  // elements for the given (B, T)
+    bool saved;         // backward reads it, so it must be on the tape in some form
+    bool tiny;          // layernorm statistics: always kept, never planned
     std::size_t bytes() const { return numel * dtype_size(dtype); }
 };
 

@@ -12,12 +12,12 @@
 #include <random>
 
 #include "data/token_shard.h"
-#include "src/adacc/budget_planner.h"
 #include "src/adacc/adacc_regulator.h"
+#include "src/adacc/budget_planner.h"
 #include "src/adacc/profiler.h"
-#include "src/config/config.h"
 #include "src/common/errors.h"
 #include "src/common/units.h"
+#include "src/config/config.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/weight_init.h"
 #include "src/train/gradient_fidelity.h"
@@ -52,7 +52,8 @@ TEST(AdaccPlan, FitsTheBudgetAsAllocated) {
     const ModelMemory none = memory_for_mode(cfg, B, T, MemoryMode::none);
     const ModelMemory full = memory_for_mode(cfg, B, T, MemoryMode::full);
     for (double fraction : {0.2, 0.4, 0.7}) {
-        const std::uint64_t budget = full.total() + static_cast<std::uint64_t>(fraction * (none.total() - full.total()));
+        const std::uint64_t budget =
+            full.total() + static_cast<std::uint64_t>(fraction * (none.total() - full.total()));
         const AdaccPlan plan = plan_adacc(cfg, B, T, profile, budget, true, {});
         EXPECT_LE(plan.memory.total(), budget);
         EXPECT_EQ(plan.memory.total(), GPTModel::plan_memory(cfg, B, T, plan.plan, plan.codec_params).total());
@@ -202,21 +203,21 @@ TEST(AdaccPlan, CodecOptionsAreAdmittedByErrorAndDominatedOnesDropped) {
         return out;
     };
     set(Codec::group_int4, 0.10, 1.0);
-    set(Codec::outlier_int4, 0.05, 2.0);   // more bytes and time, less error: an option
-    set(Codec::channel_int4, 0.13, 0.5);   // over the tolerance
-    set(Codec::asym_int4, 0.11, 1.5);      // more bytes, time and error than group: dominated
+    set(Codec::outlier_int4, 0.05, 2.0);  // more bytes and time, less error: an option
+    set(Codec::channel_int4, 0.13, 0.5);  // over the tolerance
+    set(Codec::asym_int4, 0.11, 1.5);     // more bytes, time and error than group: dominated
     EXPECT_EQ(ln1_options(CodecCandidates::all), (std::vector<Codec>{Codec::group_int4, Codec::outlier_int4}));
     EXPECT_EQ(ln1_options(CodecCandidates::paper), (std::vector<Codec>{Codec::outlier_int4}));
-    set(Codec::channel_int4, 0.11, 1.0);   // worse error than group, but fewer bytes: it buys memory
-    set(Codec::asym_int4, 0.11, 0.5);      // worse error and more bytes, but faster: it buys time
-    EXPECT_EQ(ln1_options(CodecCandidates::all), (std::vector<Codec>{Codec::group_int4, Codec::outlier_int4,
-                                                                     Codec::channel_int4, Codec::asym_int4}));
+    set(Codec::channel_int4, 0.11, 1.0);  // worse error than group, but fewer bytes: it buys memory
+    set(Codec::asym_int4, 0.11, 0.5);     // worse error and more bytes, but faster: it buys time
+    EXPECT_EQ(ln1_options(CodecCandidates::all),
+              (std::vector<Codec>{Codec::group_int4, Codec::outlier_int4, Codec::channel_int4, Codec::asym_int4}));
     // paper+group: the paper's outlier codec and plain group INT4, nothing else.
     EXPECT_EQ(ln1_options(CodecCandidates::paper_and_group),
               (std::vector<Codec>{Codec::outlier_int4, Codec::group_int4}));
-    set(Codec::outlier_int4, 0.10, 1.0);   // no better than group anywhere, and larger: dominated
+    set(Codec::outlier_int4, 0.10, 1.0);  // no better than group anywhere, and larger: dominated
     EXPECT_EQ(ln1_options(CodecCandidates::paper_and_group), (std::vector<Codec>{Codec::group_int4}));
-    set(Codec::group_int4, 0.2, 1.0);      // neither candidate within the tolerance
+    set(Codec::group_int4, 0.2, 1.0);  // neither candidate within the tolerance
     set(Codec::outlier_int4, 0.2, 1.0);
     EXPECT_TRUE(ln1_options(CodecCandidates::paper_and_group).empty()) << "ln1 must be kept or recomputed";
 }
@@ -282,11 +283,12 @@ TEST(OutlierChannels, OutlierSeparatedInt4BeatsPlainInt4OnTheGradientsAtNearlyTh
     const Profile profile = profile_block(config.model, 4, 4, 32, first_training_batch(config),
                                           ProfileWeights{weights.data(), config.training.seed, {}}, {});
     const TensorProfile& ln1 = *profile.find(TensorKind::ln1);
-    const double bytes_ratio = double(ln1.find(Codec::outlier_int4)->compressed_bytes) /
-                               double(ln1.find(Codec::group_int4)->compressed_bytes);
+    const double bytes_ratio =
+        double(ln1.find(Codec::outlier_int4)->compressed_bytes) / double(ln1.find(Codec::group_int4)->compressed_bytes);
     std::printf("ln1 blobs: outlier_int4 %zu bytes, group_int4 %zu bytes (x%.3f); errors %.4f vs %.4f\n",
                 ln1.find(Codec::outlier_int4)->compressed_bytes, ln1.find(Codec::group_int4)->compressed_bytes,
-                bytes_ratio, ln1.find(Codec::outlier_int4)->relative_error, ln1.find(Codec::group_int4)->relative_error);
+                bytes_ratio, ln1.find(Codec::outlier_int4)->relative_error,
+                ln1.find(Codec::group_int4)->relative_error);
     EXPECT_LT(bytes_ratio, 1.25);
 }
 
@@ -344,7 +346,6 @@ TEST(OutlierChannels, ThePlannerChoosesTheOutlierCodecByItsMeasuredError) {
     }
 }
 
-
 // The profiler runs a slice of the model (its first kProfiledLayers blocks): initialised from the
 // run's seed, the slice holds exactly the whole model's first layers — the same draws, and the
 // residual projections scaled for the whole model's depth — with the [stress] hook too.
@@ -379,7 +380,8 @@ TEST(ProfileSlice, PlansAModelLargerThanThisMachine) {
     cfg.dropout = 0.0f;
     GPTConfig one_layer = cfg;
     one_layer.n_layer = 1;
-    const std::size_t per_layer_params = ParameterLayout(cfg).total() - ParameterLayout(one_layer).total();  // cfg: 2 layers
+    const std::size_t per_layer_params =
+        ParameterLayout(cfg).total() - ParameterLayout(one_layer).total();  // cfg: 2 layers
     cfg.n_layer = static_cast<int>(1.25 * double(machine) / (16.0 * double(per_layer_params))) + 1;
     const int B = 2, T = 32;
     const ModelMemory full = memory_for_mode(cfg, B, T, MemoryMode::full);
@@ -422,7 +424,8 @@ TEST(LargestPlannedBatch, IsTheLastBatchWithAPlanWithinTheBudget) {
         SCOPED_TRACE(compress ? "adacc" : "recompute-opt");
         const int n = planned[compress] = largest_planned_batch(cfg, unit, budget, compress, {});
         std::printf("%s: none %d, planned %d, full %d\n", compress ? "adacc" : "recompute-opt",
-                    largest_batch(cfg, T, MemoryMode::none, budget), n, largest_batch(cfg, T, MemoryMode::full, budget));
+                    largest_batch(cfg, T, MemoryMode::none, budget), n,
+                    largest_batch(cfg, T, MemoryMode::full, budget));
         EXPECT_GE(n, largest_batch(cfg, T, MemoryMode::none, budget));
         EXPECT_LE(n, largest_batch(cfg, T, MemoryMode::full, budget));
         EXPECT_LE(plan_adacc(cfg, n, T, rescale_profile(unit, cfg, n), budget, compress, {}).memory.total(), budget);
@@ -458,7 +461,8 @@ TEST(LayerClasses, LayersWhoseProfilesDifferGetTheirOwnPlans) {
     for (PlanGranularity granularity : {PlanGranularity::block, PlanGranularity::global})
         for (double fraction : {0.1, 0.25, 0.4, 0.6}) {
             SCOPED_TRACE(std::string(plan_granularity_name(granularity)) + " at " + std::to_string(fraction));
-            const std::uint64_t budget = full.total() + static_cast<std::uint64_t>(fraction * (none.total() - full.total()));
+            const std::uint64_t budget =
+                full.total() + static_cast<std::uint64_t>(fraction * (none.total() - full.total()));
             PlannerOptions options;
             options.granularity = granularity;
             const AdaccPlan mixed = plan_adacc(cfg, B, T, profile, budget, true, options);
@@ -471,7 +475,8 @@ TEST(LayerClasses, LayersWhoseProfilesDifferGetTheirOwnPlans) {
             bool differ = false, group_in_layer0 = false;
             for (TensorKind k : mixed.kinds) {
                 differ |= !(mixed.plan.at(0, k) == mixed.plan.at(1, k));
-                group_in_layer0 |= mixed.plan.at(0, k).policy == Policy::compress && mixed.plan.at(0, k).codec == Codec::group_int4;
+                group_in_layer0 |=
+                    mixed.plan.at(0, k).policy == Policy::compress && mixed.plan.at(0, k).codec == Codec::group_int4;
                 for (int l = 1; l < cfg.n_layer; ++l) {
                     if (mixed.plan.at(l, k).policy != Policy::compress) continue;
                     EXPECT_NE(mixed.plan.at(l, k).codec, Codec::group_int4) << tensor_kind_name(k) << " layer " << l;

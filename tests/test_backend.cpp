@@ -11,8 +11,8 @@
 #include <cstring>
 #include <new>
 #include <optional>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "src/adacc/codec_sampler.h"

@@ -51,6 +51,7 @@
 // ADACC_TEST_BINARY runs it against another build's adacc (tests/test_support.h).
 #include <gtest/gtest.h>
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -60,7 +61,6 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <Eigen/Core>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -217,8 +217,8 @@ json parameter_checksum(const fs::path& run_dir, const fs::path& scratch) {
     }
     char fnv[32];
     std::snprintf(fnv, sizeof fnv, "%016llx",
-                  static_cast<unsigned long long>(fnv1a64(reinterpret_cast<const unsigned char*>(bytes.data()) + kHeader,
-                                                          bytes.size() - kHeader)));
+                  static_cast<unsigned long long>(
+                      fnv1a64(reinterpret_cast<const unsigned char*>(bytes.data()) + kHeader, bytes.size() - kHeader)));
     return {{"count", n}, {"fnv1a64", fnv}, {"sum", hex(sum)}, {"sum_dec", dec_double(sum)}};
 }
 
@@ -256,9 +256,7 @@ std::optional<json> expected_records(const std::string& name) {
 // (P, this run's exported parameter count). The quickstart model, P = 7.24M, k = 30: 4.8e-3; the
 // tiny model, P = 127k, k = 12: 2.5e-4. Measured between an AVX-512 FP16 Xeon, an older Xeon and
 // an EPYC: up to 9e-7 (last bits), so the bound is loose; the bit-exact record is the tight check.
-double rounding_tolerance(int steps, double parameters) {
-    return steps * std::sqrt(parameters) * std::ldexp(1.0, -24);
-}
+double rounding_tolerance(int steps, double parameters) { return steps * std::sqrt(parameters) * std::ldexp(1.0, -24); }
 
 // The lossy modes (quant, adacc) amplify that rounding: an activation that lies on the boundary
 // between two steps of a 4-bit grid rounds to either, so one element of a compressed tensor moves
@@ -286,8 +284,7 @@ std::optional<double> hex_value(const json& v) {
 // checksums of the final parameters (a hash, and a sum of ±values whose cancellation makes a
 // relative bound meaningless; the losses after the last step stand in for them).
 bool exact_only(const std::string& key) {
-    return key == "fnv1a64" || key == "sum" ||
-           (key.size() > 4 && key.compare(key.size() - 4, 4, "_dec") == 0);
+    return key == "fnv1a64" || key == "sum" || (key.size() > 4 && key.compare(key.size() - 4, 4, "_dec") == 0);
 }
 
 // Walks a record and this run's numbers together: the same structure, the same integers and
@@ -300,12 +297,14 @@ struct ToleranceWalk {
 
     void walk(const json& expected, const json& actual, const std::string& path, int step) {
         if (expected.is_object() && actual.is_object()) {
-            const int here = expected.contains("step") && expected["step"].is_number_integer() ? expected["step"].get<int>()
-                                                                                               : step;
+            const int here =
+                expected.contains("step") && expected["step"].is_number_integer() ? expected["step"].get<int>() : step;
             for (const auto& [key, value] : expected.items()) {
                 if (exact_only(key)) continue;
-                if (!actual.contains(key)) differences.push_back(path + "/" + key + ": missing in this run");
-                else walk(value, actual[key], path + "/" + key, here);
+                if (!actual.contains(key))
+                    differences.push_back(path + "/" + key + ": missing in this run");
+                else
+                    walk(value, actual[key], path + "/" + key, here);
             }
             for (const auto& [key, value] : actual.items())
                 if (!expected.contains(key)) differences.push_back(path + "/" + key + ": not in the record");
@@ -354,8 +353,9 @@ void record_or_check_exactly(const std::string& name, const json& records, const
     const std::string key = platform_key();
     if (recording()) {
         const fs::path file = expected_file(name, true);
-        json doc = {{"about", "recorded by tests/test_behaviour_fixture.cpp (dev/record_behaviour_fixture.sh); "
-                              "floats as hex (%a), *_dec for humans"},
+        json doc = {{"about",
+                     "recorded by tests/test_behaviour_fixture.cpp (dev/record_behaviour_fixture.sh); "
+                     "floats as hex (%a), *_dec for humans"},
                     {"platforms", json::object()}};
         if (std::ifstream in(file); in) doc = json::parse(in);
         doc["platforms"][key] = {{"numbers_of", recorded_commit()}, {"numbers", actual}};
@@ -366,11 +366,12 @@ void record_or_check_exactly(const std::string& name, const json& records, const
     if (!records.contains(key)) {
         std::string known;
         for (const auto& [k, v] : records.items()) known += "\n  '" + k + "'";
-        std::printf("[ NOTE     ] %s: no bit-exact record for this platform '%s' (the numbers depend on the code the "
-                    "compiler generates); checked within rounding tolerance of the recorded:%s\n"
-                    "record one with dev/record_behaviour_fixture.sh BASE_COMMIT (a commit whose numbers are the "
-                    "reference)\n",
-                    name.c_str(), key.c_str(), known.c_str());
+        std::printf(
+            "[ NOTE     ] %s: no bit-exact record for this platform '%s' (the numbers depend on the code the "
+            "compiler generates); checked within rounding tolerance of the recorded:%s\n"
+            "record one with dev/record_behaviour_fixture.sh BASE_COMMIT (a commit whose numbers are the "
+            "reference)\n",
+            name.c_str(), key.c_str(), known.c_str());
         return;
     }
     const json& expected = records[key]["numbers"];
@@ -428,8 +429,10 @@ std::vector<std::uint16_t> quickstart_tokens(std::uint64_t seed, std::size_t n) 
             continue;
         }
         const std::uint32_t choice = (r >> 8) % 16;
-        if (choice < 11) k = (k * 5 + 1 + (r >> 12) % 3) % 1024;
-        else if (choice < 15) k = (r >> 12) % 1024;
+        if (choice < 11)
+            k = (k * 5 + 1 + (r >> 12) % 3) % 1024;
+        else if (choice < 15)
+            k = (r >> 12) % 1024;
         else {
             t = static_cast<std::uint16_t>((r >> 12) % 50257);
             continue;
@@ -450,7 +453,9 @@ std::string utf8(unsigned code_point) {
 // bytes first), then one token per merge of toy_merges.bpe (64 merges make_inputs.py learned on
 // corpus.txt; this project's own, in vocab.bpe's format), then <|endoftext|>: 321 tokens.
 fs::path write_toy_vocab(const fs::path& dir) {
-    auto printable = [](unsigned b) { return (33 <= b && b <= 126) || (161 <= b && b <= 172) || (174 <= b && b <= 255); };
+    auto printable = [](unsigned b) {
+        return (33 <= b && b <= 126) || (161 <= b && b <= 172) || (174 <= b && b <= 255);
+    };
     json encoder = json::object();
     unsigned shifted = 256;
     std::string spelling[256];
@@ -485,14 +490,14 @@ json shard_checksum(const fs::path& shard) {
     const std::vector<std::uint16_t> tokens = read_token_shard(shard);
     char fnv[32];
     std::snprintf(fnv, sizeof fnv, "%016llx",
-                  static_cast<unsigned long long>(
-                      fnv1a64(reinterpret_cast<const unsigned char*>(tokens.data()), tokens.size() * sizeof(std::uint16_t))));
+                  static_cast<unsigned long long>(fnv1a64(reinterpret_cast<const unsigned char*>(tokens.data()),
+                                                          tokens.size() * sizeof(std::uint16_t))));
     return {{"tokens", tokens.size()}, {"fnv1a64", fnv}};
 }
 
 std::string tiny_train_args(const fs::path& shard, const fs::path& run_dir) {
-    return "train --config " + source_path("tests/fixtures/behaviour/tiny_dropout.toml") + " --set data.train=" +
-           shard.string() + " --set logging.run_dir=" + run_dir.string();
+    return "train --config " + source_path("tests/fixtures/behaviour/tiny_dropout.toml") +
+           " --set data.train=" + shard.string() + " --set logging.run_dir=" + run_dir.string();
 }
 
 // `adacc plan` for the tiny config: status, per (layers, tensor) decision, predictions.
@@ -548,9 +553,9 @@ void drop_near_ties(json& expected, json& actual, double tolerance) {
     bool any = false;
     json &expected_docs = expected["arc_easy"]["docs"], &actual_docs = actual["arc_easy"]["docs"];
     for (std::size_t i = 0; i < expected_docs.size() && i < actual_docs.size(); ++i)
-        for (const auto& [lls, prediction, correct] : {std::tuple{"loglikelihoods", "prediction", "correct"},
-                                                       std::tuple{"loglikelihoods_per_char", "prediction_norm",
-                                                                  "correct_norm"}}) {
+        for (const auto& [lls, prediction, correct] :
+             {std::tuple{"loglikelihoods", "prediction", "correct"},
+              std::tuple{"loglikelihoods_per_char", "prediction_norm", "correct_norm"}}) {
             if (!near_tie(expected_docs[i][lls], tolerance) && !near_tie(actual_docs[i][lls], tolerance)) continue;
             for (json* doc : {&expected_docs[i], &actual_docs[i]}) doc->erase(prediction), doc->erase(correct);
             any = true;
@@ -565,7 +570,8 @@ void drop_near_ties(json& expected, json& actual, double tolerance) {
 TEST(BehaviourFixture, QuickstartNone30Steps) {
     // 4-5 minutes under ASan (the 50257-token classifier), 8 on a loaded machine, near
     // run_adacc's 10-minute limit: the Release build checks this case, the sanitized one skips it.
-    if (test::kSanitized) GTEST_SKIP() << "30 quickstart steps take ~5 min under AddressSanitizer; checked in the Release build";
+    if (test::kSanitized)
+        GTEST_SKIP() << "30 quickstart steps take ~5 min under AddressSanitizer; checked in the Release build";
     const std::optional<json> records = expected_records("quickstart_none_30");
     if (!records) return;
     const fs::path dir = test::scratch_dir("behaviour_quickstart");
@@ -581,8 +587,9 @@ TEST(BehaviourFixture, QuickstartNone30Steps) {
     EXPECT_EQ(actual["steps"].size(), 30u);
     actual["params"] = parameter_checksum(run, dir);
     const double parameters = actual["params"]["count"].get<double>();
-    check_case("quickstart_none_30", *records, actual,
-               [&](const std::string&, int step) { return rounding_tolerance(step, parameters); }, 30);
+    check_case(
+        "quickstart_none_30", *records, actual,
+        [&](const std::string&, int step) { return rounding_tolerance(step, parameters); }, 30);
     if (!HasFailure()) fs::remove_all(dir);
 }
 
@@ -632,11 +639,12 @@ TEST(BehaviourFixture, TinyDropoutModesFullSelectiveQuantAdacc) {
         return path.rfind("/modes/quant", 0) == 0 || path.rfind("/modes/adacc", 0) == 0 ||
                path.rfind("/adacc_plan_after_replan", 0) == 0;  // planned from errors measured in the run
     };
-    check_case("tiny_dropout_modes", *records, actual,
-               [&](const std::string& path, int step) {
-                   return lossy(path) ? lossy_tolerance(step, parameters, 8 * 32 * 64) : rounding_tolerance(step, parameters);
-               },
-               12);
+    check_case(
+        "tiny_dropout_modes", *records, actual,
+        [&](const std::string& path, int step) {
+            return lossy(path) ? lossy_tolerance(step, parameters, 8 * 32 * 64) : rounding_tolerance(step, parameters);
+        },
+        12);
     if (!HasFailure()) fs::remove_all(dir);
 }
 
@@ -650,11 +658,11 @@ TEST(BehaviourFixture, EvalLogLikelihoodsLambadaAndArc) {
     json actual = {{"model", parameter_checksum(run, dir)}};
     for (const std::string task : {"lambada", "arc_easy"}) {
         const fs::path output = dir / (task + ".jsonl");
-        const std::string out = run_ok("eval --checkpoint " + run.string() + " --task " + task + " --data " +
-                                       (fixture_dir() / (task + ".jsonl")).string() + " --vocab " +
-                                       (dir / "vocab").string() + " --batch 4 --threads 2 --output " +
-                                       output.string(),
-                                       false);
+        const std::string out =
+            run_ok("eval --checkpoint " + run.string() + " --task " + task + " --data " +
+                       (fixture_dir() / (task + ".jsonl")).string() + " --vocab " + (dir / "vocab").string() +
+                       " --batch 4 --threads 2 --output " + output.string(),
+                   false);
         const json summary = json::parse(out.substr(out.rfind("\n{") + 1));
         json s = {{"n", summary["n"]}, {"requests", summary["requests"]}, {"tokens", summary["tokens"]}};
         for (const char* key : {"acc", "acc_norm", "acc_bytes", "ppl"})
@@ -668,7 +676,10 @@ TEST(BehaviourFixture, EvalLogLikelihoodsLambadaAndArc) {
                 lls.push_back(hex(ll.get<double>()));
                 lls_dec.push_back(dec_double(ll.get<double>()));
             }
-            json r = {{"id", d["id"]}, {"loglikelihoods", lls}, {"loglikelihoods_dec", lls_dec}, {"correct", d["correct"]},
+            json r = {{"id", d["id"]},
+                      {"loglikelihoods", lls},
+                      {"loglikelihoods_dec", lls_dec},
+                      {"correct", d["correct"]},
                       {"prediction", d["prediction"]}};
             if (task == "lambada") {
                 r["target"] = d["target"];
@@ -694,7 +705,8 @@ TEST(BehaviourFixture, EvalLogLikelihoodsLambadaAndArc) {
         for (const auto& [key, record] : records->items()) {
             json expected = record, run = actual;
             drop_near_ties(expected["numbers"], run, tolerance);
-            check_within_tolerance("eval", {{key, expected}}, run, [&](const std::string&, int) { return tolerance; }, 30);
+            check_within_tolerance(
+                "eval", {{key, expected}}, run, [&](const std::string&, int) { return tolerance; }, 30);
         }
     record_or_check_exactly("eval", *records, actual);
     if (!HasFailure()) fs::remove_all(dir);

@@ -2,6 +2,8 @@
 // and llm.c model import/export.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <array>
 #include <bit>
 #include <chrono>
@@ -10,15 +12,13 @@
 #include <fstream>
 #include <limits>
 #include <random>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "models/gpt_params.h"
-#include "src/io/checkpoint_folder.h"
-#include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/config/config.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/io/llmc_model_io.h"
 #include "src/train/training_state.h"
 #include "tests/test_support.h"
@@ -68,7 +68,6 @@ void write_small_checkpoint(const fs::path& file, std::int64_t step) {
     const std::vector<float> w = random_values<float>(100, static_cast<std::uint32_t>(step));
     write_checkpoint(file, small_meta(step), {{"w", DType::f32, {10, 10}, w.data()}});
 }
-
 
 void flip_byte(const fs::path& file, std::uint64_t offset) {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
@@ -191,7 +190,8 @@ TEST(Checkpoint, CorruptionIsDetected) {
     write_small_checkpoint(file, 1);
     flip_byte(file, 64 + 3);  // inside the metadata
     message = error_of([&] { CheckpointReader reader(file); });
-    EXPECT_NE(message.find("is corrupt (its metadata or tensor table fails its checksum)"), std::string::npos) << message;
+    EXPECT_NE(message.find("is corrupt (its metadata or tensor table fails its checksum)"), std::string::npos)
+        << message;
 
     std::ofstream(dir / "text.bin") << "this is not a checkpoint at all, just some text that is long enough";
     message = error_of([&] { CheckpointReader reader(dir / "text.bin"); });
@@ -338,7 +338,8 @@ TEST(RunDir, SigkillDuringWritesNeverLeavesAPartialCheckpoint) {
         const pid_t child = fork();
         ASSERT_GE(child, 0);
         if (child == 0) {
-            for (std::int64_t step = 1;; ++step) write_checkpoint(file, small_meta(step), {{"w", DType::f32, {4 << 20}, big.data()}});
+            for (std::int64_t step = 1;; ++step)
+                write_checkpoint(file, small_meta(step), {{"w", DType::f32, {4 << 20}, big.data()}});
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
         kill(child, SIGKILL);

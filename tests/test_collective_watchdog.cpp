@@ -70,14 +70,20 @@ TEST(CollectiveWatchdog, ACollectiveThatNeverFinishesIsAbortedAndEndsTheJobNamin
     const auto queued = Clock::now();
     watchdog.watch("the NCCL all-reduce of 124439808 elements", std::make_unique<FakeCollective>(hung));
 
-    ASSERT_TRUE(wait_until([&] { std::lock_guard l(outcome.mutex); return outcome.ends > 0; }, std::chrono::seconds(30)))
+    ASSERT_TRUE(wait_until(
+        [&] {
+            std::lock_guard l(outcome.mutex);
+            return outcome.ends > 0;
+        },
+        std::chrono::seconds(30)))
         << "the watchdog never ended the job";
     std::lock_guard lock(outcome.mutex);
     EXPECT_EQ(outcome.aborts, 1);
     EXPECT_EQ(outcome.ends, 1);
     EXPECT_GE(std::chrono::duration<double>(outcome.ended - queued).count(), timeout_s);
     EXPECT_NE(outcome.message.find("the NCCL all-reduce of 124439808 elements did not finish within 0.3 s"),
-              std::string::npos) << outcome.message;
+              std::string::npos)
+        << outcome.message;
     EXPECT_NE(outcome.message.find("training.collective_timeout_s"), std::string::npos) << outcome.message;
     EXPECT_NE(outcome.message.find("--resume"), std::string::npos) << outcome.message;
 }
@@ -109,7 +115,12 @@ TEST(CollectiveWatchdog, TheHungCollectiveBehindFinishedOnesIsTheOneNamed) {
     auto first = std::make_shared<std::atomic<bool>>(true);
     watchdog.watch("the reduce-scatter", std::make_unique<FakeCollective>(first));
     watchdog.watch("the all-gather", std::make_unique<FakeCollective>(hung));
-    ASSERT_TRUE(wait_until([&] { std::lock_guard l(outcome.mutex); return outcome.ends > 0; }, std::chrono::seconds(30)));
+    ASSERT_TRUE(wait_until(
+        [&] {
+            std::lock_guard l(outcome.mutex);
+            return outcome.ends > 0;
+        },
+        std::chrono::seconds(30)));
     std::lock_guard lock(outcome.mutex);
     EXPECT_EQ(outcome.message.rfind("the all-gather did not finish", 0), 0u) << outcome.message;
 }

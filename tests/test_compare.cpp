@@ -10,15 +10,15 @@
 #include <nlohmann/json.hpp>
 
 #include "data/token_shard.h"
-#include "src/train/compare.h"
+#include "src/adacc/profiler.h"
 #include "src/common/errors.h"
 #include "src/config/config.h"
-#include "src/engine/memory_report.h"
-#include "src/adacc/profiler.h"
-#include "src/train/trainer.h"
-#include "src/train/token_loader.h"
 #include "src/engine/gpt_model.h"
+#include "src/engine/memory_report.h"
 #include "src/engine/weight_init.h"
+#include "src/train/compare.h"
+#include "src/train/token_loader.h"
+#include "src/train/trainer.h"
 #include "tests/test_support.h"
 
 namespace adacc {
@@ -168,7 +168,8 @@ TEST(Compare, GradientFidelityMatchesAnIndependentComputation) {
         q2 += static_cast<long double>(quant[i]) * quant[i];
         n2 += static_cast<long double>(none[i]) * none[i];
     }
-    const double want_rel = std::sqrt(static_cast<double>(err / n2)), want_cos = static_cast<double>(dot / std::sqrt(q2 * n2));
+    const double want_rel = std::sqrt(static_cast<double>(err / n2)),
+                 want_cos = static_cast<double>(dot / std::sqrt(q2 * n2));
 
     for (const CompareRow& row : rows) {
         ASSERT_TRUE(row.gradients) << memory_mode_name(row.mode);
@@ -182,7 +183,8 @@ TEST(Compare, GradientFidelityMatchesAnIndependentComputation) {
         } else {
             EXPECT_EQ(g.overall.relative_l2, 0.0) << memory_mode_name(row.mode);
             EXPECT_EQ(g.overall.cosine, 1.0) << memory_mode_name(row.mode);
-            for (const auto& [name, f] : g.tensors) EXPECT_EQ(f.relative_l2, 0.0) << memory_mode_name(row.mode) << " " << name;
+            for (const auto& [name, f] : g.tensors)
+                EXPECT_EQ(f.relative_l2, 0.0) << memory_mode_name(row.mode) << " " << name;
         }
     }
     // The table, csv and json carry the figures.

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "src/common/errors.h"
 #include "src/common/units.h"
 #include "src/config/config.h"
-#include "src/common/errors.h"
 #include "src/engine/memory_mode.h"
 #include "tests/test_support.h"
 
@@ -181,12 +181,15 @@ TEST(Config, WrongTypeNamesKeyExpectedTypeAndWhatWasGiven) {
         const char* expected;
     };
     const Case cases[] = {
-        {"[training]\nbatch_size = \"4\"\n", "training.batch_size in test.toml:2:14 must be an integer, but is a string (\"4\")"},
-        {"[training]\nbatch_size = 4.5\n", "training.batch_size in test.toml:2:14 must be an integer, but is a floating-point number (4.5)"},
+        {"[training]\nbatch_size = \"4\"\n",
+         "training.batch_size in test.toml:2:14 must be an integer, but is a string (\"4\")"},
+        {"[training]\nbatch_size = 4.5\n",
+         "training.batch_size in test.toml:2:14 must be an integer, but is a floating-point number (4.5)"},
         {"[lr]\nmax = true\n", "lr.max in test.toml:2:7 must be a number, but is a boolean (true)"},
         {"[data]\nshuffle = 1\n", "data.shuffle in test.toml:2:11 must be true or false, but is an integer (1)"},
         {"[data]\ntrain = 3\n", "data.train in test.toml:2:9 must be a string, but is an integer (3)"},
-        {"[eval]\ntasks = \"lambada\"\n", "eval.tasks in test.toml:2:9 must be a list of strings like [\"lambada\", \"arc_easy\"], but is a string"},
+        {"[eval]\ntasks = \"lambada\"\n",
+         "eval.tasks in test.toml:2:9 must be a list of strings like [\"lambada\", \"arc_easy\"], but is a string"},
         {"[eval]\ntasks = [1, 2]\n", "eval.tasks in test.toml:2:9 must be a list of strings"},
     };
     for (const auto& c : cases) {
@@ -208,7 +211,8 @@ TEST(Config, OutOfRangeNamesKeyValueAndAllowedRange) {
     };
     const Case cases[] = {
         {"training.batch_size=0", "training.batch_size = 0, but it must be >= 1"},
-        {"training.seq_len=17", "training.seq_len = 17, but it must be in [1, model.max_seq_len] (model.max_seq_len = 16)"},
+        {"training.seq_len=17",
+         "training.seq_len = 17, but it must be in [1, model.max_seq_len] (model.max_seq_len = 16)"},
         {"training.steps=0", "training.steps = 0, but it must be >= 1"},
         {"training.grad_accum=-1", "training.grad_accum = -1, but it must be >= 1"},
         {"training.collective_timeout_s=0", "training.collective_timeout_s = 0.0, but it must be > 0"},
@@ -217,8 +221,10 @@ TEST(Config, OutOfRangeNamesKeyValueAndAllowedRange) {
         {"lr.max=0", "lr.max = 0.0, but it must be > 0"},
         {"lr.min=0.1", "lr.min = 0.1, but it must be in [0, lr.max] (lr.max = 0.0006)"},
         {"lr.schedule=linear", "lr.schedule = \"linear\", but it must be one of cosine, constant"},
-        {"memory.mode=fast", "memory.mode = \"fast\", but it must be one of none, full, selective, quant, adacc, recompute-opt"},
-        {"memory.budget=lots", "memory.budget = \"lots\", but it must be a size of at least one byte such as \"24GiB\""},
+        {"memory.mode=fast",
+         "memory.mode = \"fast\", but it must be one of none, full, selective, quant, adacc, recompute-opt"},
+        {"memory.budget=lots",
+         "memory.budget = \"lots\", but it must be a size of at least one byte such as \"24GiB\""},
         // 0 bytes holds nothing: refused here for every command (it read as "no limit" in one).
         {"memory.budget=0", "memory.budget = \"0\", but it must be a size of at least one byte"},
         {"optimizer.beta1=1", "optimizer.beta1 = 1.0, but it must be in [0, 1)"},
@@ -226,7 +232,8 @@ TEST(Config, OutOfRangeNamesKeyValueAndAllowedRange) {
         {"optimizer.eps=0", "optimizer.eps = 0.0, but it must be > 0"},
         {"optimizer.grad_clip=-1", "optimizer.grad_clip = -1.0, but it must be >= 0"},
         {"checkpoint.keep=0", "checkpoint.keep = 0, but it must be >= 1"},
-        {"eval.tasks=lambada,squad", "eval.tasks = [\"lambada\", \"squad\"], but it must be a list whose items are each one of lambada, arc_easy"},
+        {"eval.tasks=lambada,squad",
+         "eval.tasks = [\"lambada\", \"squad\"], but it must be a list whose items are each one of lambada, arc_easy"},
         {"logging.run_dir=", "logging.run_dir = \"\", but it must be a non-empty string"},
         {"logging.print_every=0", "logging.print_every = 0, but it must be >= 1"},
     };
@@ -253,7 +260,8 @@ TEST(Config, IntegerTooLargeForItsFieldIsRejected) {
 TEST(Config, OverrideSyntaxErrorsShowTheExpectedForm) {
     for (const char* bad : {"training.batch_size", "batch_size=4", "=4", ".batch_size=4", "training.=4"}) {
         const auto message = override_error(bad);
-        EXPECT_NE(message.find("bad override '" + std::string(bad) + "': expected section.key=value"), std::string::npos)
+        EXPECT_NE(message.find("bad override '" + std::string(bad) + "': expected section.key=value"),
+                  std::string::npos)
             << message;
     }
 }
@@ -268,7 +276,8 @@ TEST(Config, OverrideOfUnknownKeySuggests) {
 }
 
 TEST(Config, OverrideWithWrongTypeNamesTheValue) {
-    EXPECT_NE(override_error("training.batch_size=abc").find("training.batch_size in --set training.batch_size=abc must be an integer, but 'abc' is not"),
+    EXPECT_NE(override_error("training.batch_size=abc")
+                  .find("training.batch_size in --set training.batch_size=abc must be an integer, but 'abc' is not"),
               std::string::npos);
     EXPECT_NE(override_error("lr.max=fast").find("lr.max in --set lr.max=fast must be a number"), std::string::npos);
     EXPECT_NE(override_error("data.shuffle=maybe").find("must be true or false"), std::string::npos);
@@ -316,7 +325,8 @@ TEST(Config, LoadConfigAppliesOverridesAfterTheFileThenValidates) {
     } catch (const SettingError& e) {
         EXPECT_EQ(e.setting(), "training.seq_len");
         const std::string message = e.what();
-        EXPECT_NE(message.find("invalid value on the command line: training.seq_len = 64"), std::string::npos) << message;
+        EXPECT_NE(message.find("invalid value on the command line: training.seq_len = 64"), std::string::npos)
+            << message;
         EXPECT_EQ(message.find(path.string()), std::string::npos) << message;
     }
 }
@@ -445,8 +455,10 @@ TEST(MemoryModes, NamesComeFromOneTable) {
               (std::vector<MemoryMode>{MemoryMode::none, MemoryMode::full, MemoryMode::selective, MemoryMode::quant}));
     EXPECT_EQ(join_memory_mode_names(fixed_memory_modes()), "none, full, selective, quant");
     const auto message = error_of([] { parse_memory_mode("fast"); });
-    EXPECT_NE(message.find("memory.mode 'fast' is unknown; use one of none, full, selective, quant, adacc, recompute-opt"),
-              std::string::npos) << message;
+    EXPECT_NE(
+        message.find("memory.mode 'fast' is unknown; use one of none, full, selective, quant, adacc, recompute-opt"),
+        std::string::npos)
+        << message;
 }
 
 TEST(Size, ParsesBytesAndUnits) {

@@ -53,7 +53,8 @@ constexpr double kU = 1.0 / (1 << 24), kLossRel = 17 * kU;
 constexpr double kLr1 = 5e-4;
 constexpr int kFlips = 4;
 
-test::ProcessResult train(const std::filesystem::path& dir, const std::string& run, int ranks, const std::string& sets) {
+test::ProcessResult train(const std::filesystem::path& dir, const std::string& run, int ranks,
+                          const std::string& sets) {
     return test::train_job(test::adacc_binary(), dir, run, ranks, sets);
 }
 
@@ -131,9 +132,9 @@ TEST(DataParallel, AnErrorOnOneRankEndsEveryRank) {
     const std::string common = test::adacc_binary() + " train --config " + (dir / "job.toml").string() +
                                " --set training.steps=1000000 --set logging.run_dir=" + (dir / "run").string();
     const auto start = std::chrono::steady_clock::now();
-    const auto r = test::run_shell(test::mpirun(1) + common + " : -np 1 " + common + " --set data.train=" +
-                                       (dir / "missing_*.bin").string(),
-                                   true, 120);
+    const auto r = test::run_shell(
+        test::mpirun(1) + common + " : -np 1 " + common + " --set data.train=" + (dir / "missing_*.bin").string(), true,
+        120);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_NE(r.status, 0) << r.output;
     EXPECT_NE(r.status, 124) << "the job hung: " << r.output;
@@ -154,10 +155,11 @@ TEST(DataParallel, ARankKilledMidStepEndsTheJobAndTheRunResumes) {
     const auto run = dir / "run";
     // The job in the background; once its step-4 checkpoint is there, rank 1 is killed.
     const auto script = dir / "kill.sh";
-    std::ofstream(script) << test::mpirun(2) << test::adacc_binary() << " train --config " << (dir / "job.toml").string()
-                          << " --set logging.run_dir=" << run.string() << " " << sets << " > " << (dir / "job.out").string()
-                          << " 2>&1 &\njob=$!\n"
-                          << "while [ ! -e " << checkpoint_path(run, 4).string() << " ] && kill -0 $job; do sleep 0.01; done\n"
+    std::ofstream(script) << test::mpirun(2) << test::adacc_binary() << " train --config "
+                          << (dir / "job.toml").string() << " --set logging.run_dir=" << run.string() << " " << sets
+                          << " > " << (dir / "job.out").string() << " 2>&1 &\njob=$!\n"
+                          << "while [ ! -e " << checkpoint_path(run, 4).string()
+                          << " ] && kill -0 $job; do sleep 0.01; done\n"
                           << "for d in /proc/[0-9]*; do\n"  // this job's rank 1 (not another test's)
                           // (a process may end between the glob and the read: quietly skipped)
                           << "  { tr '\\0' ' ' < $d/cmdline; } 2>/dev/null | grep -q 'adacc.* train .*" << run.string()
@@ -218,9 +220,10 @@ TEST(DataParallel, AdaccRanksRunRankZerosPlanThroughAReplan) {
         }
     profile.save(dir / "profile.json");
     const std::uint64_t compressed = test::everything_compressed_memory(job.model, B, T, profile).total();
-    const std::uint64_t kept = GPTModel::plan_memory(job.model, B, T, ActivationPlan(BlockGraph(job.model, B, T), job.model.n_layer),
-                                                     {}, ModelUse::training)
-                                   .total();
+    const std::uint64_t kept =
+        GPTModel::plan_memory(job.model, B, T, ActivationPlan(BlockGraph(job.model, B, T), job.model.n_layer), {},
+                              ModelUse::training)
+            .total();
     const std::string sets = "--set memory.mode=adacc --set memory.budget=" + std::to_string((compressed + kept) / 2) +
                              " --set memory.profile=" + (dir / "profile.json").string() +
                              " --set memory.min_replan_steps=3 --set training.val_every=0";
@@ -270,8 +273,9 @@ TEST(DataParallel, RanksGivenDifferentRunsEndTheJobNamingTheDifference) {
         {"--set training.steps=3", "training.steps: 6 on rank 0, 3 on rank 1"},
         {"--set model.n_layer=3", "model.n_layer: 2 on rank 0, 3 on rank 1"},
         {"--set lr.max=0.002", "lr.max: 0.001 on rank 0, 0.002 on rank 1"},
-        {"--init-from " + checkpoint_path(dir / "source", 2).string(), "weights: initialised from training.seed on rank "
-                                                                       "0, adacc checkpoint, digest 0x"},
+        {"--init-from " + checkpoint_path(dir / "source", 2).string(),
+         "weights: initialised from training.seed on rank "
+         "0, adacc checkpoint, digest 0x"},
     };
     for (const auto& c : cases) {
         const auto start = std::chrono::steady_clock::now();
@@ -301,7 +305,8 @@ TEST(DataParallel, ZeroOneTrainsAsPlainDataParallelismAndResumesOnOneRank) {
     const auto zero = train(dir, "zero", 2, dropout + "--set training.zero=1");
     ASSERT_EQ(zero.status, 0) << zero.output;
     expect_close(test::logged_losses(dir / "zero"), test::logged_losses(dir / "plain"), kLossRel);
-    const std::vector<float> a = test::checkpoint_parameters(dir / "zero"), b = test::checkpoint_parameters(dir / "plain");
+    const std::vector<float> a = test::checkpoint_parameters(dir / "zero"),
+                             b = test::checkpoint_parameters(dir / "plain");
     ASSERT_EQ(a.size(), b.size());
     EXPECT_TRUE(l2_close(a, b, 0, 17 * kU));
     // Each rank held half of AdamW's m and v (the memory line counts one rank's arenas).
@@ -367,9 +372,11 @@ std::string table_cell(const std::string& text) {
 
 TEST(ZeroOne, AdaccMemoryShowsPerRankStateAndPlanFitsALargerBatch) {
     const auto dir = test::write_data_parallel_job("zero_memory");
-    const std::string config = "--config " + (dir / "job.toml").string() + " --set model.n_embd=128 --set model.n_head=4";
+    const std::string config =
+        "--config " + (dir / "job.toml").string() + " --set model.n_embd=128 --set model.n_head=4";
     const auto plain = test::run_adacc("memory " + config + " --world-size 8 --memory-budget 8MiB");
-    const auto zero = test::run_adacc("memory " + config + " --world-size 8 --set training.zero=1 --memory-budget 8MiB");
+    const auto zero =
+        test::run_adacc("memory " + config + " --world-size 8 --set training.zero=1 --memory-budget 8MiB");
     ASSERT_EQ(plain.status, 0) << plain.output;
     ASSERT_EQ(zero.status, 0) << zero.output;
     EXPECT_NE(zero.output.find("per rank of 8 data-parallel ranks"), std::string::npos) << zero.output;
@@ -378,7 +385,8 @@ TEST(ZeroOne, AdaccMemoryShowsPerRankStateAndPlanFitsALargerBatch) {
     const std::size_t n = ParameterLayout(run.model).total();
     EXPECT_NE(plain.output.find(table_cell(format_bytes(2 * sizeof(float) * n))), std::string::npos) << plain.output;
     EXPECT_NE(zero.output.find(table_cell(format_bytes(2 * sizeof(float) * ((n + 7) / 8)))), std::string::npos)
-        << "the adamw column holds one rank's shard:\n" << zero.output;
+        << "the adamw column holds one rank's shard:\n"
+        << zero.output;
     EXPECT_NE(zero.output.find("(ZeRO-1 over 8 ranks: 9.00 per rank, the moments sharded)"), std::string::npos)
         << zero.output;
     // In bf16 on CUDA the fp32 masters are sharded too: 4 (gradient) + 2 (bf16 copy) + 12 / 8.
@@ -390,7 +398,8 @@ TEST(ZeroOne, AdaccMemoryShowsPerRankStateAndPlanFitsALargerBatch) {
         << gpu.output;
     const std::size_t masters = sizeof(float) * ((n + 7) / 8), working = sizeof(bf16) * ((n + 7) / 8 * 8);
     EXPECT_NE(gpu.output.find(table_cell(format_bytes(masters + working))), std::string::npos)
-        << "the params column holds one rank's shard of the masters and the whole bf16 copy:\n" << gpu.output;
+        << "the params column holds one rank's shard of the masters and the whole bf16 copy:\n"
+        << gpu.output;
     // The planner at a fixed per-rank budget: a larger predicted batch with the moments sharded.
     const std::vector<int> tokens(static_cast<std::size_t>(run.training.seq_len), 1);
     const Profile unit = unit_batch_profile(planned_run(run, ComputeTarget{}), tokens);

@@ -23,11 +23,11 @@
 
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
-#include "src/io/checkpoint_file.h"
-#include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/config/config.h"
 #include "src/eval/eval_tasks.h"
 #include "src/eval/evaluation.h"
+#include "src/io/checkpoint_file.h"
 #include "src/io/llmc_model_io.h"
 #include "src/train/trainer.h"
 #include "src/train/training_state.h"
@@ -90,7 +90,8 @@ Reference reference_score(GPTModel& plain, const std::vector<int>& ctx, const st
     Reference r;
     for (std::size_t j = 0; j < cont.size(); ++j) {
         const std::size_t p = ctx.size() + j;  // position of the token to predict
-        const std::vector<int> input(all.begin() + static_cast<std::ptrdiff_t>(start), all.begin() + static_cast<std::ptrdiff_t>(p));
+        const std::vector<int> input(all.begin() + static_cast<std::ptrdiff_t>(start),
+                                     all.begin() + static_cast<std::ptrdiff_t>(p));
         const int T = static_cast<int>(input.size());
         plain.forward(input.data(), nullptr, 1, T, DropoutContext{0, 0, 0, false}, 0.0f);
         std::vector<float> last(static_cast<std::size_t>(Vp));
@@ -186,7 +187,8 @@ TEST(EncodeRequest, Gpt2SplitsTheJoinedEncoding) {
     const LoglikelihoodRequest m = encode_request(gpt2, "a b", "c d");
     const std::vector<int> whole = gpt2.encode("a bc d");
     EXPECT_EQ(m.context, gpt2.encode("a b"));
-    EXPECT_EQ(m.continuation, std::vector<int>(whole.begin() + static_cast<std::ptrdiff_t>(m.context.size()), whole.end()));
+    EXPECT_EQ(m.continuation,
+              std::vector<int>(whole.begin() + static_cast<std::ptrdiff_t>(m.context.size()), whole.end()));
     EXPECT_NE(m.continuation, gpt2.encode("c d"));
 }
 
@@ -374,7 +376,7 @@ TEST(Tasks, SummaryMatchesTheHarnessAggregation) {
     const EvalSummary s = summarize(EvalTask::lambada, docs);
     EXPECT_EQ(s.n, 4u);
     EXPECT_DOUBLE_EQ(s.acc, 0.25);
-    EXPECT_NEAR(*s.ppl, std::exp(3.0), 1e-12);  // exp(-mean ll): per word, not per token
+    EXPECT_NEAR(*s.ppl, std::exp(3.0), 1e-12);                             // exp(-mean ll): per word, not per token
     EXPECT_NEAR(s.acc_stderr, std::sqrt(0.25 * 0.75 * 4 / 3) / 2, 1e-12);  // sample std / sqrt(n)
     EXPECT_FALSE(s.acc_norm.has_value());
 }
@@ -403,8 +405,9 @@ TEST(Tasks, ReadersNameTheBadLine) {
         EXPECT_NE(std::string(e.what()).find("l.jsonl:3"), std::string::npos) << e.what();
     }
     EXPECT_EQ(read_lambada(dir / "l.jsonl", 1).size(), 1u);  // --limit stops before the bad line
-    std::ofstream(dir / "a.jsonl") << R"({"id":"q","question":{"stem":"s","choices":[{"text":"x","label":"A"},{"text":"y","label":"B"}]},"answerKey":"C"})"
-                                   << "\n";
+    std::ofstream(dir / "a.jsonl")
+        << R"({"id":"q","question":{"stem":"s","choices":[{"text":"x","label":"A"},{"text":"y","label":"B"}]},"answerKey":"C"})"
+        << "\n";
     EXPECT_THROW(read_arc_easy(dir / "a.jsonl"), UserError);
     std::ofstream(dir / "n.jsonl") << "not json\n";
     EXPECT_THROW(read_arc_easy(dir / "n.jsonl"), UserError);
@@ -429,7 +432,8 @@ TEST(Tasks, ArcDuplicateChoiceLabelsNameTheLineAndTheFix) {
         << R"({"id":"q1","question":{"stem":"s","choices":[{"text":"w","label":"A"},{"text":"x","label":"B"}]},"answerKey":"A"})"
         << "\n"
         << R"({"id":"q2","question":{"stem":"s","choices":[{"text":"w","label":"A"},{"text":"x","label":"A"},)"
-        << R"({"text":"y","label":"B"},{"text":"z","label":"C"}]},"answerKey":"A"})" << "\n";
+        << R"({"text":"y","label":"B"},{"text":"z","label":"C"}]},"answerKey":"A"})"
+        << "\n";
     const std::string error = read_error(read_arc_easy, dir / "a.jsonl");
     EXPECT_NE(error.find((dir / "a.jsonl").string() + ":2: question q2 has two choices labelled \"A\""),
               std::string::npos)
@@ -456,7 +460,7 @@ TEST(Fixtures, ParseWithTheirQuirks) {
     const auto lambada = read_lambada(test::fixtures_dir() / "eval_lambada.jsonl");
     ASSERT_EQ(lambada.size(), 6u);
     EXPECT_EQ(lambada[1].continuations[0], " run!\xe2\x80\x9d");  // punctuation and a curly quote stay
-    EXPECT_EQ(lambada[2].continuations[0], " of\n\nKings");      // so does a newline
+    EXPECT_EQ(lambada[2].continuations[0], " of\n\nKings");       // so does a newline
     EXPECT_EQ(lambada[3].context.back(), ' ');                    // double space: whitespace hand-over
     EXPECT_EQ(lambada[5].context, "");                            // no space at all
     const auto arc = read_arc_easy(test::fixtures_dir() / "eval_arc_easy.jsonl");
@@ -480,7 +484,8 @@ TEST(Fixtures, ParseWithTheirQuirks) {
 void check_fixtures_against_reference(const TextEncoder& encoder, const GPTConfig& config, int batch) {
     ModelPair models(config, batch, config.max_seq_len, 21);
     for (const EvalTask task : {EvalTask::lambada, EvalTask::arc_easy}) {
-        const fs::path file = test::fixtures_dir() / (task == EvalTask::lambada ? "eval_lambada.jsonl" : "eval_arc_easy.jsonl");
+        const fs::path file =
+            test::fixtures_dir() / (task == EvalTask::lambada ? "eval_lambada.jsonl" : "eval_arc_easy.jsonl");
         const PreparedEval prepared = prepare_eval(task, read_eval_docs(task, file), encoder);
         std::size_t progress_calls = 0;
         const EvalRun run = run_eval(models.eval, prepared, batch, [&](const EvalProgress& p) {
@@ -509,7 +514,8 @@ void check_fixtures_against_reference(const TextEncoder& encoder, const GPTConfi
                 ref_ll.push_back(ref.ll);
                 ref_norm.push_back(ref.ll / static_cast<double>(utf8_length(doc.choices[i])));
                 ref_greedy = ref.greedy;
-                EXPECT_NEAR(run.docs[d].loglikelihoods[i], ref.ll, 1e-5) << eval_task_name(task) << " doc " << d << " choice " << i;
+                EXPECT_NEAR(run.docs[d].loglikelihoods[i], ref.ll, 1e-5)
+                    << eval_task_name(task) << " doc " << d << " choice " << i;
             }
             if (task == EvalTask::lambada) {
                 EXPECT_EQ(run.docs[d].correct, ref_greedy);
@@ -517,7 +523,8 @@ void check_fixtures_against_reference(const TextEncoder& encoder, const GPTConfi
                 ll_sum += ref_ll[0];
             } else {
                 const int pred = static_cast<int>(std::max_element(ref_ll.begin(), ref_ll.end()) - ref_ll.begin());
-                const int pred_norm = static_cast<int>(std::max_element(ref_norm.begin(), ref_norm.end()) - ref_norm.begin());
+                const int pred_norm =
+                    static_cast<int>(std::max_element(ref_norm.begin(), ref_norm.end()) - ref_norm.begin());
                 EXPECT_EQ(run.docs[d].prediction, pred) << doc.id;
                 EXPECT_EQ(run.docs[d].prediction_norm, pred_norm) << doc.id;
                 correct += pred == doc.gold;
@@ -580,7 +587,8 @@ TEST(SharedData, AllDocumentsParseAndScore) {
     GPTModel model = GPTModel::for_inference(config, 32, config.max_seq_len);
     model.init_weights(3);
     for (const EvalTask task : {EvalTask::lambada, EvalTask::arc_easy}) {
-        PreparedEval prepared = prepare_eval(task, task == EvalTask::lambada ? lambada : read_arc_easy(resolve_eval_data(task, data, "test")), gpt2);
+        PreparedEval prepared = prepare_eval(
+            task, task == EvalTask::lambada ? lambada : read_arc_easy(resolve_eval_data(task, data, "test")), gpt2);
         EXPECT_EQ(prepared.requests.size(), task == EvalTask::lambada ? 5153u : 2365u * 4 + 7 * 3 + 4 * 5);
         const EvalRun run = run_eval(model, prepared);
         EXPECT_EQ(run.summary.n, task == EvalTask::lambada ? 5153u : 2376u);
@@ -630,16 +638,18 @@ protected:
 };
 
 TEST_F(EvalCli, ScoresFixturesPrintsTableJsonAndPerDocumentLines) {
-    const std::string common = " --vocab " + vocab + " --task arc_easy --data " +
-                               (test::fixtures_dir() / "eval_arc_easy.jsonl").string();
-    const Result r = run_adacc("eval --checkpoint " + (dir / "run").string() + common + " --batch 5 --output " +
-                               (dir / "arc.jsonl").string(), false);
+    const std::string common =
+        " --vocab " + vocab + " --task arc_easy --data " + (test::fixtures_dir() / "eval_arc_easy.jsonl").string();
+    const Result r = run_adacc(
+        "eval --checkpoint " + (dir / "run").string() + common + " --batch 5 --output " + (dir / "arc.jsonl").string(),
+        false);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("acc_norm"), std::string::npos) << r.output;
     const nlohmann::json summary = last_json_line(r.output);
     EXPECT_EQ(summary["task"], "arc_easy");
     EXPECT_EQ(summary["n"], 6);
-    for (const char* key : {"acc", "acc_norm", "seconds", "examples_per_s"}) EXPECT_TRUE(summary[key].is_number()) << key;
+    for (const char* key : {"acc", "acc_norm", "seconds", "examples_per_s"})
+        EXPECT_TRUE(summary[key].is_number()) << key;
     EXPECT_TRUE(summary["ppl"].is_null());
     std::ifstream lines(dir / "arc.jsonl");
     int count = 0, correct = 0;
@@ -658,8 +668,9 @@ TEST_F(EvalCli, ScoresFixturesPrintsTableJsonAndPerDocumentLines) {
     EXPECT_EQ(last_json_line(l.output)["acc_norm"], summary["acc_norm"]);
 
     const Result lam = run_adacc("eval --checkpoint " + checkpoint.string() + " --vocab " + vocab +
-                                 " --task lambada --limit 3 --data " + data.string() + " --output " +
-                                 (dir / "lambada.jsonl").string(), false);
+                                     " --task lambada --limit 3 --data " + data.string() + " --output " +
+                                     (dir / "lambada.jsonl").string(),
+                                 false);
     ASSERT_EQ(lam.status, 0) << lam.output;
     const nlohmann::json ls = last_json_line(lam.output);
     EXPECT_EQ(ls["task"], "lambada_openai");
@@ -681,7 +692,8 @@ TEST_F(EvalCli, BadInputIsAUserError) {
         EXPECT_NE(r.output.find(fragment), std::string::npos) << r.output;
     };
     expect_error(run_adacc("eval" + model + " --task squad --data " + data.string()), "unknown task 'squad'");
-    expect_error(run_adacc("eval" + model + " --task lambada --split dev --data " + data.string()), "only a test split");
+    expect_error(run_adacc("eval" + model + " --task lambada --split dev --data " + data.string()),
+                 "only a test split");
     expect_error(run_adacc("eval" + model + " --task arc_easy --data " + (dir / "nowhere").string()), "does not exist");
     expect_error(run_adacc("eval --vocab " + vocab + " --task arc_easy --data " + data.string()), "no model given");
     expect_error(run_adacc("eval" + model + " --task arc_easy --data " + data.string() + " --output " +
@@ -690,9 +702,9 @@ TEST_F(EvalCli, BadInputIsAUserError) {
     expect_error(run_adacc("eval --checkpoint " + (dir / "empty").string() + " --vocab " + vocab +
                            " --task arc_easy --data " + data.string()),
                  "error:");
-    expect_error(run_adacc("eval" + model + " --task lambada --data " +
-                           (test::fixtures_dir() / "eval_arc_easy.jsonl").string()),
-                 "no string field \"text\"");
+    expect_error(
+        run_adacc("eval" + model + " --task lambada --data " + (test::fixtures_dir() / "eval_arc_easy.jsonl").string()),
+        "no string field \"text\"");
 }
 
 TEST(TrainerEval, LogsEvalRecordsToMetrics) {

@@ -158,8 +158,10 @@ protected:
             case 10: tensors[gen() % tensors.size()].name += "_renamed"; break;
             default: {  // a reshaped tensor (same bytes, other dims)
                 auto& t = tensors[gen() % tensors.size()];
-                if (t.shape.size() == 2 && t.shape[0] % 2 == 0) t.shape = {t.shape[0] / 2, t.shape[1] * 2};
-                else t.shape.insert(t.shape.begin(), 1);
+                if (t.shape.size() == 2 && t.shape[0] % 2 == 0)
+                    t.shape = {t.shape[0] / 2, t.shape[1] * 2};
+                else
+                    t.shape.insert(t.shape.begin(), 1);
                 break;
             }
         }
@@ -175,12 +177,15 @@ protected:
             bytes[at] = static_cast<char>(bytes[at] ^ (1 << (gen() % 8)));
         };
         switch (i % 6) {
-            case 0: for (int k = 1 + gen() % 8; k > 0; --k) flip(0, bytes.size()); break;
+            case 0:
+                for (int k = 1 + gen() % 8; k > 0; --k) flip(0, bytes.size());
+                break;
             case 1: flip(0, std::min<std::size_t>(bytes.size(), index_end + 4096)); break;
             case 2: bytes.resize(gen() % bytes.size()); break;
             case 3: bytes.append(1 + gen() % 200, static_cast<char>(gen())); break;
             case 4: {
-                const std::size_t at = gen() % bytes.size(), n = std::min<std::size_t>(1 + gen() % 64, bytes.size() - at);
+                const std::size_t at = gen() % bytes.size(),
+                                  n = std::min<std::size_t>(1 + gen() % 64, bytes.size() - at);
                 for (std::size_t k = 0; k < n; ++k) bytes[at + k] = static_cast<char>(gen());
                 break;
             }
@@ -214,17 +219,20 @@ TEST_F(CheckpointFuzz, MutatedCheckpointsAreRefusedCleanlyOrLoadTheOriginalParam
         // What each command reads: resume every tensor, eval and sample the parameters only.
         const auto loaded = readable_tensors(file), loaded_params = readable_tensors(file, "params/");
         const bool same_tensors = !loaded.empty() && loaded == original_tensors;
-        const bool same_parameters = !loaded_params.empty() && loaded_params == readable_tensors(original_file, "params/");
+        const bool same_parameters =
+            !loaded_params.empty() && loaded_params == readable_tensors(original_file, "params/");
 
         std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
             {"resume", {test::adacc_binary(), "train", "--resume", run.string(), "--set", "training.steps=3"}}};
         if (have_text_data && i % 2 == 0)
-            commands.push_back({"eval", {test::adacc_binary(), "eval", "--checkpoint", file.string(), "--task", "lambada",
-                                         "--data", (shared / "lambada_openai").string(), "--vocab",
-                                         (shared / "gpt2_tokenizer").string(), "--limit", "2", "--threads", "1"}});
+            commands.push_back({"eval",
+                                {test::adacc_binary(), "eval", "--checkpoint", file.string(), "--task", "lambada",
+                                 "--data", (shared / "lambada_openai").string(), "--vocab",
+                                 (shared / "gpt2_tokenizer").string(), "--limit", "2", "--threads", "1"}});
         if (have_text_data && i % 2 == 1)
-            commands.push_back({"sample", {test::adacc_binary(), "sample", "--checkpoint", file.string(), "--vocab",
-                                           (shared / "gpt2_tokenizer").string(), "--prompt", "Hello", "--tokens", "2"}});
+            commands.push_back({"sample",
+                                {test::adacc_binary(), "sample", "--checkpoint", file.string(), "--vocab",
+                                 (shared / "gpt2_tokenizer").string(), "--prompt", "Hello", "--tokens", "2"}});
         for (const auto& [name, args] : commands) {
             // The resumed run writes step 3; each command sees the mutated file as it was.
             write_bytes(file, bytes);
@@ -237,7 +245,8 @@ TEST_F(CheckpointFuzz, MutatedCheckpointsAreRefusedCleanlyOrLoadTheOriginalParam
                 ++refused[name];
             } else {
                 EXPECT_TRUE(name == "resume" ? same_tensors : same_parameters)
-                    << what << " was accepted with altered tensors\n" << r.output;
+                    << what << " was accepted with altered tensors\n"
+                    << r.output;
                 ++accepted[name];
             }
         }

@@ -5,8 +5,8 @@
 // error"; [stress] applies under --init-from and is refused on resume; a budget parses one way for
 // every command; a refused resume leaves the run as it was; a killed first checkpoint's
 // temporary does not make a folder a run.
-#include <gtest/gtest.h>
 #include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -106,8 +106,9 @@ TEST(AtomicWrite, OnlyARegularFileIsReplaced) {
     EXPECT_EQ(test::read_bytes(dir / "model.bin"), "replaced");
     // ... and still replaces only a regular file there.
     fs::create_symlink("/dev/null", dir / "null.bin");
-    EXPECT_TRUE(contains(error_of([&] { write_atomically(dir / "null.bin", "x", ExistingTarget::write_through_symlink); }),
-                         "is a character device"));
+    EXPECT_TRUE(
+        contains(error_of([&] { write_atomically(dir / "null.bin", "x", ExistingTarget::write_through_symlink); }),
+                 "is a character device"));
     EXPECT_TRUE(temporaries_in(dir).empty());
 }
 
@@ -191,16 +192,17 @@ TEST_F(HardEdges, ConcurrentExportsToOneNameLeaveOneWholeExport) {
                                " > b.out 2>&1; echo $? >> status) &\nwait\n");
         const auto r = run_shell("sh " + script.string());
         ASSERT_EQ(r.status, 0) << r.output;
-        EXPECT_EQ(test::read_bytes(dir / "status"), "0\n0\n") << "both exporters succeed\n"
-                                                       << test::read_bytes(dir / "a.out") << test::read_bytes(dir / "b.out");
+        EXPECT_EQ(test::read_bytes(dir / "status"), "0\n0\n")
+            << "both exporters succeed\n"
+            << test::read_bytes(dir / "a.out") << test::read_bytes(dir / "b.out");
         const std::string landed = test::read_bytes(race);
         EXPECT_TRUE(landed == ref2 || landed == ref4) << "attempt " << attempt << ": race.bin is neither export";
-        EXPECT_TRUE(contains(test::read_bytes(dir / "a.out"), "from adacc checkpoint")) << test::read_bytes(dir / "a.out");
+        EXPECT_TRUE(contains(test::read_bytes(dir / "a.out"), "from adacc checkpoint"))
+            << test::read_bytes(dir / "a.out");
         EXPECT_TRUE(contains(test::read_bytes(dir / "a.out"), "ckpt_00000002.bin")) << test::read_bytes(dir / "a.out");
         EXPECT_TRUE(contains(test::read_bytes(dir / "b.out"), "ckpt_00000004.bin")) << test::read_bytes(dir / "b.out");
         EXPECT_TRUE(temporaries_in(dir).empty());
     }
-
 }
 
 TEST_F(HardEdges, ExportReplacesOnlyARegularFileUnlessForcedThroughALink) {
@@ -248,9 +250,11 @@ TEST_F(HardEdges, AnAllocationTheProcessMayNotMakeIsAUserError) {
     for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
     write_token_shard(dir / "big.bin", tokens);
     // ~2.2 GiB in mode none (`adacc memory`), which fits the machine but not 1.5 GB of address space.
-    const std::string sets = " --set model.n_layer=2 --set model.n_embd=256 --set model.n_head=4 "
-                             "--set model.max_seq_len=512 --set training.batch_size=64 --set training.seq_len=512 "
-                             "--set training.steps=1 --set data.train=" + (dir / "big.bin").string();
+    const std::string sets =
+        " --set model.n_layer=2 --set model.n_embd=256 --set model.n_head=4 "
+        "--set model.max_seq_len=512 --set training.batch_size=64 --set training.seq_len=512 "
+        "--set training.steps=1 --set data.train=" +
+        (dir / "big.bin").string();
     const auto r = run_shell("/bin/sh -c \"ulimit -v 1500000; exec " + test::adacc_binary() + " train --config " +
                              config(run_dir) + sets + "\"");
     EXPECT_EQ(r.status, 2) << r.output;
@@ -341,20 +345,19 @@ TEST_F(HardEdges, ACheckpointChosenFromARunFolderStaysReadableWhenPruned) {
 
 TEST_F(HardEdges, StressAppliesUnderInitFromAndIsRefusedOnResume) {
     train_run();
-    const std::string start = "train --config " + config(dir / "plain") + " --init-from " + run_dir.string() +
-                              " --set training.steps=1";
+    const std::string start =
+        "train --config " + config(dir / "plain") + " --init-from " + run_dir.string() + " --set training.steps=1";
     const auto plain = run_adacc(start);
     ASSERT_EQ(plain.status, 0) << plain.output;
-    const auto stressed =
-        run_adacc("train --config " + config(dir / "stressed", "[stress]\noutlier_channels = 4\n") + " --init-from " +
-                  run_dir.string() + " --set training.steps=1");
+    const auto stressed = run_adacc("train --config " + config(dir / "stressed", "[stress]\noutlier_channels = 4\n") +
+                                    " --init-from " + run_dir.string() + " --set training.steps=1");
     ASSERT_EQ(stressed.status, 0) << stressed.output;
     EXPECT_TRUE(contains(stressed.output, "then [stress] outlier channels scaled")) << stressed.output;
     ASSERT_FALSE(first_loss(plain.output).empty()) << plain.output;
     EXPECT_NE(first_loss(stressed.output), first_loss(plain.output)) << "the stress hook changed nothing";
 
-    const auto resumed = run_adacc("train --resume " + run_dir.string() +
-                                   " --set training.steps=6 --set stress.outlier_channels=4");
+    const auto resumed =
+        run_adacc("train --resume " + run_dir.string() + " --set training.steps=6 --set stress.outlier_channels=4");
     EXPECT_EQ(resumed.status, 2) << resumed.output;
     EXPECT_TRUE(contains(resumed.output, "stress.outlier_channels: 0 in the run, 4 asked")) << resumed.output;
 }

@@ -23,8 +23,8 @@
 #include "src/engine/gpt_model.h"
 #include "src/io/hf_gpt2.h"
 #include "src/io/safetensors.h"
-#include "src/train/weights_file.h"
 #include "src/train/training_state.h"
+#include "src/train/weights_file.h"
 #include "tests/test_support.h"
 
 namespace adacc {
@@ -155,7 +155,8 @@ TEST_F(HfGpt2, TheFixtureGivesTheNumpyReferenceLogits) {
     const std::vector<float> params = hf_params(fixture, shape);
     const ParameterLayout layout(shape);
     const float* wte = layout.at(params.data(), ParamId::wte);
-    for (std::size_t i = static_cast<std::size_t>(shape.vocab_size) * shape.n_embd; i < layout.info(ParamId::wte).numel; ++i)
+    for (std::size_t i = static_cast<std::size_t>(shape.vocab_size) * shape.n_embd; i < layout.info(ParamId::wte).numel;
+         ++i)
         ASSERT_EQ(wte[i], 0.0f) << i;
 }
 
@@ -169,7 +170,8 @@ TEST_F(HfGpt2, ShardedFp16FolderGivesItsReferenceLogits) {
 
 TEST_F(HfGpt2, Bf16WeightsLoadAsTheirRoundedValues) {
     fs::copy(fixture, dir / "bf16");
-    rewrite(dir / "bf16" / "model.safetensors", [](Tensors&) {}, true);
+    rewrite(
+        dir / "bf16" / "model.safetensors", [](Tensors&) {}, true);
     std::vector<float> rounded = hf_params(fixture, shape);
     std::transform(rounded.begin(), rounded.end(), rounded.begin(), bf16_rounded);
     EXPECT_TRUE(same_bits(hf_params(dir / "bf16", shape), rounded));
@@ -183,7 +185,8 @@ std::vector<float> random_params(const GPTConfig& shape, std::uint32_t seed) {
     for (auto& p : params) p = normal(gen);
     const ParameterLayout layout(shape);
     float* wte = layout.at(params.data(), ParamId::wte);
-    std::fill(wte + static_cast<std::size_t>(shape.vocab_size) * shape.n_embd, wte + layout.info(ParamId::wte).numel, 0.0f);
+    std::fill(wte + static_cast<std::size_t>(shape.vocab_size) * shape.n_embd, wte + layout.info(ParamId::wte).numel,
+              0.0f);
     return params;
 }
 
@@ -267,9 +270,11 @@ TEST_F(HfGpt2, ExportedFolderStartsTrainingFromTheRunsExactWeights) {
     ASSERT_EQ(a.status, 0) << a.output;
     EXPECT_NE(a.output.find("initialised from Hugging Face GPT-2 folder '" + fixture.string() + "'"), std::string::npos)
         << a.output;
-    const test::ProcessResult e = run_adacc("export --checkpoint " + (dir / "a").string() + " --hf-model " + (dir / "hf").string());
+    const test::ProcessResult e =
+        run_adacc("export --checkpoint " + (dir / "a").string() + " --hf-model " + (dir / "hf").string());
     ASSERT_EQ(e.status, 0) << e.output;
-    EXPECT_NE(e.output.find("wrote " + (dir / "hf").string() + ": Hugging Face GPT-2 folder"), std::string::npos) << e.output;
+    EXPECT_NE(e.output.find("wrote " + (dir / "hf").string() + ": Hugging Face GPT-2 folder"), std::string::npos)
+        << e.output;
     EXPECT_NE(e.output.find("no tokenizer files written: add --vocab DIR"), std::string::npos) << e.output;
     EXPECT_TRUE(same_bits(hf_params(dir / "hf", shape), test::checkpoint_parameters(dir / "a")));
 
@@ -310,7 +315,8 @@ TEST_F(HfGpt2, ExportWritesTheTokenizerFilesAutoTokenizerReads) {
 
     // The folder is its own vocabulary (vocab.json, merges.txt) and samples as the run does.
     const std::string common = " --prompt 'Hello world' --tokens 8 --seed 3";
-    const test::ProcessResult from_hf = run_adacc("sample --hf-model " + out.string() + " --vocab " + out.string() + common);
+    const test::ProcessResult from_hf =
+        run_adacc("sample --hf-model " + out.string() + " --vocab " + out.string() + common);
     const test::ProcessResult from_run =
         run_adacc("sample --checkpoint " + (dir / "tiny").string() + " --vocab " + vocab.string() + common);
     ASSERT_EQ(from_hf.status, 0) << from_hf.output;
@@ -346,11 +352,13 @@ protected:
         fs::copy(fixture, folder);
         edit(folder);
         const fs::path run = dir / ("run_" + std::to_string(cases));
-        const test::ProcessResult r = run_adacc("train --config " + config.string() + " --init-from " + folder.string() +
-                                                " --set logging.run_dir=" + run.string() + " " + sets);
+        const test::ProcessResult r =
+            run_adacc("train --config " + config.string() + " --init-from " + folder.string() +
+                      " --set logging.run_dir=" + run.string() + " " + sets);
         EXPECT_EQ(r.status, 2) << r.output;
         EXPECT_NE(r.output.find("error: "), std::string::npos) << r.output;
-        for (const auto& f : fragments) EXPECT_NE(r.output.find(f), std::string::npos) << "missing '" << f << "' in:\n" << r.output;
+        for (const auto& f : fragments)
+            EXPECT_NE(r.output.find(f), std::string::npos) << "missing '" << f << "' in:\n" << r.output;
         EXPECT_FALSE(fs::exists(run)) << "refused before the run folder is made";
     }
     static std::function<void(const fs::path&)> set_key(const std::string& key, const json& value) {
@@ -368,7 +376,8 @@ TEST_F(HfGpt2Errors, AConfigJsonAdaccCannotRunNamesTheKeyBothValuesAndTheFix) {
                    {"architectures is [\"GPT2Model\"], but adacc reads [\"GPT2LMHeadModel\"]"});
     expect_refused(set_key("model_type", "llama"), {"model_type is \"llama\", but adacc reads \"gpt2\""});
     expect_refused(set_key("n_inner", 64), {"n_inner is 64, but adacc's MLP is 4 x n_embd = 32 wide"});
-    expect_refused(set_key("layer_norm_epsilon", 1e-6), {"layer_norm_epsilon is 1e-06, but adacc's layernorms use 1e-5"});
+    expect_refused(set_key("layer_norm_epsilon", 1e-6),
+                   {"layer_norm_epsilon is 1e-06, but adacc's layernorms use 1e-5"});
     expect_refused(set_key("tie_word_embeddings", false),
                    {"tie_word_embeddings is false, but adacc needs true (the output head is the token embedding)"});
     expect_refused(set_key("scale_attn_by_inverse_layer_idx", true), {"scale_attn_by_inverse_layer_idx is true"});
@@ -385,7 +394,8 @@ TEST_F(HfGpt2Errors, AShapeOtherThanTheRunsNamesConfigJsonsKeyAndTheSetFix) {
                    "--set model.max_seq_len=16 --set training.seq_len=8");
     // config.json and the weights disagree: n_positions 16 but wpe has 8 rows.
     expect_refused(set_key("n_positions", 16),
-                   {"tensor 'wpe.weight' in '", "model.safetensors' is [8, 8], but config.json's n_layer=2, n_embd=8, "
+                   {"tensor 'wpe.weight' in '",
+                    "model.safetensors' is [8, 8], but config.json's n_layer=2, n_embd=8, "
                     "n_head=2, n_positions=16, vocab_size=37 makes it [16, 8]",
                     "use the config.json that came with the weights"},
                    "--set model.max_seq_len=16");
@@ -398,7 +408,9 @@ TEST_F(HfGpt2Errors, MissingExtraOrUntiedTensorsAreNamed) {
     expect_refused(weights([](Tensors& t) { t.erase("h.1.mlp.c_fc.bias"); }),
                    {"has no tensor 'h.1.mlp.c_fc.bias' [32], which GPT2LMHeadModel has for config.json's n_layer=2",
                     "download the folder again"});
-    expect_refused(weights([](Tensors& t) { t["h.2.ln_1.weight"] = {{8}, std::vector<float>(8, 1.0f)}; }),
+    expect_refused(weights([](Tensors& t) {
+                       t["h.2.ln_1.weight"] = {{8}, std::vector<float>(8, 1.0f)};
+                   }),
                    {"holds 1 tensor(s) that GPT2LMHeadModel with config.json's n_layer=2",
                     "does not have: 'h.2.ln_1.weight' [8]", "use the config.json that came with them"});
     expect_refused(weights([](Tensors& t) {
@@ -406,7 +418,9 @@ TEST_F(HfGpt2Errors, MissingExtraOrUntiedTensorsAreNamed) {
                        t["lm_head.weight"].second[9] += 1.0f;  // row 1, column 1
                    }),
                    {"lm_head.weight differs from its token embedding wte (row 1, column 1", "its head is not tied"});
-    expect_refused(weights([](Tensors& t) { t["h.0.attn.c_proj.weight"].first = {4, 16}; }),
+    expect_refused(weights([](Tensors& t) {
+                       t["h.0.attn.c_proj.weight"].first = {4, 16};
+                   }),
                    {"tensor 'h.0.attn.c_proj.weight' in '", "is [4, 16], but config.json's", "makes it [8, 8]"});
     expect_refused([](const fs::path& f) { fs::remove(f / "model.safetensors"); },
                    {"has neither model.safetensors nor model.safetensors.index.json", "not pytorch_model.bin"});
@@ -427,8 +441,9 @@ TEST_F(HfGpt2Errors, ShardIndexesThatDisagreeWithTheirShardsAreRefused) {
             std::ofstream(folder / "model.safetensors.index.json") << j.dump();
         };
     };
-    expect_refused(index([](json& j) { j["weight_map"]["transformer.wte.weight"] = "model-00001-of-00002.safetensors"; }),
-                   {"puts 'transformer.wte.weight' in \"model-00001-of-00002.safetensors\", which does not hold it"});
+    expect_refused(
+        index([](json& j) { j["weight_map"]["transformer.wte.weight"] = "model-00001-of-00002.safetensors"; }),
+        {"puts 'transformer.wte.weight' in \"model-00001-of-00002.safetensors\", which does not hold it"});
     expect_refused(index([](json& j) { j["weight_map"]["transformer.wte.weight"] = "../model.safetensors"; }),
                    {"not the name of a file beside it"});
     expect_refused(index([](json& j) { j["weight_map"].erase("transformer.wpe.weight"); }),
@@ -443,10 +458,13 @@ TEST_F(HfGpt2Errors, CommandLineMisuseIsRefused) {
     };
     expect_error(run_adacc("sample --hf-model " + (dir / "absent").string() + " --vocab x --prompt hi"),
                  "is not a Hugging Face model folder: it has no config.json");
-    expect_error(run_adacc("train --config " + config.string() + " --init-from " + (fixture / "model.safetensors").string()),
-                 "it is part of a Hugging Face model: pass the folder that holds it");
-    expect_error(run_adacc("sample --hf-model " + fixture.string() + " --checkpoint x --vocab x --prompt hi"), "excludes");
-    ASSERT_EQ(run_adacc("train --config " + config.string() + " --set logging.run_dir=" + (dir / "a").string()).status, 0);
+    expect_error(
+        run_adacc("train --config " + config.string() + " --init-from " + (fixture / "model.safetensors").string()),
+        "it is part of a Hugging Face model: pass the folder that holds it");
+    expect_error(run_adacc("sample --hf-model " + fixture.string() + " --checkpoint x --vocab x --prompt hi"),
+                 "excludes");
+    ASSERT_EQ(run_adacc("train --config " + config.string() + " --set logging.run_dir=" + (dir / "a").string()).status,
+              0);
     expect_error(run_adacc("export --checkpoint " + (dir / "a").string()), "needs one of --llmc-model OUT");
     expect_error(run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model x.bin --vocab v"),
                  "--vocab goes with --hf-model");

@@ -27,16 +27,9 @@ namespace {
 // op_kernels), which is what a backend's supports() is asked about.
 const std::map<std::string, int>& layer_ranks() {
     static const std::map<std::string, int> ranks = {
-        {"src/common", 0},
-        {"kernels", 1},        {"data", 1},
-        {"models", 2},
-        {"src/dist/process_group.h", 3},
-        {"src/engine", 4},
-        {"src/dist", 5},       {"src/io", 5},  {"src/eval", 5},
-        {"src/adacc", 6},      {"src/cuda", 6},
-        {"src/config", 7},
-        {"src/train", 8},
-        {"src/cli", 9},
+        {"src/common", 0}, {"kernels", 1},    {"data", 1},      {"models", 2},   {"src/dist/process_group.h", 3},
+        {"src/engine", 4}, {"src/dist", 5},   {"src/io", 5},    {"src/eval", 5}, {"src/adacc", 6},
+        {"src/cuda", 6},   {"src/config", 7}, {"src/train", 8}, {"src/cli", 9},
     };
     return ranks;
 }
@@ -51,7 +44,7 @@ std::string layer_of(const std::string& path) {
 }
 
 struct Include {
-    std::string file;    // the including file
+    std::string file;  // the including file
     int line = 0;
     std::string target;  // the included path
 };

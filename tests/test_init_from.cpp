@@ -20,9 +20,9 @@
 #include "data/dataloader.h"
 #include "data/token_shard.h"
 #include "models/gpt_params.h"
-#include "src/io/checkpoint_folder.h"
 #include "src/config/config.h"
 #include "src/engine/gpt_model.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/io/llmc_model_io.h"
 #include "src/train/training_state.h"
 #include "tests/test_support.h"
@@ -112,8 +112,8 @@ protected:
     }
     // `train` of the test config into run folder `name`, with `extra` arguments.
     Result train(const std::string& name, const std::string& extra) {
-        return run_adacc("train --config " + config_file.string() + " --set logging.run_dir=" + (dir / name).string() + " " +
-                   extra);
+        return run_adacc("train --config " + config_file.string() + " --set logging.run_dir=" + (dir / name).string() +
+                         " " + extra);
     }
     void expect_user_error(const Result& r, const std::vector<std::string>& fragments) {
         EXPECT_EQ(r.status, 2) << r.output;
@@ -159,7 +159,8 @@ TEST_F(InitFrom, ExportWritesTheCheckpointBitExactlyAndTrainingStartsFromIt) {
 
 TEST_F(InitFrom, ARunFolderGivesItsWeightsOnlyWithAFreshOptimizer) {
     const fs::path exported = dir / "exported.bin";
-    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status, 0);
+    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status,
+              0);
     const Result from_file = train("from_file", "--init-from " + exported.string());
     ASSERT_EQ(from_file.status, 0) << from_file.output;
     const Result from_run = train("from_run", "--init-from " + (dir / "a").string());
@@ -178,8 +179,8 @@ TEST_F(InitFrom, ARunFolderGivesItsWeightsOnlyWithAFreshOptimizer) {
         EXPECT_EQ(run_steps[i]["loss"], file_steps[i]["loss"]) << i;
         EXPECT_EQ(run_steps[i]["grad_norm"], file_steps[i]["grad_norm"]) << i;
     }
-    EXPECT_TRUE(same_bits(checkpoint_params(dir / "from_run", cfg.model),
-                          checkpoint_params(dir / "from_file", cfg.model)));
+    EXPECT_TRUE(
+        same_bits(checkpoint_params(dir / "from_run", cfg.model), checkpoint_params(dir / "from_file", cfg.model)));
 }
 
 TEST_F(InitFrom, Bf16FileStartsFromTheRoundedWeights) {
@@ -225,7 +226,8 @@ TEST_F(InitFrom, SampleFromAnExportedFileMatchesTheCheckpoint) {
     model.init_weights(5);
     save_training_checkpoint(dir / "tiny", tiny, model, TrainingProgress{});
     const fs::path exported = dir / "tiny.bin";
-    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "tiny").string() + " --llmc-model " + exported.string()).status, 0);
+    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "tiny").string() + " --llmc-model " + exported.string()).status,
+              0);
 
     const std::string common = " --vocab " + vocab.string() + " --prompt 'Hello world' --tokens 12 --seed 3";
     const Result from_file = run_adacc("sample --llmc-model " + exported.string() + common);
@@ -236,27 +238,31 @@ TEST_F(InitFrom, SampleFromAnExportedFileMatchesTheCheckpoint) {
     EXPECT_GT(from_file.output.size(), std::string("Hello world\n").size()) << from_file.output;
     EXPECT_EQ(from_file.output, from_checkpoint.output);
 
-    expect_user_error(run_adacc("sample --vocab " + vocab.string() + " --prompt hi"), {"no model given", "--llmc-model"});
-    expect_user_error(run_adacc("sample --checkpoint " + exported.string() + " --vocab " + vocab.string() + " --prompt hi"),
-                      {"is not an adacc checkpoint", "it is an llm.c model file: pass it with --llmc-model"});
+    expect_user_error(run_adacc("sample --vocab " + vocab.string() + " --prompt hi"),
+                      {"no model given", "--llmc-model"});
+    expect_user_error(
+        run_adacc("sample --checkpoint " + exported.string() + " --vocab " + vocab.string() + " --prompt hi"),
+        {"is not an adacc checkpoint", "it is an llm.c model file: pass it with --llmc-model"});
 }
 
 TEST_F(InitFrom, ShapeMismatchNamesEachFieldBothValuesAndTheFix) {
     const fs::path exported = dir / "exported.bin";
-    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status, 0);
-    const Result r = train("mismatch", "--init-from " + exported.string() +
-                                           " --set model.n_layer=1 --set model.vocab_size=200");
-    expect_user_error(r, {"llm.c model file '" + exported.string() + "' holds a model of another shape",
-                          "model.n_layer: 2 in the file, 1 in the config",
-                          "model.vocab_size: 97 (padded to 128 rows) in the file, 200 (padded to 256 rows) in the config",
-                          "--set model.n_layer=2 --set model.vocab_size=97", "--set model.preset=gpt-micro"});
+    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status,
+              0);
+    const Result r =
+        train("mismatch", "--init-from " + exported.string() + " --set model.n_layer=1 --set model.vocab_size=200");
+    expect_user_error(r,
+                      {"llm.c model file '" + exported.string() + "' holds a model of another shape",
+                       "model.n_layer: 2 in the file, 1 in the config",
+                       "model.vocab_size: 97 (padded to 128 rows) in the file, 200 (padded to 256 rows) in the config",
+                       "--set model.n_layer=2 --set model.vocab_size=97", "--set model.preset=gpt-micro"});
     EXPECT_EQ(r.output.find("model.n_embd"), std::string::npos) << r.output;  // only the fields that differ
     EXPECT_FALSE(fs::exists(dir / "mismatch")) << "refused before the run folder is made";
 
     // The same for a checkpoint (here a checkpoint file rather than its run folder).
-    expect_user_error(train("mismatch", "--init-from " + checkpoint_path(dir / "a", 3).string() +
-                                            " --set model.n_head=4"),
-                      {"adacc checkpoint", "model.n_head: 2 in the file, 4 in the config", "--set model.n_head=2"});
+    expect_user_error(
+        train("mismatch", "--init-from " + checkpoint_path(dir / "a", 3).string() + " --set model.n_head=4"),
+        {"adacc checkpoint", "model.n_head: 2 in the file, 4 in the config", "--set model.n_head=2"});
 }
 
 TEST_F(InitFrom, BadInputIsRefusedCleanly) {
@@ -274,14 +280,15 @@ TEST_F(InitFrom, BadInputIsRefusedCleanly) {
     expect_user_error(train("junk", "--init-from " + (dir / "empty_run").string()), {"no complete checkpoint"});
     // A truncated llm.c file: its header is fine, its parameters are not all there.
     const fs::path exported = dir / "exported.bin";
-    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status, 0);
+    ASSERT_EQ(run_adacc("export --checkpoint " + (dir / "a").string() + " --llmc-model " + exported.string()).status,
+              0);
     fs::resize_file(exported, fs::file_size(exported) - 4);
     expect_user_error(train("junk", "--init-from " + exported.string()), {"is truncated"});
     EXPECT_FALSE(fs::exists(dir / "junk"));
 
-    expect_user_error(run_adacc("export --checkpoint " + (dir / "empty_run").string() + " --llmc-model " +
-                          (dir / "x.bin").string()),
-                      {"no complete checkpoint"});
+    expect_user_error(
+        run_adacc("export --checkpoint " + (dir / "empty_run").string() + " --llmc-model " + (dir / "x.bin").string()),
+        {"no complete checkpoint"});
     const fs::path ckpt = checkpoint_path(dir / "a", 3);
     expect_user_error(run_adacc("export --checkpoint " + ckpt.string() + " --llmc-model " + ckpt.string()),
                       {"is the checkpoint being exported"});

@@ -84,14 +84,15 @@ void check_model_gradients(float dropout) {
         float& p = model.params()[i];
         const float saved = p;
         const double numeric = (-loss_at(p, saved + 2 * h) + 8 * loss_at(p, saved + h) - 8 * loss_at(p, saved - h) +
-                                loss_at(p, saved - 2 * h)) / (12.0 * h);
+                                loss_at(p, saved - 2 * h)) /
+                               (12.0 * h);
         p = saved;
         diff2 += (analytic[i] - numeric) * (analytic[i] - numeric);
         ref2 += numeric * numeric;
     }
     const double rel = std::sqrt(diff2 / ref2);
-    std::printf("whole-model gradient check (dropout %.2f): relative L2 error %.3g over %zu parameters\n", dropout,
-                rel, model.num_params());
+    std::printf("whole-model gradient check (dropout %.2f): relative L2 error %.3g over %zu parameters\n", dropout, rel,
+                model.num_params());
     EXPECT_LT(rel, 1e-3);
 }
 
@@ -112,7 +113,11 @@ std::map<std::string, GoldenArray> read_golden(const std::filesystem::path& path
     char magic[8];
     in.read(magic, 8);
     if (std::string(magic, 8) != "ADGOLD01") throw std::runtime_error("bad golden magic");
-    auto u32 = [&] { std::uint32_t v; in.read(reinterpret_cast<char*>(&v), 4); return v; };
+    auto u32 = [&] {
+        std::uint32_t v;
+        in.read(reinterpret_cast<char*>(&v), 4);
+        return v;
+    };
     std::map<std::string, GoldenArray> arrays;
     for (std::uint32_t count = u32(), a = 0; a < count; ++a) {
         std::string name(u32(), '\0');
@@ -127,9 +132,17 @@ std::map<std::string, GoldenArray> read_golden(const std::filesystem::path& path
         }
         arr.values.resize(n);
         for (auto& v : arr.values) {
-            if (arr.dtype == 0) { float f; in.read(reinterpret_cast<char*>(&f), 4); v = f; }
-            else if (arr.dtype == 1) { in.read(reinterpret_cast<char*>(&v), 8); }
-            else { std::int32_t i; in.read(reinterpret_cast<char*>(&i), 4); v = i; }
+            if (arr.dtype == 0) {
+                float f;
+                in.read(reinterpret_cast<char*>(&f), 4);
+                v = f;
+            } else if (arr.dtype == 1) {
+                in.read(reinterpret_cast<char*>(&v), 8);
+            } else {
+                std::int32_t i;
+                in.read(reinterpret_cast<char*>(&i), 4);
+                v = i;
+            }
         }
         arrays[name] = std::move(arr);
     }
@@ -187,7 +200,8 @@ TEST_F(Golden, LogitsLossAndGradientsMatchJaxFloat64) {
             const double d = model.grads()[i] - grads[i];
             diff2 += d * d;
             ref2 += grads[i] * grads[i];
-            ASSERT_NEAR(model.grads()[i], grads[i], 1e-6 + 1e-3 * std::abs(grads[i])) << info.name << " element " << i - info.offset;
+            ASSERT_NEAR(model.grads()[i], grads[i], 1e-6 + 1e-3 * std::abs(grads[i]))
+                << info.name << " element " << i - info.offset;
         }
         EXPECT_LT(std::sqrt(diff2 / std::max(ref2, 1e-30)), 1e-4) << info.name;
     }
@@ -222,7 +236,8 @@ TEST_F(Golden, TenStepAdamWTrajectoryMatchesJax) {
         ref2 += final_params[i] * final_params[i];
         max_abs = std::max(max_abs, std::abs(d));
     }
-    std::printf("final params after 10 AdamW steps: relative L2 error %.3g, max abs %.3g\n", std::sqrt(diff2 / ref2), max_abs);
+    std::printf("final params after 10 AdamW steps: relative L2 error %.3g, max abs %.3g\n", std::sqrt(diff2 / ref2),
+                max_abs);
     EXPECT_LT(std::sqrt(diff2 / ref2), 1e-3);
     EXPECT_LT(max_abs, 5e-3);
 }
@@ -260,8 +275,8 @@ TEST(FusedAttention, TrainsLikeMaterializedAttention) {
     fused.attention = AttentionImpl::fused;
     const BlockGraph block(fused, B, T);
     std::vector<float> materialized_grads, keep_grads, full_grads;
-    const std::vector<float> a = train_losses(materialized, ActivationPlan(BlockGraph(materialized, B, T), 2), B, T,
-                                              steps, &materialized_grads);
+    const std::vector<float> a =
+        train_losses(materialized, ActivationPlan(BlockGraph(materialized, B, T), 2), B, T, steps, &materialized_grads);
     const std::vector<float> b = train_losses(fused, ActivationPlan(block, 2), B, T, steps, &keep_grads);
     double worst = 0, diff2 = 0, ref2 = 0;
     for (int i = 0; i < steps; ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / std::fabs(double(a[i])));
@@ -269,9 +284,10 @@ TEST(FusedAttention, TrainsLikeMaterializedAttention) {
         diff2 += std::pow(double(keep_grads[i]) - materialized_grads[i], 2);
         ref2 += std::pow(double(materialized_grads[i]), 2);
     }
-    std::printf("50 steps, fused vs materialized: largest relative loss difference %.3g (loss %.6f -> %.6f); "
-                "step 1's gradients differ by %.3g relative L2\n",
-                worst, a.front(), a.back(), std::sqrt(diff2 / ref2));
+    std::printf(
+        "50 steps, fused vs materialized: largest relative loss difference %.3g (loss %.6f -> %.6f); "
+        "step 1's gradients differ by %.3g relative L2\n",
+        worst, a.front(), a.back(), std::sqrt(diff2 / ref2));
     EXPECT_LT(worst, 1e-4);
     EXPECT_LT(std::sqrt(diff2 / ref2), 1e-5);
     EXPECT_LT(a.back(), a.front()) << "it trains";
@@ -311,8 +327,8 @@ TEST(ChunkedClassifier, LossAndEveryGradientEqualTheWholeLogits) {
         GPTModel& m = *models[i];
         m.init_weights(4);
         for (int k = 0; k < micro; ++k) {
-            m.forward_step(tokens.data() + k * N, targets.data() + k * N, B, T, DropoutContext{3, 1, std::uint64_t(k), true},
-                           1.0f / (micro * N), double(micro) * N, k > 0);
+            m.forward_step(tokens.data() + k * N, targets.data() + k * N, B, T,
+                           DropoutContext{3, 1, std::uint64_t(k), true}, 1.0f / (micro * N), double(micro) * N, k > 0);
             m.backward(tokens.data() + k * N, B, T, k > 0);
         }
         loss[i] = m.read_step().loss;
@@ -479,7 +495,8 @@ std::vector<float> train_losses(const GPTConfig& cfg, int steps, std::uint64_t s
     std::vector<float> losses;
     for (int step = 1; step <= steps; ++step) {
         model.zero_grads();
-        losses.push_back(model.forward(tokens.data(), targets.data(), B, T, DropoutContext{seed, std::uint64_t(step), 0, true}, 1.0f / N));
+        losses.push_back(model.forward(tokens.data(), targets.data(), B, T,
+                                       DropoutContext{seed, std::uint64_t(step), 0, true}, 1.0f / N));
         model.backward(tokens.data(), B, T);
         adamw_step(model, opt, learning_rate(lr, step, steps), step);
     }

@@ -25,8 +25,8 @@ void training_step(GPTModel& model, const std::vector<int>& tokens, const std::v
     OptimizerOptions opt;
     LrSchedule lr;
     for (int m = 0; m < micro_batches; ++m) {
-        model.forward(tokens.data(), targets.data(), B, T, DropoutContext{1, std::uint64_t(step), std::uint64_t(m), true},
-                      1.0f / (B * T * micro_batches));
+        model.forward(tokens.data(), targets.data(), B, T,
+                      DropoutContext{1, std::uint64_t(step), std::uint64_t(m), true}, 1.0f / (B * T * micro_batches));
         model.backward(tokens.data(), B, T, /*accumulate=*/m > 0);
     }
     adamw_step(model, opt, learning_rate(lr, step, 100), step);

@@ -78,7 +78,8 @@ protected:
         return file;
     }
     // `adacc plan --profile FILE EXTRA` exits 2 with each of `fragments` in its message.
-    void expect_refused(const fs::path& file, const std::string& extra, const std::vector<std::string>& fragments) const {
+    void expect_refused(const fs::path& file, const std::string& extra,
+                        const std::vector<std::string>& fragments) const {
         const test::ProcessResult r = run_plan("--profile " + file.string() + " " + extra);
         EXPECT_EQ(r.status, 2) << extra << "\n" << r.output;
         for (const auto& f : fragments)
@@ -112,16 +113,17 @@ TEST_F(ProfileFile, AProfileOfAnotherRunIsRefusedNamingTheField) {
         j["measured_for"]["device"] = "cuda";
         j["measured_for"]["dtype"] = "bf16";
     });
-    expect_refused(bf16, "--device cuda --dtype fp32",
-                   {"profile " + bf16.string() + " was measured for dtype \"bf16\", but this run has dtype \"fp32\"", fix});
+    expect_refused(
+        bf16, "--device cuda --dtype fp32",
+        {"profile " + bf16.string() + " was measured for dtype \"bf16\", but this run has dtype \"fp32\"", fix});
     const fs::path group = edited("group.json", [](json& j) { j["measured_for"]["codec"]["group_size"] = 32; });
     expect_refused(group, "", {"was measured for codec.group_size 32, but this run has codec.group_size 64", fix});
 
     // What the block does not depend on is free to differ: the vocabulary, layers beyond the
     // slice (a third layer needs more memory: twice the budget), the seed.
-    const test::ProcessResult r = test::run_adacc("plan --config " + config_file.string() + " --memory-budget " +
-                                                  std::to_string(2 * budget) + " --profile " + valid.string() +
-                                                  " --set model.vocab_size=120 --set model.n_layer=3 --set training.seed=9");
+    const test::ProcessResult r = test::run_adacc(
+        "plan --config " + config_file.string() + " --memory-budget " + std::to_string(2 * budget) + " --profile " +
+        valid.string() + " --set model.vocab_size=120 --set model.n_layer=3 --set training.seed=9");
     EXPECT_EQ(r.status, 0) << r.output;
 }
 
@@ -135,7 +137,8 @@ TEST_F(ProfileFile, AProfileThatIsNotAMeasurementOfTheBlockIsRefusedNamingTheKey
         std::string key_message;
     };
     const std::vector<Case> cases = {
-        {"bogus", [](json& j) { j["tensors"][0]["name"] = "bogus"; }, "tensors[0].name is \"bogus\", but kind 1 is ln1"},
+        {"bogus", [](json& j) { j["tensors"][0]["name"] = "bogus"; },
+         "tensors[0].name is \"bogus\", but kind 1 is ln1"},
         {"three", [](json& j) { j["tensors"].erase(j["tensors"].begin() + 3, j["tensors"].end()); }, "tensors has no "},
         {"bound", [](json& j) { j["tensors"][0]["codecs"][0]["compressed_bound"] = 0; },
          "tensors[0].codecs[0].compressed_bound is 0, but "},
@@ -156,10 +159,12 @@ TEST_F(ProfileFile, AProfileThatIsNotAMeasurementOfTheBlockIsRefusedNamingTheKey
          "ops[0].name is \"bogus\", but op 0 of this block is ln1"},
         {"dropped_op", [](json& j) { j["ops"].erase(0); }, "ops lists "},
         {"repeated_tensor", [](json& j) { j["tensors"].push_back(j["tensors"][0]); }, "a second entry for ln1"},
-        {"codec_of_masks", [](json& j) {
+        {"codec_of_masks",
+         [](json& j) {
              for (auto& t : j["tensors"])
                  if (t["name"] == "att_mask") t["codecs"][0]["codec_id"] = 0;
-         }, "which does not store att_mask"},
+         },
+         "which does not store att_mask"},
         {"layers", [](json& j) { j["tensors"][0]["codecs"][0]["layer_errors"].push_back(0.1); },
          "but the profiler's slice has 2 layers, one error each"},
         {"negative_spread", [](json& j) { j["ops"][1]["forward_spread_ms"] = -1.0; },
@@ -185,7 +190,8 @@ TEST_F(ProfileFile, AFormatThreeProfileWithoutSpreadsPlansAsBefore) {
         for (auto& t : j["tensors"])
             for (auto& c : t["codecs"]) c.erase("compress_spread_ms"), c.erase("decompress_spread_ms");
     });
-    const test::ProcessResult now = run_plan("--profile " + valid.string()), before = run_plan("--profile " + old.string());
+    const test::ProcessResult now = run_plan("--profile " + valid.string()),
+                              before = run_plan("--profile " + old.string());
     ASSERT_EQ(now.status, 0) << now.output;
     ASSERT_EQ(before.status, 0) << before.output;
     // The decisions and the codec table (not the solver's time, which the last line holds).
@@ -382,8 +388,9 @@ Outcome plan_in_process(RunConfig config, std::uint64_t budget, const fs::path& 
         const ComputeTarget target = compute_target(config, 1);
         const AdaccRegulator regulator(planned_run(config, target), budget, options, profiling_tokens(config), nullptr);
         const AdaccPlan& plan = regulator.plan();
-        return {0, "", GPTModel::plan_memory(config.model, kB, kT, plan.plan, plan.codec_params, ModelUse::training, target)
-                           .total()};
+        return {0, "",
+                GPTModel::plan_memory(config.model, kB, kT, plan.plan, plan.codec_params, ModelUse::training, target)
+                    .total()};
     } catch (const UserError& e) {
         return {2, e.what(), 0};
     } catch (const std::exception& e) {

@@ -20,12 +20,12 @@
 #include <utility>
 
 #include "data/token_shard.h"
-#include "src/io/checkpoint_folder.h"
-#include "src/common/units.h"
-#include "src/config/config.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
+#include "src/common/units.h"
+#include "src/config/config.h"
 #include "src/engine/memory_report.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/train/trainer.h"
 #include "tests/test_support.h"
 
@@ -172,8 +172,8 @@ TEST_F(RunSafety, SkipNonfiniteSkipsThatManyStepsWithoutUpdating) {
 // With fidelity measured every step, a skipped step recorded grad_err 0.0 and grad_cos 0.0: the
 // NaN gradients compared as "no error". A skipped step records no fidelity; the others do.
 TEST_F(RunSafety, SkippedStepsRecordNoGradientFidelity) {
-    RunConfig cfg = load_config(config(), {"training.steps=4", "training.skip_nonfinite=1",
-                                           "training.fidelity_every=1", "memory.mode=quant"});
+    RunConfig cfg = load_config(
+        config(), {"training.steps=4", "training.skip_nonfinite=1", "training.fidelity_every=1", "memory.mode=quant"});
     Trainer trainer(cfg, std::nullopt);
     const auto& wpe = trainer.model().layout().info(ParamId::wpe);
     float saved = 0;
@@ -315,11 +315,11 @@ TEST_F(RunSafety, SecondStopSignalEndsTheRunAtOnce) {
     int pipe_fds[2];
     ASSERT_EQ(pipe(pipe_fds), 0);
     const std::string width = test::kSanitized ? "64" : "256";
-    const pid_t pid = spawn_process({test::adacc_binary(), "train", "--config", cfg, "--set", "training.steps=100000",
-                                   "--set", "model.n_embd=" + width, "--set", "model.n_layer=4", "--set",
-                                   "training.batch_size=16", "--set", "model.max_seq_len=256", "--set",
-                                   "training.seq_len=256", "--set", "training.threads=1"},
-                                  pipe_fds[1]);
+    const pid_t pid =
+        spawn_process({test::adacc_binary(), "train", "--config", cfg, "--set", "training.steps=100000", "--set",
+                       "model.n_embd=" + width, "--set", "model.n_layer=4", "--set", "training.batch_size=16", "--set",
+                       "model.max_seq_len=256", "--set", "training.seq_len=256", "--set", "training.threads=1"},
+                      pipe_fds[1]);
     close(pipe_fds[1]);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
     while (test::last_logged_step(run_dir) < 1 && std::chrono::steady_clock::now() < deadline)
@@ -411,9 +411,8 @@ TEST_F(RunSafety, PlannedBudgetBeyondTheMachineIsRefusedWithTheBatchThatFits) {
     const int none_fits = largest_batch(model, 8, MemoryMode::none, machine);
     const int full_fits = largest_batch(model, 8, MemoryMode::full, machine);
     ASSERT_LE((none_fits + 1) * 8, 20000) << "the test shard is too short for this machine";
-    const auto r = run_adacc("train --config " + config() + model_overrides(model) +
-                             " --set training.batch_size=" + std::to_string(none_fits + 1) +
-                             " --set memory.mode=adacc --memory-budget 100TiB");
+    const auto r = run_adacc("train --config " + config() + model_overrides(model) + " --set training.batch_size=" +
+                             std::to_string(none_fits + 1) + " --set memory.mode=adacc --memory-budget 100TiB");
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_TRUE(contains(r.output, "but this machine has " + format_bytes(machine))) << r.output;
     const auto at = r.output.find("it plans batch ");
@@ -489,8 +488,8 @@ TEST_F(RunSafety, NonFiniteParametersInACheckpointAreRefused) {
         if (t.name == "params/lnfw") data.back()[3] = INFINITY;
     }
     for (std::size_t i = 0; i < data.size(); ++i)
-        tensors.push_back({reader.tensors()[i].name, reader.tensors()[i].dtype, reader.tensors()[i].shape,
-                           data[i].data()});
+        tensors.push_back(
+            {reader.tensors()[i].name, reader.tensors()[i].dtype, reader.tensors()[i].shape, data[i].data()});
     write_checkpoint(file, reader.meta(), tensors);
     const auto r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=6");
     EXPECT_EQ(r.status, 2) << r.output;
@@ -540,7 +539,8 @@ TEST_F(RunSafety, ConfigThatIsAFolderIsAnError) {
 
 TEST_F(RunSafety, UnwritableRunFolderIsAUserError) {
     std::ofstream(dir / "a_file") << "x";
-    const auto r = run_adacc("train --config " + config() + " --set logging.run_dir=" + (dir / "a_file" / "run").string());
+    const auto r =
+        run_adacc("train --config " + config() + " --set logging.run_dir=" + (dir / "a_file" / "run").string());
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_TRUE(contains(r.output, "cannot create the run folder")) << r.output;
     EXPECT_TRUE(contains(r.output, "logging.run_dir")) << r.output;
@@ -559,8 +559,9 @@ TEST_F(RunSafety, SizesThatWouldOverflowAreRefused) {
     auto r = run_adacc("memory --config " + config() + " --set model.n_embd=2147483644 --set model.n_head=4");
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_TRUE(contains(r.output, "more than the 2^50 any machine can hold")) << r.output;
-    r = run_adacc("memory --config " + config() +
-                  " --set model.max_seq_len=1000000 --set training.seq_len=1000000 --set training.batch_size=2000000000");
+    r = run_adacc(
+        "memory --config " + config() +
+        " --set model.max_seq_len=1000000 --set training.seq_len=1000000 --set training.batch_size=2000000000");
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_TRUE(contains(r.output, "more than 1 EiB of activations")) << r.output;
 }

@@ -81,19 +81,21 @@ ProcessResult run_adacc(const std::string& args, bool merge_stderr) {
 
 ProcessResult run_shell(const std::string& shell_command, bool merge_stderr, int timeout_s) {
     // coreutils' timeout turns a hang into status 124 instead of a stuck test.
-    const std::string command = "timeout -k 10 " + std::to_string(timeout_s) + " " + shell_command +
-                                (merge_stderr ? " 2>&1" : " 2>/dev/null");
+    const std::string command =
+        "timeout -k 10 " + std::to_string(timeout_s) + " " + shell_command + (merge_stderr ? " 2>&1" : " 2>/dev/null");
     FILE* pipe = popen(command.c_str(), "r");
     ProcessResult result;
     std::array<char, 4096> buffer;
-    while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) result.output.append(buffer.data(), n);
+    while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe))
+        result.output.append(buffer.data(), n);
     const int status = pclose(pipe);
     result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
     // Every command a test runs is also a probe of the error paths: a user's mistake (the only
     // kind a test provokes) must be an "error: ..." naming it, never main()'s last resort.
     if (result.output.find("internal error") != std::string::npos)
         ADD_FAILURE() << "`" << shell_command << "` reached \"internal error\" (status " << result.status
-                      << "): a user's mistake must be a UserError naming it and the fix\n" << result.output;
+                      << "): a user's mistake must be a UserError naming it and the fix\n"
+                      << result.output;
     return result;
 }
 
@@ -154,7 +156,8 @@ std::string mpirun(int ranks) {
     // MPI_Init allocates, and its plugins are unloaded before the check, so those reports cannot
     // be told apart from ours (the test process itself, and every other test, still check leaks).
     const std::string ranks_without_leak_check = kSanitized ? "-x ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 " : "";
-    return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+    return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+           "OMPI_MCA_btl_vader_single_copy_mechanism=none "
            "mpirun --oversubscribe -x OMP_NUM_THREADS=1 " +
            ranks_without_leak_check + "-np " + std::to_string(ranks) + " ";
 }
@@ -189,8 +192,8 @@ std::filesystem::path write_data_parallel_job(const std::string& tag) {
 
 ProcessResult train_job(const std::string& adacc, const std::filesystem::path& dir, const std::string& run, int ranks,
                         const std::string& sets) {
-    const std::string args = "train --config " + (dir / "job.toml").string() + " --set logging.run_dir=" +
-                             (dir / run).string() + " " + sets;
+    const std::string args =
+        "train --config " + (dir / "job.toml").string() + " --set logging.run_dir=" + (dir / run).string() + " " + sets;
     return run_shell((ranks == 0 ? std::string() : mpirun(ranks)) + adacc + " " + args);
 }
 

@@ -81,9 +81,9 @@ std::vector<float> checkpoint_parameters(const std::filesystem::path& run_dir);
 std::string mpirun(int ranks);
 // Why this build or machine cannot run the mpirun tests ("" when it can).
 std::string mpi_unavailable();
-#define ADACC_REQUIRE_MPI()                                                                  \
-    do {                                                                                     \
-        const std::string why_no_mpi = ::adacc::test::mpi_unavailable();                     \
+#define ADACC_REQUIRE_MPI()                                                                   \
+    do {                                                                                      \
+        const std::string why_no_mpi = ::adacc::test::mpi_unavailable();                      \
         if (!why_no_mpi.empty()) GTEST_SKIP() << "data parallelism untested: " << why_no_mpi; \
     } while (0)
 // Token shards (train.bin, val.bin: 20000 ids below 97 each) and JOB.toml, a tiny model's 6-step

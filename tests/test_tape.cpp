@@ -49,7 +49,8 @@ Expected expected_tape(const GPTConfig& cfg, int B, int T, const ActivationPlan&
             if (p.policy == Policy::keep) keep(t.bytes());
             if (p.policy == Policy::recompute) e.recomputed += t.bytes();
             if (p.policy == Policy::compress) {
-                const std::size_t rows = (t.kind == TensorKind::att || t.kind == TensorKind::att_mask) ? N * cfg.n_head : N;
+                const std::size_t rows =
+                    (t.kind == TensorKind::att || t.kind == TensorKind::att_mask) ? N * cfg.n_head : N;
                 const bool mask = p.codec == Codec::bitpack;
                 const std::size_t bytes = mask ? (t.numel + 7) / 8 /* bits, padded to 64 */
                                                : codec_bytes(p.codec, rows, t.numel / rows, {});
@@ -74,7 +75,8 @@ class TapeAccounting : public ::testing::TestWithParam<Case> {};
 TEST_P(TapeAccounting, BytesMatchTheTensorListExactlyInEveryMode) {
     const Case c = GetParam();
     const GPTConfig cfg = config_with(c.preset, c.n_layer, c.dropout);
-    const auto tokens = random_tokens(c.B * c.T, cfg.vocab_size, 1), targets = random_tokens(c.B * c.T, cfg.vocab_size, 2);
+    const auto tokens = random_tokens(c.B * c.T, cfg.vocab_size, 1),
+               targets = random_tokens(c.B * c.T, cfg.vocab_size, 2);
     for (MemoryMode mode : fixed_memory_modes()) {
         const ActivationPlan plan = plan_for_mode(cfg, c.B, c.T, mode);
         GPTModel model(cfg, c.B, c.T, plan);
@@ -153,7 +155,8 @@ TEST(GradientBuffers, LivenessReusesBuffersAndKeepsLiveOnesApart) {
     EXPECT_EQ(of(K::x), of(K::x2));
     EXPECT_EQ(of(K::x2), of(K::out));
     EXPECT_EQ(of(K::fch), of(K::fch_gelu));
-    for (auto [in, out] : {std::pair{K::ln1, K::qkv}, {K::atty, K::attproj}, {K::ln2, K::fch}, {K::fch_gelu, K::fcproj}})
+    for (auto [in, out] :
+         {std::pair{K::ln1, K::qkv}, {K::atty, K::attproj}, {K::ln2, K::fch}, {K::fch_gelu, K::fcproj}})
         EXPECT_NE(of(in), of(out)) << tensor_kind_name(in) << " and " << tensor_kind_name(out);
     EXPECT_EQ(of(K::ln1_mean), -1);  // no gradient: statistics, masks
     EXPECT_EQ(of(K::att_mask), -1);
@@ -221,7 +224,8 @@ StepResult train_step(const GPTConfig& cfg, const ActivationPlan& plan, int B, i
     model.init_weights(9);
     const auto tokens = random_tokens(B * T, cfg.vocab_size, 4), targets = random_tokens(B * T, cfg.vocab_size, 5);
     model.zero_grads();
-    const float loss = model.forward(tokens.data(), targets.data(), B, T, DropoutContext{7, 3, 1, true}, 1.0f / (B * T));
+    const float loss =
+        model.forward(tokens.data(), targets.data(), B, T, DropoutContext{7, 3, 1, true}, 1.0f / (B * T));
     model.backward(tokens.data(), B, T);
     return {loss, std::vector<float>(model.grads(), model.grads() + model.num_params())};
 }
@@ -258,7 +262,8 @@ protected:
 
 TEST_F(RecomputeIsBitIdentical, FullAndSelective) {
     expect_bit_identical(reference, train_step(cfg, plan_for_mode(cfg, B, T, MemoryMode::full), B, T), "full");
-    expect_bit_identical(reference, train_step(cfg, plan_for_mode(cfg, B, T, MemoryMode::selective), B, T), "selective");
+    expect_bit_identical(reference, train_step(cfg, plan_for_mode(cfg, B, T, MemoryMode::selective), B, T),
+                         "selective");
 }
 
 TEST_F(RecomputeIsBitIdentical, EachTensorDroppedAlone) {
@@ -296,7 +301,8 @@ TEST_F(RecomputeIsBitIdentical, SwitchingPlansBetweenSteps) {
     model.set_observer(&sampler);
     auto step = [&] {
         model.zero_grads();
-        const float loss = model.forward(tokens.data(), targets.data(), B, T, DropoutContext{7, 3, 1, true}, 1.0f / (B * T));
+        const float loss =
+            model.forward(tokens.data(), targets.data(), B, T, DropoutContext{7, 3, 1, true}, 1.0f / (B * T));
         model.backward(tokens.data(), B, T);
         return StepResult{loss, std::vector<float>(model.grads(), model.grads() + model.num_params())};
     };

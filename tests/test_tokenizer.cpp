@@ -200,8 +200,9 @@ TEST(TokenizerLoad, MissingVocabularyNamesTheFileAndTheFix) {
     EXPECT_NE(missing.find("'/nonexistent/gpt2' does not exist"), std::string::npos) << missing;
     EXPECT_NE(missing.find("pass --vocab DIR holding encoder.json and vocab.bpe"), std::string::npos) << missing;
 
-    EXPECT_EQ(load_error(""), "no GPT-2 vocabulary directory given: pass --vocab DIR holding encoder.json and "
-                              "vocab.bpe (`scripts/download_data.sh vocab DIR` fetches them)");
+    EXPECT_EQ(load_error(""),
+              "no GPT-2 vocabulary directory given: pass --vocab DIR holding encoder.json and "
+              "vocab.bpe (`scripts/download_data.sh vocab DIR` fetches them)");
 
     const auto empty_dir = test::scratch_dir("vocab_empty");
     const auto no_encoder = load_error(empty_dir);

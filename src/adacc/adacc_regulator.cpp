@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "src/common/units.h"
 #include "src/common/checksum.h"
 #include "src/common/errors.h"
+#include "src/common/units.h"
 #include "src/dist/process_group.h"
 #include "src/engine/memory_report.h"
 
@@ -37,7 +37,8 @@ void check_plan_fits_machine(const PlannedRun& run, MemoryMode mode, const Regul
                                     " (--set training.batch_size=" + std::to_string(fits) +
                                     " and a memory.budget of at most " + format_bytes(machine) + ")"
                               : "not even batch 1 fits it; choose a smaller model") +
-                    "; `adacc memory --modes " + memory_mode_name(mode) + " --memory-budget SIZE` shows the largest "
+                    "; `adacc memory --modes " + memory_mode_name(mode) +
+                    " --memory-budget SIZE` shows the largest "
                     "batch for any budget");
 }
 
@@ -51,8 +52,7 @@ const CodecParams kRunCodecParams{};
 // linearly to B). The budget binds the profiling too: a run never holds more than it was given.
 int profiling_batch(const GPTConfig& config, int B, int T, std::uint64_t budget, const ComputeTarget& target) {
     const std::uint64_t room = std::min<std::uint64_t>(budget, device_memory_bytes(target.device));
-    const int batch =
-        largest_fitting_batch([&](int b) { return profile_slice_fits(config, b, T, room, target); }, B);
+    const int batch = largest_fitting_batch([&](int b) { return profile_slice_fits(config, b, T, room, target); }, B);
     if (batch == 0)
         throw UserError("the profiler's slice of this model (" + std::to_string(profile_slice(config).n_layer) +
                         " blocks at n_embd " + std::to_string(config.n_embd) + ", the embeddings and the classifier) " +
@@ -84,14 +84,16 @@ void raise_to_samples(Profile& profile, const std::vector<CodecSample>& samples)
 
 AdaccRegulator::AdaccRegulator(const PlannedRun& run, std::uint64_t budget_bytes, RegulatorOptions options,
                                const std::vector<int>& tokens, const float* weights)
-    : run_(run), budget_(budget_bytes), options_(std::move(options)),
+    : run_(run),
+      budget_(budget_bytes),
+      options_(std::move(options)),
       plan_{ActivationPlan(BlockGraph(run.model, 1, 1), run.model.n_layer), {}, {}, {}, {}, {}, {}},
       monitor_(options_.monitor) {
     const int B = run.batch_size, T = run.seq_len;
     if (options_.profile_file)
         profile_ = Profile::load(*options_.profile_file, run.model, B, T, run.target, kRunCodecParams);
-    measured_batch_ = profile_.tensors.empty() ? profiling_batch(run.model, B, T, budget_bytes, run.target)
-                                               : profile_.measured_batch;
+    measured_batch_ =
+        profile_.tensors.empty() ? profiling_batch(run.model, B, T, budget_bytes, run.target) : profile_.measured_batch;
     tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(std::min(measured_batch_, B)) * T);
     solve(weights, {});
 }
@@ -110,8 +112,8 @@ void AdaccRegulator::solve(const float* weights, const std::vector<CodecSample>&
     }
     share_rank0_profile();
     last_profile_ms_ = ms_since(start);
-    plan_ = plan_adacc(run_.model, B, T, profile_, budget_, options_.allow_compress, options_.planner,
-                       options_.codecs, run_.target);
+    plan_ = plan_adacc(run_.model, B, T, profile_, budget_, options_.allow_compress, options_.planner, options_.codecs,
+                       run_.target);
     require_one_plan();
 }
 
@@ -134,8 +136,8 @@ void AdaccRegulator::share_rank0_profile() {
     std::string text = process_group().is_root() ? profile_.to_json().dump() : std::string();
     broadcast_text(text, 0);
     if (!process_group().is_root())
-        profile_ = Profile::parse(text, "rank 0's profile", run_.model, run_.batch_size,
-                                  run_.seq_len, run_.target, kRunCodecParams);
+        profile_ = Profile::parse(text, "rank 0's profile", run_.model, run_.batch_size, run_.seq_len, run_.target,
+                                  kRunCodecParams);
 }
 
 // Every rank's plan is rank 0's, checked by fingerprint: a rank whose differs ends the job.
@@ -164,8 +166,8 @@ std::vector<CodecSample> AdaccRegulator::rank0_samples(const std::vector<CodecSa
     broadcast_text(text, 0);
     std::vector<CodecSample> out;
     for (const auto& r : nlohmann::json::parse(text))
-        out.push_back({static_cast<TensorKind>(r[0].get<int>()), static_cast<Codec>(r[1].get<int>()), r[2].get<double>(),
-                       r[3].get<double>(), r[4].get<std::size_t>(), r[5].get<bool>()});
+        out.push_back({static_cast<TensorKind>(r[0].get<int>()), static_cast<Codec>(r[1].get<int>()),
+                       r[2].get<double>(), r[3].get<double>(), r[4].get<std::size_t>(), r[5].get<bool>()});
     return out;
 }
 
@@ -176,9 +178,8 @@ std::vector<CodecSample> AdaccRegulator::baseline() const {
         for (int l = 0; l < plan_.plan.n_layer(); ++l) {
             const TensorPolicy& p = plan_.plan.at(l, t.kind);
             if (p.policy != Policy::compress) continue;
-            const bool listed = std::any_of(out.begin(), out.end(), [&](const CodecSample& s) {
-                return s.kind == t.kind && s.codec == p.codec;
-            });
+            const bool listed = std::any_of(
+                out.begin(), out.end(), [&](const CodecSample& s) { return s.kind == t.kind && s.codec == p.codec; });
             const CodecMeasurement* m = t.find(p.codec);
             if (!listed && m != nullptr)
                 out.push_back({t.kind, p.codec, m->outlier_fraction, m->relative_error, m->compressed_bytes, false});
@@ -190,15 +191,14 @@ std::string AdaccRegulator::describe() const {
     const std::string scaled =
         "; profiled on " + std::to_string(profile_slice(run_.model).n_layer) + " of " +
         std::to_string(run_.model.n_layer) + " blocks" +
-        (measured_batch_ != run_.batch_size
-             ? " at batch " + std::to_string(measured_batch_) + ", scaled linearly"
-             : std::string());
+        (measured_batch_ != run_.batch_size ? " at batch " + std::to_string(measured_batch_) + ", scaled linearly"
+                                            : std::string());
     char line[512];
     std::snprintf(line, sizeof line,
                   "plan (%s): %s in %.1f ms; predicted total %s of budget %s, tape %s, added %.1f ms per step%s",
                   memory_mode_name(options_.allow_compress ? MemoryMode::adacc : MemoryMode::recompute_opt),
-                  plan_status_name(plan_.result.status),
-                  plan_.result.solve_ms, format_bytes(plan_.memory.total()).c_str(), format_bytes(budget_).c_str(),
+                  plan_status_name(plan_.result.status), plan_.result.solve_ms,
+                  format_bytes(plan_.memory.total()).c_str(), format_bytes(budget_).c_str(),
                   format_bytes(plan_.memory.tape).c_str(), plan_.result.extra_ms, scaled.c_str());
     return line;
 }
@@ -226,8 +226,13 @@ std::optional<ReplanEvent> AdaccRegulator::after_step(int step, GPTModel& model)
     solve(model.forward_weights(staging), samples);
     model.set_plan(plan_.plan, plan_.codec_params);
     monitor_.set_baseline(step, baseline());
-    return ReplanEvent{step,           *reason, plan_.result.status, plan_.result.solve_ms, last_profile_ms_,
-                       plan_.memory.total(), plan_fingerprint(plan_.plan)};
+    return ReplanEvent{step,
+                       *reason,
+                       plan_.result.status,
+                       plan_.result.solve_ms,
+                       last_profile_ms_,
+                       plan_.memory.total(),
+                       plan_fingerprint(plan_.plan)};
 }
 
 }  // namespace adacc

@@ -24,7 +24,7 @@ namespace adacc {
 // What planned modes adacc and recompute-opt plan with (the config's [memory] section,
 // src/config/config.h:regulator_options).
 struct RegulatorOptions {
-    bool allow_compress = true;      // false: recompute-opt
+    bool allow_compress = true;  // false: recompute-opt
     PlannerOptions planner;
     CodecChoice codecs;
     MonitorOptions monitor;

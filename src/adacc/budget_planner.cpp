@@ -5,14 +5,13 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "src/common/units.h"
 #include "src/common/errors.h"
+#include "src/common/units.h"
 #include "src/engine/memory_report.h"
 
 namespace adacc {
 
 namespace {
-
 
 double op_time(const Profile& profile, const std::string& op_name) {
     for (std::size_t i = 0; i < profile.op_names.size(); ++i)
@@ -22,8 +21,8 @@ double op_time(const Profile& profile, const std::string& op_name) {
 
 // The saved tensors op `op` reads, with transient inputs (attproj, fcproj) replaced by the
 // inputs of their producers; `ms` accumulates the forward time of the collapsed producers.
-void collect_inputs(const BlockGraph& block, const Profile& profile, const OpInfo& op,
-                    std::vector<TensorKind>& inputs, double& ms) {
+void collect_inputs(const BlockGraph& block, const Profile& profile, const OpInfo& op, std::vector<TensorKind>& inputs,
+                    double& ms) {
     for (TensorKind in : op.inputs) {
         if (in == TensorKind::x || block.tensor(in).saved) {
             inputs.push_back(in);
@@ -118,7 +117,8 @@ CodecParams codec_params_for(const Profile& profile, const GPTConfig& config) {
     for (const auto& t : profile.tensors) {
         const CodecMeasurement* outlier = t.find(Codec::outlier_int4);
         if (outlier == nullptr) continue;
-        const double cols = t.kind == TensorKind::fch || t.kind == TensorKind::fch_gelu ? 4.0 * config.n_embd : config.n_embd;
+        const double cols =
+            t.kind == TensorKind::fch || t.kind == TensorKind::fch_gelu ? 4.0 * config.n_embd : config.n_embd;
         most = std::max(most, std::round(outlier->outlier_fraction * cols));
     }
     params.max_outlier_channels = std::max(4, static_cast<int>(2 * most));
@@ -132,7 +132,9 @@ BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Pr
     const CodecParams params = codec_params_for(profile, config);
     BlockProblem problem;
     std::vector<TensorKind> kinds;
-    auto index_of = [&](TensorKind k) { return static_cast<int>(std::find(kinds.begin(), kinds.end(), k) - kinds.begin()); };
+    auto index_of = [&](TensorKind k) {
+        return static_cast<int>(std::find(kinds.begin(), kinds.end(), k) - kinds.begin());
+    };
     auto add = [&](TensorKind k, PlanTensor t) {
         kinds.push_back(k);
         problem.tensors.push_back(std::move(t));
@@ -281,8 +283,8 @@ int largest_planned_batch(const GPTConfig& config, const Profile& profile, std::
                           const ComputeTarget& target, int max_batch) {
     auto fits = [&](int B) {
         try {
-            plan_adacc(config, B, profile.seq, rescale_profile(profile, config, B), budget_bytes, allow_compress, options, codecs,
-                       target);
+            plan_adacc(config, B, profile.seq, rescale_profile(profile, config, B), budget_bytes, allow_compress,
+                       options, codecs, target);
             return true;
         } catch (const UserError&) {
             return false;
@@ -370,9 +372,12 @@ std::string format_plan(const AdaccPlan& plan, const Profile& profile, const Cod
             for (std::size_t i = 0; i < plan.kinds.size(); ++i) {
                 const TensorKind k = plan.kinds[i];
                 const Decision& d = groups[g].decisions[i];
-                nlohmann::json row{{"layer_class", g},          {"layers", layers_text(groups[g])},
-                                   {"tensor", tensor_kind_name(k)}, {"decision", policy_name(d.policy)},
-                                   {"codec", codec_text(groups[g], i, d)},  {"bytes", stored_bytes(groups[g], i, d)}};
+                nlohmann::json row{{"layer_class", g},
+                                   {"layers", layers_text(groups[g])},
+                                   {"tensor", tensor_kind_name(k)},
+                                   {"decision", policy_name(d.policy)},
+                                   {"codec", codec_text(groups[g], i, d)},
+                                   {"bytes", stored_bytes(groups[g], i, d)}};
                 if (const CompressOption* o = option(groups[g], i, d)) row["relative_error"] = o->relative_error;
                 j["decisions"].push_back(row);
             }
@@ -380,7 +385,8 @@ std::string format_plan(const AdaccPlan& plan, const Profile& profile, const Cod
         for (std::size_t i = 0; i < plan.kinds.size(); ++i)
             if (const TensorProfile* t = profile.find(plan.kinds[i]))
                 for (const CodecMeasurement& m : t->codecs)
-                    j["codecs"].push_back({{"tensor", t->name}, {"codec", codec_name(m.codec)},
+                    j["codecs"].push_back({{"tensor", t->name},
+                                           {"codec", codec_name(m.codec)},
                                            {"relative_error", m.relative_error},
                                            {"outlier_fraction", m.outlier_fraction},
                                            {"ms", m.compress_ms + m.decompress_ms},
@@ -396,8 +402,8 @@ std::string format_plan(const AdaccPlan& plan, const Profile& profile, const Cod
                   format_bytes(plan.memory.tape).c_str(), format_bytes(plan.memory.total()).c_str(),
                   format_bytes(budget_bytes).c_str(), r.extra_ms);
     out += line;
-    std::snprintf(line, sizeof line, "%-8s %-10s %-10s %-11s %-13s %9s %12s\n", "class", "layers", "tensor",
-                  "decision", "codec", "rel_err", "bytes");
+    std::snprintf(line, sizeof line, "%-8s %-10s %-10s %-11s %-13s %9s %12s\n", "class", "layers", "tensor", "decision",
+                  "codec", "rel_err", "bytes");
     out += line;
     for (std::size_t g = 0; g < groups.size(); ++g)
         for (std::size_t i = 0; i < plan.kinds.size(); ++i) {
@@ -405,14 +411,15 @@ std::string format_plan(const AdaccPlan& plan, const Profile& profile, const Cod
             const Decision& d = groups[g].decisions[i];
             std::snprintf(line, sizeof line, "%-8zu %-10s %-10s %-11s %-13s %9s %12s\n", g,
                           layers_text(groups[g]).c_str(), tensor_kind_name(k), policy_name(d.policy),
-                          codec_text(groups[g], i, d).c_str(), error_text(groups[g], i, d).c_str(), format_bytes(stored_bytes(groups[g], i, d)).c_str());
+                          codec_text(groups[g], i, d).c_str(), error_text(groups[g], i, d).c_str(),
+                          format_bytes(stored_bytes(groups[g], i, d)).c_str());
             out += line;
         }
     std::snprintf(line, sizeof line, "\ncodecs measured (memory.codecs = %s, memory.max_codec_error = %.4g):\n",
                   codec_candidates_name(codecs.candidates), codecs.max_error);
     out += line;
-    std::snprintf(line, sizeof line, "%-10s %-13s %9s %9s %10s  %s\n", "tensor", "codec", "rel_err", "outliers",
-                  "ms", "planner");
+    std::snprintf(line, sizeof line, "%-10s %-13s %9s %9s %10s  %s\n", "tensor", "codec", "rel_err", "outliers", "ms",
+                  "planner");
     out += line;
     for (std::size_t i = 0; i < plan.kinds.size(); ++i)
         if (const TensorProfile* t = profile.find(plan.kinds[i]))

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "src/engine/activation_plan.h"
-#include "src/engine/gpt_model.h"
 #include "src/adacc/milp_planner.h"
 #include "src/adacc/profiler.h"
+#include "src/engine/activation_plan.h"
+#include "src/engine/gpt_model.h"
 
 namespace adacc {
 
@@ -50,7 +50,7 @@ struct AdaccPlan {
     // result.per_layer (in model layer order) index the compress options of their layer's class.
     LayerClasses classes;
     const BlockProblem& problem_of(int layer) const { return classes.problems[classes.layer_class[layer]]; }
-    ComputeTarget target;           // whose arenas `memory` counts (device, activation dtype)
+    ComputeTarget target;  // whose arenas `memory` counts (device, activation dtype)
 };
 
 // Solves for the cheapest plan whose total memory fits `budget_bytes` at B x T, every arena sized

@@ -6,14 +6,14 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
-#include <nlohmann/json.hpp>
 
-#include "src/engine/activation_plan.h"
-#include "src/common/units.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
+#include "src/common/units.h"
+#include "src/engine/activation_plan.h"
 #include "src/engine/weight_init.h"
 
 namespace adacc {
@@ -136,7 +136,8 @@ std::vector<float> slice_parameters(const GPTConfig& config, const GPTConfig& sl
     std::vector<float> out(to.total());
     for (int id = 0; id < kNumParamTensors; ++id) {
         const ParamTensorInfo &src = from.tensors()[id], &dst = to.tensors()[id];
-        std::copy(whole + src.offset, whole + src.offset + dst.numel, out.begin() + static_cast<std::ptrdiff_t>(dst.offset));
+        std::copy(whole + src.offset, whole + src.offset + dst.numel,
+                  out.begin() + static_cast<std::ptrdiff_t>(dst.offset));
     }
     return out;
 }
@@ -177,8 +178,8 @@ Profile profile_subject(const GPTConfig& config, int batch, int seq, const Compu
     p.batch = batch;
     p.seq = seq;
     p.codec_params = codec_params;
-    p.block = {config.n_embd,    config.n_head, profile_slice(config).n_layer, config.dropout,
-               config.attention, target.device, target.activation};
+    p.block = {config.n_embd, config.n_head,    profile_slice(config).n_layer, config.dropout, config.attention,
+               target.device, target.activation};
     return p;
 }
 
@@ -329,7 +330,8 @@ public:
     std::vector<Field> items() const {
         if (!value_.is_array()) refuse("not a list");
         std::vector<Field> out;
-        for (std::size_t i = 0; i < value_.size(); ++i) out.emplace_back(value_[i], key_ + "[" + std::to_string(i) + "]");
+        for (std::size_t i = 0; i < value_.size(); ++i)
+            out.emplace_back(value_[i], key_ + "[" + std::to_string(i) + "]");
         return out;
     }
     std::string text() const {
@@ -377,9 +379,9 @@ void check_measured_for(const Field& profile, const nlohmann::json& run, const s
         }
         const nlohmann::json& value = field.json();
         if (value != expected)
-            throw SettingError("memory.profile", source + " was measured for " + prefix + name + " " +
-                                                     value.dump() + ", but this run has " + prefix + name + " " +
-                                                     expected.dump() + ": delete it or point memory.profile elsewhere");
+            throw SettingError("memory.profile", source + " was measured for " + prefix + name + " " + value.dump() +
+                                                     ", but this run has " + prefix + name + " " + expected.dump() +
+                                                     ": delete it or point memory.profile elsewhere");
     }
 }
 
@@ -446,7 +448,8 @@ CodecMeasurement read_codec(const Field& c, const GPTConfig& config, const Tenso
     const Field layer_errors = c["layer_errors"];
     const std::vector<Field> layers = layer_errors.items();
     if (layers.size() != static_cast<std::size_t>(p.block.layers))
-        layer_errors.refuse("but the profiler's slice has " + std::to_string(p.block.layers) + " layers, one error each");
+        layer_errors.refuse("but the profiler's slice has " + std::to_string(p.block.layers) +
+                            " layers, one error each");
     for (const Field& e : layers) m.layer_errors.push_back(e.number(0, kMaxRelativeError));
     m.compress_ms = c["compress_ms"].number(0, kMaxProfileMs);
     m.decompress_ms = c["decompress_ms"].number(0, kMaxProfileMs);
@@ -474,7 +477,8 @@ TensorProfile read_tensor(const Field& t, const GPTConfig& config, const BlockGr
     tensor.bytes = bytes.whole(0, std::numeric_limits<std::uint64_t>::max());
     if (tensor.bytes != info.bytes())
         bytes.refuse("but this block's " + info.name + " holds " + std::to_string(info.bytes()) + " bytes");
-    for (const Field& c : t["codecs"].items()) tensor.codecs.push_back(read_codec(c, config, info, with_spreads, p, tensor));
+    for (const Field& c : t["codecs"].items())
+        tensor.codecs.push_back(read_codec(c, config, info, with_spreads, p, tensor));
     return tensor;
 }
 
@@ -485,8 +489,7 @@ void read_measurements(const Field& root, const GPTConfig& config, bool with_spr
     const BlockGraph block(config, p.batch, p.seq, p.block.dtype);
     p.measured_batch = static_cast<int>(root["measured_batch"].whole(1, static_cast<std::uint64_t>(p.batch)));
     read_ops(root["ops"], block, with_spreads, p);
-    for (const Field& t : root["tensors"].items())
-        p.tensors.push_back(read_tensor(t, config, block, with_spreads, p));
+    for (const Field& t : root["tensors"].items()) p.tensors.push_back(read_tensor(t, config, block, with_spreads, p));
     for (const TensorInfo& info : block.tensors())
         if (is_profiled(info) && p.find(info.kind) == nullptr)
             Field::fail("tensors has no " + info.name + "; this block plans " + profiled_names(block));
@@ -506,11 +509,15 @@ nlohmann::json Profile::to_json() const {
     for (const auto& t : tensors) {
         nlohmann::json codecs = nlohmann::json::array();
         for (const auto& m : t.codecs)
-            codecs.push_back({{"codec", codec_name(m.codec)}, {"codec_id", static_cast<int>(m.codec)},
-                              {"compressed_bytes", m.compressed_bytes}, {"compressed_bound", m.compressed_bound},
-                              {"outlier_fraction", m.outlier_fraction}, {"relative_error", m.relative_error},
+            codecs.push_back({{"codec", codec_name(m.codec)},
+                              {"codec_id", static_cast<int>(m.codec)},
+                              {"compressed_bytes", m.compressed_bytes},
+                              {"compressed_bound", m.compressed_bound},
+                              {"outlier_fraction", m.outlier_fraction},
+                              {"relative_error", m.relative_error},
                               {"layer_errors", m.layer_errors},
-                              {"compress_ms", m.compress_ms}, {"decompress_ms", m.decompress_ms},
+                              {"compress_ms", m.compress_ms},
+                              {"decompress_ms", m.decompress_ms},
                               {"compress_spread_ms", m.compress_spread_ms},
                               {"decompress_spread_ms", m.decompress_spread_ms}});
         j["tensors"].push_back(
@@ -538,8 +545,8 @@ Profile Profile::load(const std::filesystem::path& file, const GPTConfig& config
     return parse(text.str(), "profile " + file.string(), config, batch, seq, target, codec_params);
 }
 
-Profile Profile::parse(const std::string& text, const std::string& source, const GPTConfig& config, int batch,
-                       int seq, const ComputeTarget& target, const CodecParams& codec_params) {
+Profile Profile::parse(const std::string& text, const std::string& source, const GPTConfig& config, int batch, int seq,
+                       const ComputeTarget& target, const CodecParams& codec_params) {
     const std::string redo = ": delete it and let the run profile again";
     try {
         const nlohmann::json j = nlohmann::json::parse(text);

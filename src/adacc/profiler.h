@@ -16,9 +16,9 @@
 
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
-#include "src/engine/weight_init.h"
 #include "src/engine/device.h"
 #include "src/engine/gpt_model.h"
+#include "src/engine/weight_init.h"
 
 namespace adacc {
 
@@ -32,15 +32,15 @@ struct CodecMeasurement {
     std::vector<double> layer_errors;  // per profiled layer (the slice's); empty: relative_error for all
     double compress_ms = 0;            // per layer: the median over repeats of the mean over layers
     double decompress_ms = 0;
-    double compress_spread_ms = 0;     // the repeats' range (largest - smallest); 0 in format-3 files
+    double compress_spread_ms = 0;  // the repeats' range (largest - smallest); 0 in format-3 files
     double decompress_spread_ms = 0;
 };
 
 struct TensorProfile {
     TensorKind kind = TensorKind::x;
     std::string name;
-    std::size_t bytes = 0;                  // full size per layer at the planned batch, in the profiled dtype
-    std::vector<CodecMeasurement> codecs;   // every codec that can store it (codecs_that_store)
+    std::size_t bytes = 0;                 // full size per layer at the planned batch, in the profiled dtype
+    std::vector<CodecMeasurement> codecs;  // every codec that can store it (codecs_that_store)
 
     const CodecMeasurement* find(Codec codec) const;  // null when it was not measured
 };
@@ -63,21 +63,21 @@ double layer_error(const CodecMeasurement& m, int layer);
 // profile records the block alone), nor the weights (training.seed, [stress]): re-plans
 // re-measure the statistics that drift from the run's own weights.
 struct ProfiledBlock {
-    int n_embd = 0, n_head = 0;   // every tensor's shape and every op's time
-    int layers = 0;               // blocks in the slice (profile_slice): one error per codec each
-    float dropout = 0;            // masks exist when > 0, and every tensor after a dropout reads it
+    int n_embd = 0, n_head = 0;  // every tensor's shape and every op's time
+    int layers = 0;              // blocks in the slice (profile_slice): one error per codec each
+    float dropout = 0;           // masks exist when > 0, and every tensor after a dropout reads it
     AttentionImpl attention = AttentionImpl::materialized;  // fused has no attention matrices
-    Device device = Device::cpu;  // the times are this device's
-    DType dtype = DType::f32;     // sizes, times and errors are those of this dtype's tensors
+    Device device = Device::cpu;                            // the times are this device's
+    DType dtype = DType::f32;                               // sizes, times and errors are those of this dtype's tensors
 };
 
 struct Profile {
-    int batch = 0, seq = 0;            // the batch the numbers describe
-    int measured_batch = 0;            // the batch actually run (smaller when `batch` did not fit)
-    ProfiledBlock block;               // what it measured besides batch x seq and codec_params
-    std::vector<std::string> op_names; // the block's ops, in order
-    std::vector<double> op_ms;         // forward time per op per layer, at `batch`: the repeats' median
-    std::vector<double> op_spread_ms;  // the repeats' range per op (0 in format-3 files)
+    int batch = 0, seq = 0;              // the batch the numbers describe
+    int measured_batch = 0;              // the batch actually run (smaller when `batch` did not fit)
+    ProfiledBlock block;                 // what it measured besides batch x seq and codec_params
+    std::vector<std::string> op_names;   // the block's ops, in order
+    std::vector<double> op_ms;           // forward time per op per layer, at `batch`: the repeats' median
+    std::vector<double> op_spread_ms;    // the repeats' range per op (0 in format-3 files)
     std::vector<TensorProfile> tensors;  // saved tensors of one block (not x, not layernorm statistics)
     CodecParams codec_params;
 

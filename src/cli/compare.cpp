@@ -3,12 +3,12 @@
 #include <cstdio>
 
 #include "src/cli/commands.h"
-#include "src/train/compare.h"
-#include "src/config/config.h"
 #include "src/common/errors.h"
-#include "src/common/units.h"
 #include "src/common/file_io.h"
+#include "src/common/units.h"
+#include "src/config/config.h"
 #include "src/engine/memory_mode.h"
+#include "src/train/compare.h"
 
 namespace adacc {
 
@@ -66,10 +66,11 @@ void add_compare_command(Command& program) {
     cmd.option("--config", args->config, "TOML run config (model, seq_len, data.train, optimizer)").required();
     cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
     cmd.option("--modes", args->modes,
-                    "memory modes, comma-separated (default: " + join_memory_mode_names(fixed_memory_modes()) + ")")
+               "memory modes, comma-separated (default: " + join_memory_mode_names(fixed_memory_modes()) + ")")
         .comma_separated();
     cmd.option("--batch", args->batches, "batch sizes, comma-separated (default: training.batch_size)")
-        .comma_separated().positive();
+        .comma_separated()
+        .positive();
     cmd.option("--steps", args->steps, "steps per (mode, batch)").in_range(1, 100000);
     cmd.option("--warmup", args->warmup, "steps excluded from the median step time").in_range(0, 100000);
     cmd.option("--format", args->format, "table, csv or json").one_of({"table", "csv", "json"});
@@ -79,7 +80,7 @@ void add_compare_command(Command& program) {
     cmd.option("--memory-budget", args->budget, "memory budget: batches over it are reported, not run");
     cmd.flag("--max-batch", args->max_batch, "largest batch per mode under --memory-budget, verified by a step");
     cmd.flag("--no-fidelity", args->no_fidelity,
-                  "skip grad_err / grad_cos (their extra forward and backward per mode, and none's, which must fit)");
+             "skip grad_err / grad_cos (their extra forward and backward per mode, and none's, which must fit)");
     cmd.on_run([args] { run_compare(*args); });
 }
 

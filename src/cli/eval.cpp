@@ -12,19 +12,20 @@
 
 #include "data/tokenizer.h"
 #include "src/cli/commands.h"
-#include "src/common/units.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
+#include "src/common/progress_bar.h"
+#include "src/common/units.h"
 #include "src/eval/eval_tasks.h"
 #include "src/eval/evaluation.h"
-#include "src/common/progress_bar.h"
 #include "src/train/weights_file.h"
 
 namespace adacc {
 namespace {
 
 struct EvalArgs {
-    std::string checkpoint, llmc_model, hf_model, task, data, vocab, split = "test", output, device = "cpu", dtype = "auto";
+    std::string checkpoint, llmc_model, hf_model, task, data, vocab, split = "test", output, device = "cpu",
+                                                                     dtype = "auto";
     std::size_t limit = 0;
     int batch = 8;
     int threads = 0;
@@ -67,10 +68,11 @@ void run_eval_command(const EvalArgs& args) {
     if (prepared.docs.empty()) throw UserError(data_file.string() + " holds no documents");
 
     const int seq_len = required_seq_len(prepared.requests, config.max_seq_len);
-    const int batch = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(args.batch), prepared.requests.size()));
+    const int batch =
+        static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(args.batch), prepared.requests.size()));
     const Device device = parse_device(args.device);
-    GPTModel model = GPTModel::for_inference(config, batch, seq_len, backend_for(device),
-                                             resolve_model_dtype(args.dtype, device));
+    GPTModel model =
+        GPTModel::for_inference(config, batch, seq_len, backend_for(device), resolve_model_dtype(args.dtype, device));
     load_weights(weights, model);
 
     std::unique_ptr<AtomicFileWriter> output;  // opened before the long run, so a bad path fails at once
@@ -123,7 +125,7 @@ void add_eval_command(Command& program) {
     add_dtype_option(cmd, args->dtype, "auto");
     cmd.option("--task", args->task, "lambada or arc_easy").required().type_name("TASK");
     cmd.option("--data", args->data,
-                    "the task's jsonl, or a folder holding it (directly or in lambada_openai/, arc_easy/)")
+               "the task's jsonl, or a folder holding it (directly or in lambada_openai/, arc_easy/)")
         .required()
         .type_name("PATH");
     cmd.option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe").required().type_name("DIR");

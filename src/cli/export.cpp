@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "src/cli/commands.h"
-#include "src/common/units.h"
 #include "src/common/errors.h"
+#include "src/common/units.h"
 #include "src/io/hf_gpt2.h"
 #include "src/io/llmc_model_io.h"
 #include "src/train/weights_file.h"
@@ -30,14 +30,16 @@ struct ExportArgs {
 // model (src/train/weights_file.h): refuse to write one into a run.
 void refuse_run_folder(const fs::path& dir) {
     if (fs::exists(dir / "config.toml") || fs::exists(dir / "checkpoints"))
-        throw UserError("--hf-model " + dir.string() + " holds an adacc run (config.toml, checkpoints/): write the "
+        throw UserError("--hf-model " + dir.string() +
+                        " holds an adacc run (config.toml, checkpoints/): write the "
                         "Hugging Face folder elsewhere");
 }
 
 void run_export(const ExportArgs& args) {
     if (args.llmc_model.empty() == args.hf_model.empty())
-        throw UserError("adacc export needs one of --llmc-model OUT (llm.c's file) or --hf-model DIR (a Hugging Face "
-                        "folder)");
+        throw UserError(
+            "adacc export needs one of --llmc-model OUT (llm.c's file) or --hf-model DIR (a Hugging Face "
+            "folder)");
     if (!args.vocab.empty() && args.hf_model.empty())
         throw UserError("--vocab goes with --hf-model (llm.c model files hold no tokenizer): drop it");
     const WeightsFile weights = open_checkpoint_weights(args.checkpoint);
@@ -52,9 +54,11 @@ void run_export(const ExportArgs& args) {
     if (!args.llmc_model.empty()) {
         std::error_code error;
         if (fs::equivalent(args.llmc_model, weights.path, error))
-            throw UserError("--llmc-model " + args.llmc_model + " is the checkpoint being exported: write it elsewhere");
-        const LlmcModelWritten llmc = save_llmc_model(
-            args.llmc_model, m, params, args.force ? ExistingTarget::write_through_symlink : ExistingTarget::replace_regular_file);
+            throw UserError("--llmc-model " + args.llmc_model +
+                            " is the checkpoint being exported: write it elsewhere");
+        const LlmcModelWritten llmc =
+            save_llmc_model(args.llmc_model, m, params,
+                            args.force ? ExistingTarget::write_through_symlink : ExistingTarget::replace_regular_file);
         written = llmc.file;
         bytes = llmc.bytes;
         std::printf("wrote %s: llm.c GPT-2 model, version %d (fp32), from %s\n", written.c_str(), kLlmcVersionFp32,
@@ -68,12 +72,13 @@ void run_export(const ExportArgs& args) {
                     args.hf_model.c_str(), args.vocab.empty() ? "" : ", vocab.json, merges.txt, tokenizer_config.json",
                     describe_weights(weights).c_str());
         if (args.vocab.empty())
-            std::printf("no tokenizer files written: add --vocab DIR (GPT-2's encoder.json and vocab.bpe) for "
-                        "AutoTokenizer\n");
+            std::printf(
+                "no tokenizer files written: add --vocab DIR (GPT-2's encoder.json and vocab.bpe) for "
+                "AutoTokenizer\n");
     }
-    std::printf("model: L=%d C=%d H=%d V=%d (padded %d) maxT=%d, %lld parameters, %s\n", m.n_layer, m.n_embd,
-                m.n_head, m.vocab_size, m.padded_vocab_size(), m.max_seq_len,
-                static_cast<long long>(model.num_params()), format_bytes(bytes).c_str());
+    std::printf("model: L=%d C=%d H=%d V=%d (padded %d) maxT=%d, %lld parameters, %s\n", m.n_layer, m.n_embd, m.n_head,
+                m.vocab_size, m.padded_vocab_size(), m.max_seq_len, static_cast<long long>(model.num_params()),
+                format_bytes(bytes).c_str());
 }
 
 }  // namespace
@@ -85,8 +90,9 @@ void add_export_command(Command& program) {
     cmd.option("--checkpoint", args->checkpoint, "checkpoint file or run folder (newest checkpoint)")
         .required()
         .type_name("DIR|FILE");
-    CommandOption llmc = cmd.option("--llmc-model", args->llmc_model, "the llm.c model file to write (replaced atomically)")
-                             .type_name("OUT");
+    CommandOption llmc =
+        cmd.option("--llmc-model", args->llmc_model, "the llm.c model file to write (replaced atomically)")
+            .type_name("OUT");
     CommandOption hf = cmd.option("--hf-model", args->hf_model,
                                   "the Hugging Face folder to write: config.json, model.safetensors (each replaced "
                                   "atomically)")

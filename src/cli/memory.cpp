@@ -8,9 +8,9 @@
 
 #include "src/adacc/adacc_regulator.h"
 #include "src/cli/commands.h"
+#include "src/common/errors.h"
 #include "src/common/units.h"
 #include "src/config/config.h"
-#include "src/common/errors.h"
 #include "src/engine/memory_mode.h"
 #include "src/engine/memory_report.h"
 #include "src/train/token_loader.h"
@@ -34,8 +34,8 @@ MemoryRow planned_memory_row(const RunConfig& config, const Profile& unit, Memor
     MemoryRow row;
     row.mode = mode;
     try {
-        row.memory = plan_adacc(config.model, B, config.training.seq_len, rescale_profile(unit, config.model, B), budget,
-                                options.allow_compress, options.planner, options.codecs, target)
+        row.memory = plan_adacc(config.model, B, config.training.seq_len, rescale_profile(unit, config.model, B),
+                                budget, options.allow_compress, options.planner, options.codecs, target)
                          .memory;
     } catch (const UserError&) {
         row.note = "no plan fits batch " + std::to_string(B) + " within the budget";
@@ -62,9 +62,9 @@ void run_memory(MemoryArgs& args) {
     const GPTConfig& m = config.model;
     const ComputeTarget target = compute_target(config, args.world_size);
     const int B = config.training.batch_size, T = config.training.seq_len;
-    std::printf("model L=%d C=%d H=%d V=%d, %lld parameters; batch %d x seq %d%s%s\n", m.n_layer, m.n_embd,
-                m.n_head, m.vocab_size, static_cast<long long>(m.parameter_count()), B, T,
-                budget ? ", budget " : "", budget ? format_bytes(budget).c_str() : "");
+    std::printf("model L=%d C=%d H=%d V=%d, %lld parameters; batch %d x seq %d%s%s\n", m.n_layer, m.n_embd, m.n_head,
+                m.vocab_size, static_cast<long long>(m.parameter_count()), B, T, budget ? ", budget " : "",
+                budget ? format_bytes(budget).c_str() : "");
     if (args.world_size > 1) {
         const char* zero = device_traits(target).masters_sharded()
                                ? ", ZeRO-1: AdamW's moments and the fp32 masters sharded"
@@ -85,12 +85,13 @@ void run_memory(MemoryArgs& args) {
         rows.push_back(planned_memory_row(config, *unit, mode, budget, target));
     }
     std::printf("%s", format_memory_rows(rows, target).c_str());
-    std::printf("\ntape: saved activations (kept / compressed at their bound / nothing when recomputed); "
-                "materialize: full-size buffers for what is decompressed or recomputed; transients: op outputs "
-                "backward does not need and backward's gradient buffers%s\n",
-                budget ? "; max_batch: largest batch whose total fits the budget (planned modes: the largest the "
-                         "planner fits, from the profiler's slice at batch 1)"
-                       : "");
+    std::printf(
+        "\ntape: saved activations (kept / compressed at their bound / nothing when recomputed); "
+        "materialize: full-size buffers for what is decompressed or recomputed; transients: op outputs "
+        "backward does not need and backward's gradient buffers%s\n",
+        budget ? "; max_batch: largest batch whose total fits the budget (planned modes: the largest the "
+                 "planner fits, from the profiler's slice at batch 1)"
+               : "");
 }
 }  // namespace
 
@@ -103,12 +104,12 @@ void add_memory_command(Command& program) {
     add_device_option(cmd, args->device, "training.device; sizes are computed, so no GPU is needed");
     add_dtype_option(cmd, args->dtype, "model.dtype");
     cmd.option("--world-size", args->world_size,
-                    "data-parallel ranks the sizes are per rank of (with --set training.zero=1 they share AdamW's "
-                    "moments)")
+               "data-parallel ranks the sizes are per rank of (with --set training.zero=1 they share AdamW's "
+               "moments)")
         .positive();
     cmd.option("--modes", args->modes,
-                    "modes to show (default: " + join_memory_mode_names(fixed_memory_modes()) +
-                        "; adacc and recompute-opt need --memory-budget)")
+               "modes to show (default: " + join_memory_mode_names(fixed_memory_modes()) +
+                   "; adacc and recompute-opt need --memory-budget)")
         .comma_separated();
     cmd.on_run([args] { run_memory(*args); });
 }

@@ -6,9 +6,9 @@
 
 #include "src/adacc/adacc_regulator.h"
 #include "src/cli/commands.h"
-#include "src/config/config.h"
 #include "src/common/errors.h"
 #include "src/common/units.h"
+#include "src/config/config.h"
 #include "src/train/token_loader.h"
 
 namespace adacc {
@@ -33,15 +33,16 @@ void run_plan(PlanArgs& args) {
     RunConfig config = load_config(args.config, args.overrides);
     const std::uint64_t budget = budget_bytes(config.memory);
     if (!budget)
-        throw UserError("adacc plan needs a memory budget: pass --memory-budget SIZE (e.g. 24GiB) or set memory.budget");
+        throw UserError(
+            "adacc plan needs a memory budget: pass --memory-budget SIZE (e.g. 24GiB) or set memory.budget");
     RegulatorOptions options =
         regulator_options(config, args.no_compress ? MemoryMode::recompute_opt : MemoryMode::adacc);
     options.save_profile = args.save_profile;
     const AdaccRegulator regulator(planned_run(config, compute_target(config, args.world_size)), budget, options,
                                    profiling_tokens(config), nullptr);
     std::printf("%s", format_plan(regulator.plan(), regulator.profile(), options.codecs, config.model,
-                                  config.training.batch_size,
-                                  config.training.seq_len, budget, args.format).c_str());
+                                  config.training.batch_size, config.training.seq_len, budget, args.format)
+                          .c_str());
     if (args.format != "json") std::printf("\n%s\n", regulator.describe().c_str());
 }
 }  // namespace
@@ -57,15 +58,15 @@ void add_plan_command(Command& program) {
     add_device_option(cmd, args->device, "training.device");
     add_dtype_option(cmd, args->dtype, "model.dtype");
     cmd.option("--world-size", args->world_size,
-                    "data-parallel ranks the budget is per rank of (with --set training.zero=1 they share AdamW's "
-                    "moments, so more of the budget is left for activations)")
+               "data-parallel ranks the budget is per rank of (with --set training.zero=1 they share AdamW's "
+               "moments, so more of the budget is left for activations)")
         .positive();
     cmd.option("--format", args->format, "table or json").one_of({"table", "json"});
     cmd.option("--granularity", args->granularity,
-                    "block (one plan for every layer) or global (layers may differ); default: memory.granularity")
+               "block (one plan for every layer) or global (layers may differ); default: memory.granularity")
         .one_of({"block", "global"});
     cmd.flag("--no-compress", args->no_compress,
-                  std::string(memory_mode_name(MemoryMode::recompute_opt)) + ": plan with compression disabled");
+             std::string(memory_mode_name(MemoryMode::recompute_opt)) + ": plan with compression disabled");
     cmd.on_run([args] { run_plan(*args); });
 }
 

@@ -52,17 +52,16 @@ void run_sample(const SampleArgs& args) {
 
 void add_sample_command(Command& program) {
     auto args = std::make_shared<SampleArgs>();
-    Command cmd = program.subcommand("sample", "Generate text from a checkpoint, an llm.c model file or a Hugging Face GPT-2 folder");
+    Command cmd = program.subcommand(
+        "sample", "Generate text from a checkpoint, an llm.c model file or a Hugging Face GPT-2 folder");
     add_model_options(cmd, args->checkpoint, args->llmc_model, args->hf_model);
     cmd.option("--prompt", args->prompt, "text to continue").required();
     add_device_option(cmd, args->device, "cpu");
     add_dtype_option(cmd, args->dtype, "auto");
     cmd.option("--vocab", args->vocab, "folder with GPT-2's encoder.json and vocab.bpe").required();
     cmd.option("--tokens", args->options.tokens, "tokens to generate").in_range(1, 100000);
-    cmd.option("--temperature", args->options.temperature, "softmax temperature (0 = greedy)")
-        .in_range(0.0, 100.0);
-    cmd.option("--top-k", args->options.top_k, "sample among the k most likely tokens (0 = all)")
-        .in_range(0, 1 << 20);
+    cmd.option("--temperature", args->options.temperature, "softmax temperature (0 = greedy)").in_range(0.0, 100.0);
+    cmd.option("--top-k", args->options.top_k, "sample among the k most likely tokens (0 = all)").in_range(0, 1 << 20);
     cmd.option("--seed", args->options.seed, "sampling seed");
     cmd.on_run([args] { run_sample(*args); });
 }

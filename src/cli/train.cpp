@@ -3,11 +3,11 @@
 
 #include <algorithm>
 
-#include "src/io/checkpoint_folder.h"
 #include "src/cli/commands.h"
-#include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/config/config.h"
 #include "src/dist/process_group.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/train/rank_agreement.h"
 #include "src/train/run_folder.h"
 #include "src/train/stop_signals.h"
@@ -44,7 +44,8 @@ void refuse_changes_resume_cannot_make(const RunConfig& stored, const RunConfig&
     std::string changed;
     const auto compare = [&](const std::string& key, auto in_run, auto asked) {
         if (in_run != asked)
-            changed += "\n  " + key + ": " + std::to_string(in_run) + " in the run, " + std::to_string(asked) + " asked";
+            changed +=
+                "\n  " + key + ": " + std::to_string(in_run) + " in the run, " + std::to_string(asked) + " asked";
     };
     for (const auto& field : kGPTShapeFields)
         compare(std::string("model.") + field.name, stored.model.*field.member, resumed.model.*field.member);
@@ -56,8 +57,8 @@ void refuse_changes_resume_cannot_make(const RunConfig& stored, const RunConfig&
     throw UserError("--resume " + run_dir + " cannot change:" + changed +
                     "\nthe checkpoint's tensors, data position and dropout masks depend on them (another shape is a "
                     "different model), and [stress] applies only to a run's initial weights; resume without these "
-                    "--set, or start a new run in another folder (--config FILE --init-from " + run_dir +
-                    " starts from its weights, and applies [stress] to them)");
+                    "--set, or start a new run in another folder (--config FILE --init-from " +
+                    run_dir + " starts from its weights, and applies [stress] to them)");
 }
 
 // Refuses to resume beside checkpoints this build cannot read, unless told to overwrite: pruning
@@ -94,7 +95,8 @@ RunConfig resume_config(const TrainArgs& args, std::optional<std::filesystem::pa
 
 // A new run's folder is cleared (--overwrite) or must be empty: weights to start from cannot live there.
 void refuse_weights_inside_run_folder(const WeightsFile& weights, const std::string& run_dir) {
-    const auto folder = std::filesystem::weakly_canonical(run_dir), file = std::filesystem::weakly_canonical(weights.path);
+    const auto folder = std::filesystem::weakly_canonical(run_dir),
+               file = std::filesystem::weakly_canonical(weights.path);
     const auto [end, unused] = std::mismatch(folder.begin(), folder.end(), file.begin(), file.end());
     if (end != folder.end()) return;
     throw UserError("--init-from " + weights.path.string() + " lies inside the new run's folder " + run_dir +
@@ -107,14 +109,16 @@ void run_train(TrainArgs& args) {
     if (!args.device.empty()) args.overrides.push_back("training.device=" + args.device);
     if (!args.dtype.empty()) args.overrides.push_back("model.dtype=" + args.dtype);
     if (!args.resume.empty() && !args.config.empty())
-        throw UserError("--resume takes the config stored in the run's checkpoint, so --config cannot be given with "
-                        "it; change what resume allows with --set (e.g. --set training.steps=2000)");
+        throw UserError(
+            "--resume takes the config stored in the run's checkpoint, so --config cannot be given with "
+            "it; change what resume allows with --set (e.g. --set training.steps=2000)");
     if (args.resume.empty() && args.config.empty())
         throw UserError("adacc train needs --config FILE (or --resume RUN_DIR)");
     if (!args.init_from.empty() && !args.resume.empty())
-        throw UserError("--init-from and --resume cannot be combined: --resume continues RUN_DIR with its own "
-                        "weights, optimizer state and data position; to start a new run from its weights, pass "
-                        "--config FILE --init-from RUN_DIR");
+        throw UserError(
+            "--init-from and --resume cannot be combined: --resume continues RUN_DIR with its own "
+            "weights, optimizer state and data position; to start a new run from its weights, pass "
+            "--config FILE --init-from RUN_DIR");
 
     std::optional<std::filesystem::path> checkpoint;
     std::unique_ptr<RunFolderLock> lock;
@@ -125,7 +129,8 @@ void run_train(TrainArgs& args) {
     const bool root = process_group().is_root();
     if (!args.resume.empty()) {
         if (!std::filesystem::is_directory(args.resume))
-            throw UserError("--resume " + args.resume + ": no such run folder, so no complete checkpoint to resume; "
+            throw UserError("--resume " + args.resume +
+                            ": no such run folder, so no complete checkpoint to resume; "
                             "pass the logging.run_dir of a run, or start a new run with --config FILE");
         if (root) lock = std::make_unique<RunFolderLock>(args.resume);
         config = resume_config(args, checkpoint);
@@ -166,12 +171,12 @@ void add_train_command(Command& program) {
     add_device_option(cmd, args->device, "training.device");
     add_dtype_option(cmd, args->dtype, "model.dtype");
     cmd.option("--init-from", args->init_from,
-                    "start from these weights (Hugging Face GPT-2 folder, llm.c GPT-2 model file, adacc checkpoint or "
-                    "run folder) with a fresh "
-                    "optimizer and the data from the start");
+               "start from these weights (Hugging Face GPT-2 folder, llm.c GPT-2 model file, adacc checkpoint or "
+               "run folder) with a fresh "
+               "optimizer and the data from the start");
     cmd.flag("--overwrite", args->overwrite,
-                  "start over in a run folder that holds a run (deletes its config, metrics and checkpoints); with "
-                  "--resume: resume beside checkpoints of a newer format, which may then be replaced");
+             "start over in a run folder that holds a run (deletes its config, metrics and checkpoints); with "
+             "--resume: resume beside checkpoints of a newer format, which may then be replaced");
     cmd.on_run([args] { run_train(*args); });
 }
 

@@ -48,7 +48,8 @@ std::uint64_t peak_resident_bytes() {
 
 HostMemoryLimit host_memory_limit() {
     HostMemoryLimit least;
-    least.bytes = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+    least.bytes =
+        static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
     least.source = "this machine has " + format_bytes(least.bytes) + " of memory";
     for (const char* file : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"})
         if (const auto limit = cgroup_limit(file); limit && *limit < least.bytes)

@@ -1,5 +1,6 @@
 #include "src/config/config.h"
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -11,9 +12,8 @@
 #include <limits>
 #include <optional>
 #include <set>
-#include <stdexcept>
 #include <sstream>
-#include <toml++/toml.h>
+#include <stdexcept>
 #include <type_traits>
 #include <variant>
 
@@ -178,10 +178,14 @@ std::optional<std::string> store(const ConfigValue& value, T& field) {
 
 template <typename T>
 constexpr ValueKind kind_of() {
-    if constexpr (std::is_same_v<T, int> || std::is_same_v<T, std::uint64_t>) return ValueKind::integer;
-    else if constexpr (std::is_same_v<T, float>) return ValueKind::number;
-    else if constexpr (std::is_same_v<T, bool>) return ValueKind::boolean;
-    else if constexpr (std::is_same_v<T, std::string>) return ValueKind::string;
+    if constexpr (std::is_same_v<T, int> || std::is_same_v<T, std::uint64_t>)
+        return ValueKind::integer;
+    else if constexpr (std::is_same_v<T, float>)
+        return ValueKind::number;
+    else if constexpr (std::is_same_v<T, bool>)
+        return ValueKind::boolean;
+    else if constexpr (std::is_same_v<T, std::string>)
+        return ValueKind::string;
     else {
         static_assert(std::is_same_v<T, std::vector<std::string>>, "no ValueKind for this field type");
         return ValueKind::string_list;
@@ -237,7 +241,8 @@ Allowed each_one_of(std::vector<std::string> choices) {
             }};
 }
 Allowed non_empty() {
-    return {"a non-empty string", [](const ConfigValue& v, const RunConfig&) { return !std::get<std::string>(v).empty(); }};
+    return {"a non-empty string",
+            [](const ConfigValue& v, const RunConfig&) { return !std::get<std::string>(v).empty(); }};
 }
 
 // A budget of 0 bytes holds nothing: it is refused here, once for every command, rather than read
@@ -351,7 +356,9 @@ Allowed up_to_max_seq_len() {
                 const auto x = std::get<std::int64_t>(v);
                 return x >= 1 && x <= config.model.max_seq_len;
             },
-            [](const RunConfig& config) { return " (model.max_seq_len = " + std::to_string(config.model.max_seq_len) + ")"; }};
+            [](const RunConfig& config) {
+                return " (model.max_seq_len = " + std::to_string(config.model.max_seq_len) + ")";
+            }};
 }
 Allowed up_to_n_embd() {
     return {"in [0, model.n_embd]",
@@ -424,10 +431,8 @@ const std::vector<KeySpec>& registry() {
             "training", "skip_nonfinite", at_least(0),
             "steps with a non-finite loss or gradient norm to skip (no update) before stopping; 0 = stop at the first"),
 
-        field<&R::optimizer, &OptimizerOptions::beta1>("optimizer", "beta1", below_one(),
-                                                       "AdamW first-moment decay"),
-        field<&R::optimizer, &OptimizerOptions::beta2>("optimizer", "beta2", below_one(),
-                                                       "AdamW second-moment decay"),
+        field<&R::optimizer, &OptimizerOptions::beta1>("optimizer", "beta1", below_one(), "AdamW first-moment decay"),
+        field<&R::optimizer, &OptimizerOptions::beta2>("optimizer", "beta2", below_one(), "AdamW second-moment decay"),
         field<&R::optimizer, &OptimizerOptions::eps>("optimizer", "eps", above(0), "AdamW epsilon"),
         field<&R::optimizer, &OptimizerOptions::weight_decay>("optimizer", "weight_decay", at_least(0),
                                                               "decoupled weight decay on 2-D weights"),
@@ -437,20 +442,16 @@ const std::vector<KeySpec>& registry() {
         field<&R::lr, &LrSchedule::max>("lr", "max", above(0), "peak learning rate"),
         field<&R::lr, &LrSchedule::min>("lr", "min", up_to_lr_max(), "floor of the cosine decay"),
         field<&R::lr, &LrSchedule::warmup_steps>("lr", "warmup_steps", at_least(0), "linear warmup steps"),
-        field<&R::lr, &LrSchedule::schedule>("lr", "schedule", one_of({"cosine", "constant"}),
-                                            "decay after warmup"),
+        field<&R::lr, &LrSchedule::schedule>("lr", "schedule", one_of({"cosine", "constant"}), "decay after warmup"),
 
         field<&R::data, &DataSection::train>("data", "train", any_value(), "training shard file or glob"),
-        field<&R::data, &DataSection::val>("data", "val", any_value(),
-                                           "validation shard file or glob (\"\" = none)"),
+        field<&R::data, &DataSection::val>("data", "val", any_value(), "validation shard file or glob (\"\" = none)"),
         field<&R::data, &DataSection::shuffle>("data", "shuffle", any_value(),
                                                "seeded permutation of sequence windows"),
 
-        field<&R::memory, &MemorySection::mode>(
-            "memory", "mode", one_of(memory_mode_names()),
-            "activation memory policy"),
-        field<&R::memory, &MemorySection::budget>("memory", "budget", size_or_empty(),
-                                                  "device memory the run may use"),
+        field<&R::memory, &MemorySection::mode>("memory", "mode", one_of(memory_mode_names()),
+                                                "activation memory policy"),
+        field<&R::memory, &MemorySection::budget>("memory", "budget", size_or_empty(), "device memory the run may use"),
         field<&R::memory, &MemorySection::granularity>("memory", "granularity", one_of({"block", "global"}),
                                                        "planner: one plan for every layer, or layers may differ"),
         field<&R::memory, &MemorySection::profile>("memory", "profile", any_value(),
@@ -473,8 +474,7 @@ const std::vector<KeySpec>& registry() {
 
         field<&R::eval, &EvalSection::every>("eval", "every", at_least(0),
                                              "steps between in-training evals (0 = never)"),
-        field<&R::eval, &EvalSection::tasks>("eval", "tasks", each_one_of(eval_task_names()),
-                                             "eval tasks"),
+        field<&R::eval, &EvalSection::tasks>("eval", "tasks", each_one_of(eval_task_names()), "eval tasks"),
         field<&R::eval, &EvalSection::limit>("eval", "limit", at_least(0), "examples per task (0 = all)"),
         field<&R::eval, &EvalSection::data>("eval", "data", any_value(),
                                             "folder holding lambada_openai/ and arc_easy/ (test splits)"),
@@ -550,8 +550,8 @@ std::optional<std::string> suggest_key(std::string_view section, std::string_vie
         if (key.name == name) return key.full_name();
     std::vector<std::string> candidates;
     for (const auto& key : registry()) candidates.push_back(section.empty() ? std::string(key.name) : key.full_name());
-    const auto best = closest(section.empty() ? std::string(name) : std::string(section) + "." + std::string(name),
-                              candidates);
+    const auto best =
+        closest(section.empty() ? std::string(name) : std::string(section) + "." + std::string(name), candidates);
     if (!best || !section.empty()) return best;
     for (const auto& key : registry())
         if (key.name == *best) return key.full_name();
@@ -559,7 +559,8 @@ std::optional<std::string> suggest_key(std::string_view section, std::string_vie
 }
 
 [[noreturn]] void throw_unknown_key(std::string_view section, std::string_view name, std::string_view where) {
-    std::string message = "unknown key '" + std::string(section) + "." + std::string(name) + "' in " + std::string(where);
+    std::string message =
+        "unknown key '" + std::string(section) + "." + std::string(name) + "' in " + std::string(where);
     if (const auto suggestion = suggest_key(section, name)) {
         message += "; did you mean '" + *suggestion + "'?";
     } else {
@@ -651,7 +652,8 @@ void apply_node(RunConfig& config, const KeySpec& key, const toml::node& node, s
     set_key(config, key, *value, where);
 }
 
-void apply_section(RunConfig& config, std::string_view section, const toml::table& table, std::string_view source_name) {
+void apply_section(RunConfig& config, std::string_view section, const toml::table& table,
+                   std::string_view source_name) {
     // Keys that reset others go first, so the rest of the section overrides them.
     for (const bool first_pass : {true, false}) {
         for (const auto& [name, node] : table) {
@@ -667,8 +669,8 @@ void apply_toml(RunConfig& config, std::string_view text, std::string_view sourc
     try {
         root = toml::parse(text, source_name);
     } catch (const toml::parse_error& error) {
-        throw UserError(location(source_name, error.source()) + ": malformed TOML: " +
-                        std::string(error.description()) + "; fix the syntax at that position");
+        throw UserError(location(source_name, error.source()) +
+                        ": malformed TOML: " + std::string(error.description()) + "; fix the syntax at that position");
     }
     for (const auto& [name, node] : root) {
         const auto where = location(source_name, name.source());
@@ -762,9 +764,11 @@ namespace {
 std::optional<std::string> activation_size_problem(const RunConfig& config) {
     const GPTConfig& m = config.model;
     const long double tokens = static_cast<long double>(config.training.batch_size) * config.training.seq_len;
-    const long double per_token_floats = (m.n_layer + 1.0L) * (32.0L * m.n_embd + 8.0L * m.n_head * config.training.seq_len) +
-                                         2.0L * m.padded_vocab_size();
-    if (tokens * per_token_floats * sizeof(float) <= static_cast<long double>(std::uint64_t{1} << 60)) return std::nullopt;
+    const long double per_token_floats =
+        (m.n_layer + 1.0L) * (32.0L * m.n_embd + 8.0L * m.n_head * config.training.seq_len) +
+        2.0L * m.padded_vocab_size();
+    if (tokens * per_token_floats * sizeof(float) <= static_cast<long double>(std::uint64_t{1} << 60))
+        return std::nullopt;
     return "training.batch_size " + std::to_string(config.training.batch_size) + " x training.seq_len " +
            std::to_string(config.training.seq_len) + " with this model needs more than 1 EiB of activations; " +
            "use a smaller batch, sequence or model";
@@ -796,8 +800,7 @@ void validate_config(const RunConfig& config, std::string_view source_name, cons
     }
     if (const auto problem = config.model.validate())
         throw UserError("invalid " + where + ": " + *problem + "; fix the [model] section or pick a preset");
-    if (const auto problem = activation_size_problem(config))
-        throw UserError("invalid " + where + ": " + *problem);
+    if (const auto problem = activation_size_problem(config)) throw UserError("invalid " + where + ": " + *problem);
     compute_target(config);  // a dtype the device does not run is refused here, naming both
 }
 
@@ -845,7 +848,8 @@ RunConfig config_from_toml_string(std::string_view text, std::string_view source
 RunConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
     std::error_code error;
     if (std::filesystem::is_directory(file, error))
-        throw UserError("config file '" + file.string() + "' is a folder; pass a TOML file, e.g. configs/gpt-117m.toml");
+        throw UserError("config file '" + file.string() +
+                        "' is a folder; pass a TOML file, e.g. configs/gpt-117m.toml");
     std::ifstream in(file, std::ios::binary);
     if (!in)
         throw UserError("cannot read config file '" + file.string() +

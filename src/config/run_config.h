@@ -40,14 +40,14 @@ struct TrainingSection {
 };
 
 struct DataSection {
-    std::string train;           // .bin shard file or glob
-    std::string val;             // .bin shard file or glob ("" = no validation)
-    bool shuffle = false;        // seeded permutation of sequence windows
+    std::string train;     // .bin shard file or glob
+    std::string val;       // .bin shard file or glob ("" = no validation)
+    bool shuffle = false;  // seeded permutation of sequence windows
 };
 
 struct MemorySection {
-    std::string mode = "none";   // a name in kMemoryModes (src/engine/memory_mode.h)
-    std::string budget;          // "" = unlimited, else bytes or "24GiB"-style sizes
+    std::string mode = "none";  // a name in kMemoryModes (src/engine/memory_mode.h)
+    std::string budget;         // "" = unlimited, else bytes or "24GiB"-style sizes
     // Planned modes (adacc, recompute-opt):
     std::string granularity = "block";  // block: one plan for all layers | global: layers may differ
     std::string profile;                // reuse this profile.json instead of profiling at start
@@ -61,16 +61,16 @@ struct MemorySection {
 };
 
 struct CheckpointSection {
-    int every = 0;               // steps between checkpoints (0 = only at the end)
-    int keep = 3;                // newest K kept in RUN_DIR/checkpoints/
+    int every = 0;  // steps between checkpoints (0 = only at the end)
+    int keep = 3;   // newest K kept in RUN_DIR/checkpoints/
 };
 
 struct EvalSection {
-    int every = 0;               // steps between in-training evals (0 = never)
+    int every = 0;  // steps between in-training evals (0 = never)
     std::vector<std::string> tasks;
     int limit = 100;
-    std::string data;            // folder with lambada_openai/ and arc_easy/ (needed when tasks run)
-    std::string vocab;           // folder with GPT-2's encoder.json and vocab.bpe (likewise)
+    std::string data;   // folder with lambada_openai/ and arc_easy/ (needed when tasks run)
+    std::string vocab;  // folder with GPT-2's encoder.json and vocab.bpe (likewise)
 };
 
 struct LoggingSection {
@@ -79,7 +79,7 @@ struct LoggingSection {
 };
 
 struct RunConfig {
-    std::string preset;          // informational: the preset the model section started from
+    std::string preset;  // informational: the preset the model section started from
     GPTConfig model;
     // model.dtype (src/engine/device.h: auto, fp32, bf16). Outside GPTConfig: checkpoints hold the
     // fp32 master weights whatever the dtype, so a model trains in one and evaluates in another.

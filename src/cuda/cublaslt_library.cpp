@@ -52,10 +52,10 @@ void open_cublaslt() {
 
 // Each function the kernels call, as cublasLt.h declares it, forwarding to the opened library's
 // (resolved on its first call).
-#define ADACC_FORWARD(name, parameters, arguments)                                                   \
-    cublasStatus_t CUBLASWINAPI name parameters {                                                     \
+#define ADACC_FORWARD(name, parameters, arguments)                                        \
+    cublasStatus_t CUBLASWINAPI name parameters {                                         \
         static const auto real = reinterpret_cast<decltype(&name)>(adacc::symbol(#name)); \
-        return real arguments;                                                                        \
+        return real arguments;                                                            \
     }
 
 extern "C" {
@@ -75,8 +75,7 @@ ADACC_FORWARD(cublasLtMatmulAlgoGetHeuristic,
                int* returned),
               (handle, desc, Adesc, Bdesc, Cdesc, Ddesc, preference, requested, results, returned))
 ADACC_FORWARD(cublasLtMatmulDescCreate,
-              (cublasLtMatmulDesc_t * desc, cublasComputeType_t compute, cudaDataType_t scale),
-              (desc, compute, scale))
+              (cublasLtMatmulDesc_t * desc, cublasComputeType_t compute, cudaDataType_t scale), (desc, compute, scale))
 ADACC_FORWARD(cublasLtMatmulDescDestroy, (cublasLtMatmulDesc_t desc), (desc))
 ADACC_FORWARD(cublasLtMatmulDescSetAttribute,
               (cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* buf, size_t bytes),

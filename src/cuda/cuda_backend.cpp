@@ -27,7 +27,8 @@ namespace adacc {
 namespace {
 
 void check(cudaError_t status, const char* what) {
-    if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": CUDA error: " + cudaGetErrorString(status));
+    if (status != cudaSuccess)
+        throw std::runtime_error(std::string(what) + ": CUDA error: " + cudaGetErrorString(status));
 }
 
 void check(cublasStatus_t status, const char* what) {

@@ -47,15 +47,16 @@ const NcclLibrary* nccl_library() {
         l.all_gather = reinterpret_cast<decltype(l.all_gather)>(dlsym(handle, "ncclAllGather"));
         l.error_string = reinterpret_cast<decltype(l.error_string)>(dlsym(handle, "ncclGetErrorString"));
         l.comm_abort = reinterpret_cast<decltype(l.comm_abort)>(dlsym(handle, "ncclCommAbort"));
-        const bool complete = l.get_unique_id && l.comm_init_rank && l.all_reduce && l.reduce_scatter &&
-                              l.all_gather && l.error_string && l.comm_abort;
+        const bool complete = l.get_unique_id && l.comm_init_rank && l.all_reduce && l.reduce_scatter && l.all_gather &&
+                              l.error_string && l.comm_abort;
         return complete ? &l : nullptr;
     }();
     return library;
 }
 
 void check(const NcclLibrary& nccl, ncclResult_t status, const char* what) {
-    if (status != ncclSuccess) throw std::runtime_error(std::string(what) + ": NCCL error: " + nccl.error_string(status));
+    if (status != ncclSuccess)
+        throw std::runtime_error(std::string(what) + ": NCCL error: " + nccl.error_string(status));
 }
 
 // The job's communicator (one per process: one GPU per rank), made on first use.

@@ -29,8 +29,8 @@ public:
 class CollectiveWatchdog {
 public:
     struct Actions {
-        std::function<void()> abort_collectives;                // makes every pending collective return
-        std::function<void(const std::string&)> end_job;        // given the message; need not return
+        std::function<void()> abort_collectives;          // makes every pending collective return
+        std::function<void(const std::string&)> end_job;  // given the message; need not return
     };
     // `timeout_s` > 0: how long one collective may stay pending.
     CollectiveWatchdog(double timeout_s, Actions actions);

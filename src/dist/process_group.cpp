@@ -152,7 +152,8 @@ void all_gather(Backend& backend, Act data, std::size_t count) {
 #ifdef ADACC_HAVE_MPI
     if (backend.all_gather(data, count)) return;
     if (data.dtype() == DType::bf16)
-        return on_host(backend, data.as<bf16>(), count, [&](bf16* host) { all_gather_host(host, MPI_UINT16_T, count); });
+        return on_host(backend, data.as<bf16>(), count,
+                       [&](bf16* host) { all_gather_host(host, MPI_UINT16_T, count); });
     on_host(backend, data.as<float>(), count, [&](float* host) { all_gather_host(host, MPI_FLOAT, count); });
 #endif
 }

@@ -15,7 +15,7 @@ namespace adacc {
 class Backend;
 
 struct ProcessGroup {
-    int rank = 0;        // this process, 0 .. world_size - 1
+    int rank = 0;  // this process, 0 .. world_size - 1
     int world_size = 1;
     int local_rank = 0;  // among the processes on this machine (which GPU it takes)
     bool is_root() const { return rank == 0; }

@@ -97,7 +97,9 @@ public:
     void reset();  // releases the memory now
     void* data() const { return data_; }
     template <typename T>
-    T* as() const { return static_cast<T*>(data_); }
+    T* as() const {
+        return static_cast<T*>(data_);
+    }
     std::size_t bytes() const { return bytes_; }
 
 private:

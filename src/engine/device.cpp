@@ -44,8 +44,9 @@ DType resolve_model_dtype(const std::string& name, Device device) {
     for (const DtypeInfo& d : kModelDtypes) {
         if (name != d.name) continue;
         if (d.dtype == DType::bf16 && device != Device::cuda)
-            throw SettingError("model.dtype", "model.dtype = \"bf16\" runs on CUDA only (the CPU kernels compute in "
-                                              "fp32); use model.dtype = \"fp32\" (or \"auto\"), or --device cuda");
+            throw SettingError("model.dtype",
+                               "model.dtype = \"bf16\" runs on CUDA only (the CPU kernels compute in "
+                               "fp32); use model.dtype = \"fp32\" (or \"auto\"), or --device cuda");
         return d.dtype;
     }
     std::string valid;

@@ -58,9 +58,10 @@ struct ComputeTarget {
 
 // What memory accounting needs to know about a target's backend.
 struct DeviceTraits {
-    bool stage_tokens = false;        // token ids are copied into the workspace (the host cannot address it)
-    std::size_t resident_bytes = 0;   // the backend's own fixed allocations (CUDA: cuBLASLt workspace, reduction scratch)
-    DType activation = DType::f32;    // element type of activations and matmul inputs
+    bool stage_tokens = false;  // token ids are copied into the workspace (the host cannot address it)
+    std::size_t resident_bytes =
+        0;                          // the backend's own fixed allocations (CUDA: cuBLASLt workspace, reduction scratch)
+    DType activation = DType::f32;  // element type of activations and matmul inputs
     // Bytes per parameter of the working copy that forward and backward read beside the fp32
     // masters (bf16: 2; fp32: 0, the masters are the working weights). Masters, gradients, AdamW m
     // and v are 4 each.

@@ -15,13 +15,13 @@ namespace {
 // gradient norm and AdamW (optimizer.cpp); and in training the activation codecs, which any
 // re-plan may bring in (their statistics are the codec sampler's).
 constexpr Kernel kModelKernels[] = {
-    Kernel::encoder_forward,  Kernel::encoder_backward, Kernel::dropout_mask,      Kernel::dropout_forward,
-    Kernel::residual_dropout_backward, Kernel::layernorm_forward, Kernel::layernorm_backward,
-    Kernel::matmul_forward,   Kernel::matmul_backward,  Kernel::fused_classifier,  Kernel::loss_accumulate,
+    Kernel::encoder_forward,           Kernel::encoder_backward,  Kernel::dropout_mask,       Kernel::dropout_forward,
+    Kernel::residual_dropout_backward, Kernel::layernorm_forward, Kernel::layernorm_backward, Kernel::matmul_forward,
+    Kernel::matmul_backward,           Kernel::fused_classifier,  Kernel::loss_accumulate,
 };
 constexpr Kernel kTrainingKernels[] = {
-    Kernel::global_norm,       Kernel::adamw_update,        Kernel::codec_compress,
-    Kernel::codec_decompress,  Kernel::codec_outlier_count, Kernel::codec_error,
+    Kernel::global_norm,      Kernel::adamw_update,        Kernel::codec_compress,
+    Kernel::codec_decompress, Kernel::codec_outlier_count, Kernel::codec_error,
 };
 
 }  // namespace
@@ -92,8 +92,7 @@ std::uint64_t Driver::dropout_key(int layer, TensorKind kind) const {
 // The next slot of the tape schedule, which must be (layer, kind): the walk below and
 // ModelLayout::tape_schedule describe the same pushes, and this keeps them honest.
 void* Driver::push_scheduled(int layer, TensorKind kind) {
-    if (next_entry_ >= schedule_.size() || schedule_[next_entry_].layer != layer ||
-        schedule_[next_entry_].kind != kind)
+    if (next_entry_ >= schedule_.size() || schedule_[next_entry_].layer != layer || schedule_[next_entry_].kind != kind)
         throw std::logic_error("tape schedule out of step: forward pushes " + std::string(tensor_kind_name(kind)) +
                                " of layer " + std::to_string(layer) + " at entry " + std::to_string(next_entry_));
     const TapeEntry& e = schedule_[next_entry_++];
@@ -114,8 +113,8 @@ void Driver::run_op(const OpInfo& op, int layer, int B, int T) {
                                  weight(op.bias, layer), N, C);
             break;
         case OpKind::matmul:
-            k_.matmul_forward(ctx_, out(0), in(0), weight(op.weight, layer), weight(op.bias, layer), N,
-                              op.in_features, op.out_features);
+            k_.matmul_forward(ctx_, out(0), in(0), weight(op.weight, layer), weight(op.bias, layer), N, op.in_features,
+                              op.out_features);
             break;
         case OpKind::attention_softmax: k_.attention_softmax_forward(ctx_, out(0), in(0), B, T, C, NH); break;
         case OpKind::dropout_mask:
@@ -188,8 +187,8 @@ void Driver::report_compressed(int layer, TensorKind kind, Codec codec, const vo
     t.blob = blob;
     t.rows = layout_->rows(kind, B, T);
     t.cols = layout_->numel(kind, B, T) / t.rows;
-    t.exact_bytes = codec_bytes(codec, t.rows, t.cols, layout_->codec_params(), k_.codec_outlier_count(ctx_, codec,
-                                blob));
+    t.exact_bytes =
+        codec_bytes(codec, t.rows, t.cols, layout_->codec_params(), k_.codec_outlier_count(ctx_, codec, blob));
     // The gradient buffers of the largest tensors, att's or fch's: at least the tensor's size.
     t.decode_buffer = grad_buffer(is_attention_matrix(kind) ? TensorKind::att : TensorKind::fch);
     arenas_.tape.set_measured_bytes(t.exact_bytes);
@@ -232,8 +231,8 @@ void Driver::forward_block(int layer, int B, int T) {
     }
 }
 
-void Driver::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout,
-                     float dloss, bool accumulate) {
+void Driver::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss,
+                     bool accumulate) {
     const GPTConfig& cfg = layout_->config();
     const int N = B * T, C = cfg.n_embd, L = cfg.n_layer;
     const WorkspaceViews& w = arenas_.views;
@@ -329,8 +328,8 @@ void Driver::classifier_logits(std::size_t row, int n) {
         throw std::logic_error("classifier_logits: a training model's final layernorm output is on its tape");
     const GPTConfig& cfg = layout_->config();
     if (n > layout_->classifier_rows()) throw std::logic_error("classifier_logits: more rows than the logits buffer");
-    k_.matmul_forward(ctx_, arenas_.views.logits, rows_from(lnf_, row, cfg.n_embd), weight(ParamId::wte),
-                      nullptr, n, cfg.n_embd, cfg.padded_vocab_size());
+    k_.matmul_forward(ctx_, arenas_.views.logits, rows_from(lnf_, row, cfg.n_embd), weight(ParamId::wte), nullptr, n,
+                      cfg.n_embd, cfg.padded_vocab_size());
 }
 
 // ---- backward -------------------------------------------------------------------------------
@@ -377,7 +376,8 @@ void Driver::materialize_block(int layer, int B, int T) {
         }
         if (!rerun[i]) continue;
         constexpr std::size_t kMaxOutputs = 4;
-        if (op.outputs.size() > kMaxOutputs) throw std::logic_error("materialize_block: an op with more than 4 outputs");
+        if (op.outputs.size() > kMaxOutputs)
+            throw std::logic_error("materialize_block: an op with more than 4 outputs");
         void* in_view[kMaxOutputs] = {};
         for (std::size_t o = 0; o < op.outputs.size(); ++o) {
             const TensorKind t = op.outputs[o];
@@ -402,8 +402,9 @@ void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumul
     const int N = B * T, C = cfg.n_embd, NH = cfg.n_head;
     const float p = dropout_p();
     const ParameterLayout& pl = layout_->parameters();
-    auto dweight = [&](std::optional<ParamId> id) { return id ? pl.at(arenas_.grads.as<float>(), *id,
-                       layer) : nullptr; };
+    auto dweight = [&](std::optional<ParamId> id) {
+        return id ? pl.at(arenas_.grads.as<float>(), *id, layer) : nullptr;
+    };
     const ConstAct att = view(TensorKind::att);
     const ConstAct qkv = view(TensorKind::qkv);
     switch (op.kind) {
@@ -418,19 +419,18 @@ void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumul
                                op.in_features, op.out_features, accumulate);
             break;
         case OpKind::attention_softmax:
-            k_.attention_softmax_backward(ctx_, grad_buffer(TensorKind::qkv), grad_buffer(TensorKind::att), att, qkv,
-                                          B, T, C, NH);
+            k_.attention_softmax_backward(ctx_, grad_buffer(TensorKind::qkv), grad_buffer(TensorKind::att), att, qkv, B,
+                                          T, C, NH);
             break;
         case OpKind::dropout_mask: break;  // masks are inputs only
         case OpKind::attention_value:
             k_.attention_value_backward(ctx_, grad_buffer(TensorKind::att), grad_buffer(TensorKind::qkv),
-                                        grad_buffer(TensorKind::atty), att,
-                                        mask_view(TensorKind::att_mask), p, qkv, B, T, C, NH);
+                                        grad_buffer(TensorKind::atty), att, mask_view(TensorKind::att_mask), p, qkv, B,
+                                        T, C, NH);
             break;
         case OpKind::attention_fused:
             k_.attention_fused_backward(ctx_, grad_buffer(TensorKind::qkv), grad_buffer(TensorKind::atty), qkv,
-                                        view(TensorKind::atty),
-                                        view(TensorKind::att_lse).as<float>(), B, T, C, NH, p,
+                                        view(TensorKind::atty), view(TensorKind::att_lse).as<float>(), B, T, C, NH, p,
                                         dropout_key(layer, TensorKind::att_mask));
             break;
         case OpKind::residual_dropout:
@@ -450,8 +450,8 @@ void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumul
 // encoder adds into the rows of the positions used). wte is written whole by the classifier.
 void Driver::zero_non_matmul_grads() {
     const ParameterLayout& pl = layout_->parameters();
-    for (ParamId id : {ParamId::wpe, ParamId::ln1w, ParamId::ln1b, ParamId::ln2w, ParamId::ln2b, ParamId::lnfw,
-                       ParamId::lnfb}) {
+    for (ParamId id :
+         {ParamId::wpe, ParamId::ln1w, ParamId::ln1b, ParamId::ln2w, ParamId::ln2b, ParamId::lnfw, ParamId::lnfb}) {
         const ParamTensorInfo& info = pl.info(id);
         backend_.memset(arenas_.grads.as<float>() + info.offset, 0, info.numel * sizeof(float));
     }
@@ -474,8 +474,8 @@ void Driver::backward(const int* tokens, int B, int T, bool accumulate) {
     // Classifier (tied head): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf (done chunk by chunk
     // in forward when the logits were chunked); then the final layernorm.
     if (!classifier_chunked_)
-        k_.matmul_backward(ctx_, dlnf, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_,
-                           weight(ParamId::wte), N, C, Vp, accumulate);
+        k_.matmul_backward(ctx_, dlnf, pl.at(grads, ParamId::wte), nullptr, w.logits, lnf_, weight(ParamId::wte), N, C,
+                           Vp, accumulate);
     else if (classifier_accumulated_ != accumulate)
         throw std::logic_error("a chunked classifier's forward wrote dwte with accumulate = " +
                                std::string(classifier_accumulated_ ? "true" : "false") +

@@ -90,16 +90,16 @@ private:
 
     std::vector<TapeEntry> schedule_;  // this forward's tape pushes (reserved at construction)
     std::size_t next_entry_ = 0;
-    void* view_[kNumTensorKinds] = {};  // the current block's tensors (tape or workspace)
+    void* view_[kNumTensorKinds] = {};             // the current block's tensors (tape or workspace)
     std::vector<TapeAllocator::Mark> layer_mark_;  // tape mark before layer l's input x (l = L: the final layernorm)
     Act lnf_, final_x_;
     float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
     unsigned char* emb_mask_ = nullptr;
     bool has_dlogits_ = false;
-    bool classifier_chunked_ = false;     // the last forward's classifier ran (or, inference, runs) chunk by chunk
-    bool classifier_accumulated_ = false; // ... with this accumulate flag
-    bool dropout_active_ = false;  // the last forward applied dropout
-    DropoutContext dropout_;       // the last forward's, to regenerate its masks
+    bool classifier_chunked_ = false;      // the last forward's classifier ran (or, inference, runs) chunk by chunk
+    bool classifier_accumulated_ = false;  // ... with this accumulate flag
+    bool dropout_active_ = false;          // the last forward applied dropout
+    DropoutContext dropout_;               // the last forward's, to regenerate its masks
     ModelObserver* observer_ = nullptr;
     std::unique_ptr<IntervalTimer> op_timer_;  // when the observer wants op times
     std::vector<std::size_t> timed_ops_;       // the op index of each of op_timer_'s intervals

@@ -31,18 +31,19 @@ int largest_fitting_batch(const std::function<bool(int)>& fits, int max_batch) {
 
 int largest_batch(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t budget, int max_batch,
                   const ComputeTarget& target) {
-    return largest_fitting_batch(
-        [&](int B) { return memory_for_mode(config, B, T, mode, target).total() <= budget; }, max_batch);
+    return largest_fitting_batch([&](int B) { return memory_for_mode(config, B, T, mode, target).total() <= budget; },
+                                 max_batch);
 }
 
 std::string format_arenas(const ModelMemory& m) {
     return "parameters " + format_bytes(m.parameters) + ", gradients " + format_bytes(m.gradients) +
-           ", optimizer state " + format_bytes(m.optimizer_state) + ", tape " + format_bytes(m.tape) +
-           ", workspace " + format_bytes(m.workspace()) + " (of which logits " + format_bytes(m.logits) + ")" +
+           ", optimizer state " + format_bytes(m.optimizer_state) + ", tape " + format_bytes(m.tape) + ", workspace " +
+           format_bytes(m.workspace()) + " (of which logits " + format_bytes(m.logits) + ")" +
            (m.backend ? ", backend " + format_bytes(m.backend) : std::string()) + ", total " + format_bytes(m.total());
 }
 
-void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget, const ComputeTarget& target) {
+void check_budget(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t budget,
+                  const ComputeTarget& target) {
     const ModelMemory m = memory_for_mode(config, B, T, mode, target);
     if (m.total() <= budget) return;
     std::string fits;
@@ -85,9 +86,10 @@ void check_model_fits_machine(const GPTConfig& config, int T, const ComputeTarge
     if (least.total() <= machine) return;
     throw UserError("this model (" + std::to_string(config.parameter_count()) + " parameters) needs " +
                     format_bytes(least.total()) + " even at batch 1 x seq " + std::to_string(T) +
-                    " with full recomputation (" + format_arenas(least) + "; parameters, gradients and AdamW state "
-                    "alone are " + format_bytes(least.static_bytes()) + "), but " +
-                    device_memory_words(target.device, machine) +
+                    " with full recomputation (" + format_arenas(least) +
+                    "; parameters, gradients and AdamW state "
+                    "alone are " +
+                    format_bytes(least.static_bytes()) + "), but " + device_memory_words(target.device, machine) +
                     ": no memory mode can train it here; choose a smaller model (`adacc memory` shows "
                     "every arena without allocating)");
 }
@@ -106,10 +108,11 @@ std::string format_memory_rows(const std::vector<MemoryRow>& rows, const Compute
     char line[512];
     // The backend's fixed memory gets a column where there is any (CUDA), so the row adds up.
     const bool backend_column = device_traits(target).resident_bytes > 0;
-    const bool batch_column = std::any_of(rows.begin(), rows.end(), [](const MemoryRow& r) { return r.max_batch >= 0; });
+    const bool batch_column =
+        std::any_of(rows.begin(), rows.end(), [](const MemoryRow& r) { return r.max_batch >= 0; });
     std::snprintf(line, sizeof line, "%-13s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n", "mode", "params", "grads",
-                  "adamw", "tape", "materialize", "transients", "logits", backend_column ? "      backend" : "", "total",
-                  batch_column ? "   max_batch" : "");
+                  "adamw", "tape", "materialize", "transients", "logits", backend_column ? "      backend" : "",
+                  "total", batch_column ? "   max_batch" : "");
     out += line;
     for (const MemoryRow& row : rows) {
         const std::string max_batch = batch_column ? "   " + std::to_string(row.max_batch) : std::string();
@@ -122,11 +125,12 @@ std::string format_memory_rows(const std::vector<MemoryRow>& rows, const Compute
         const ModelMemory& m = *row.memory;
         char backend[32] = "";
         if (backend_column) std::snprintf(backend, sizeof backend, " %12s", format_bytes(m.backend).c_str());
-        std::snprintf(line, sizeof line, "%-13s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n", memory_mode_name(row.mode),
-                      format_bytes(m.parameters + m.working_weights).c_str(), format_bytes(m.gradients).c_str(),
-                      format_bytes(m.optimizer_state).c_str(), format_bytes(m.tape).c_str(),
-                      format_bytes(m.materialize).c_str(), format_bytes(m.transients).c_str(),
-                      format_bytes(m.logits).c_str(), backend, format_bytes(m.total()).c_str(), max_batch.c_str());
+        std::snprintf(line, sizeof line, "%-13s %12s %12s %12s %12s %12s %12s %12s%s %12s%s\n",
+                      memory_mode_name(row.mode), format_bytes(m.parameters + m.working_weights).c_str(),
+                      format_bytes(m.gradients).c_str(), format_bytes(m.optimizer_state).c_str(),
+                      format_bytes(m.tape).c_str(), format_bytes(m.materialize).c_str(),
+                      format_bytes(m.transients).c_str(), format_bytes(m.logits).c_str(), backend,
+                      format_bytes(m.total()).c_str(), max_batch.c_str());
         out += line;
     }
     return out;
@@ -154,18 +158,18 @@ std::string describe_device_memory(const ComputeTarget& target) {
         const bool masters = t.masters_sharded();
         const double sharded = 8.0 + (masters ? 4.0 : 0.0);  // m and v, and the masters
         const double whole = 4.0 + (masters ? static_cast<double>(t.working_weight_bytes) : 4.0);  // gradient, weights
-        std::snprintf(shards, sizeof shards, " (ZeRO-1 over %d ranks: %.2f per rank, the %s sharded)", t.optimizer_shards,
-                      whole + sharded / t.optimizer_shards, masters ? "moments and masters" : "moments");
+        std::snprintf(shards, sizeof shards, " (ZeRO-1 over %d ranks: %.2f per rank, the %s sharded)",
+                      t.optimizer_shards, whole + sharded / t.optimizer_shards,
+                      masters ? "moments and masters" : "moments");
     }
     char line[560];
-    std::snprintf(line, sizeof line,
-                  "device %s, dtype %s: %zu bytes per parameter (%s, gradient 4, AdamW m 4 and v 4)%s, %zu bytes per "
-                  "activation element%s%s\n",
-                  device_name(target.device), model_dtype_name(t.activation), 16 + t.working_weight_bytes, weights,
-                  shards, activation,
-                  t.resident_bytes ? "; backend fixed memory " : "",
-                  t.resident_bytes ? (format_bytes(t.resident_bytes) + " (cuBLASLt workspace, reduction scratch)").c_str()
-                                   : "");
+    std::snprintf(
+        line, sizeof line,
+        "device %s, dtype %s: %zu bytes per parameter (%s, gradient 4, AdamW m 4 and v 4)%s, %zu bytes per "
+        "activation element%s%s\n",
+        device_name(target.device), model_dtype_name(t.activation), 16 + t.working_weight_bytes, weights, shards,
+        activation, t.resident_bytes ? "; backend fixed memory " : "",
+        t.resident_bytes ? (format_bytes(t.resident_bytes) + " (cuBLASLt workspace, reduction scratch)").c_str() : "");
     return line;
 }
 

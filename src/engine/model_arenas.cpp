@@ -21,8 +21,7 @@ T* at_byte(const Arena& arena, std::size_t offset) {
 [[noreturn]] void refuse_arena(const Backend& backend, const char* arena, std::size_t bytes) {
     const Device device = backend.device();
     throw UserError(std::string("out of memory: cannot allocate the model's ") + arena + " (" + format_bytes(bytes) +
-                    ") in " + device_name(device) + " memory; " +
-                    device_memory_words(device, backend.free_memory()) +
+                    ") in " + device_name(device) + " memory; " + device_memory_words(device, backend.free_memory()) +
                     ". Lower training.batch_size or training.seq_len, or use a memory mode that keeps less: "
                     "`adacc memory --memory-budget SIZE` shows every arena and the largest batch per mode");
 }

@@ -23,7 +23,7 @@ struct WorkspaceViews {
     Act logits;
     float* losses = nullptr;
     float *loss_total = nullptr, *grad_norm = nullptr;  // the two scalars (WorkspaceLayout::scalars)
-    int *tokens = nullptr, *targets = nullptr;  // staged token ids (null: the host's arrays are read in place)
+    int *tokens = nullptr, *targets = nullptr;          // staged token ids (null: the host's arrays are read in place)
 };
 
 struct ModelArenas {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <iterator>
-#include <string>
 #include <stdexcept>
+#include <string>
 
 #include "src/common/units.h"
 #include "src/dist/process_group.h"
@@ -33,8 +33,8 @@ std::size_t codec_scratch_bytes(const GPTConfig& cfg, const BlockGraph& block, c
         const std::size_t rows = tensor_rows(cfg, t.kind, B, T);
         for (int l = 0; l < plan.n_layer(); ++l)
             if (plan.at(l, t.kind).policy == Policy::compress)
-                scratch = std::max(scratch, codec_scratch_bytes(plan.at(l, t.kind).codec, rows, t.numel / rows,
-                                                                     codec_params));
+                scratch = std::max(scratch,
+                                   codec_scratch_bytes(plan.at(l, t.kind).codec, rows, t.numel / rows, codec_params));
     }
     return scratch;
 }
@@ -143,8 +143,15 @@ GradientBuffers gradient_buffers(const BlockGraph& block) {
 
 ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
                          const CodecParams& codec_params, ModelUse use, const DeviceTraits& traits)
-    : config_(config), parameters_(config), B_(B), T_(T), block_(config, B, T, traits.activation), plan_(plan),
-      codec_params_(codec_params), use_(use), traits_(traits),
+    : config_(config),
+      parameters_(config),
+      B_(B),
+      T_(T),
+      block_(config, B, T, traits.activation),
+      plan_(plan),
+      codec_params_(codec_params),
+      use_(use),
+      traits_(traits),
       workspace_(workspace_layout(config, block_, plan, codec_params, B, T, use, traits.stage_tokens)) {
     if (plan.n_layer() != config.n_layer) throw std::invalid_argument("activation plan has the wrong layer count");
     const std::size_t params = parameters_.total();
@@ -228,10 +235,10 @@ void ModelLayout::tape_schedule(int B, int T, bool dropout, std::vector<TapeEntr
                     if ((p.policy == Policy::compress) != compressed) continue;
                     const std::size_t full = bytes(t, B, T), rows = this->rows(t, B, T);
                     const std::size_t reserved =
-                        p.policy == Policy::keep        ? full
-                        : p.policy == Policy::recompute ? 0
-                                                        : codec_max_bytes(p.codec, rows, numel(t, B, T) / rows,
-                                                                          codec_params_);
+                        p.policy == Policy::keep ? full
+                        : p.policy == Policy::recompute
+                            ? 0
+                            : codec_max_bytes(p.codec, rows, numel(t, B, T) / rows, codec_params_);
                     out.push_back({l, t, p.policy, p.codec, reserved, full});
                 }
         }

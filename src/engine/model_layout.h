@@ -24,12 +24,12 @@ struct ModelMemory {
     // optimizer: AdamW's m and v (this rank's shard under ZeRO-1).
     std::size_t parameters = 0, gradients = 0, optimizer_state = 0;
     std::size_t working_weights = 0;  // the bf16 copy of the parameters forward and backward read (0 in fp32)
-    std::size_t tape = 0;            // capacity: every saved activation at its reserved size (bounds for codecs)
-    std::size_t materialize = 0;     // workspace: full-size buffers for tensors not kept in some layer
-    std::size_t transients = 0;      // workspace: op outputs no backward needs, backward's gradient buffers
-    std::size_t logits = 0;          // workspace: logits / dlogits (N x Vp), per-token losses, the loss and norm
-                                     // scalars (and staged tokens)
-    std::size_t backend = 0;         // the backend's own fixed memory (DeviceTraits::resident_bytes; 0 on the CPU)
+    std::size_t tape = 0;             // capacity: every saved activation at its reserved size (bounds for codecs)
+    std::size_t materialize = 0;      // workspace: full-size buffers for tensors not kept in some layer
+    std::size_t transients = 0;       // workspace: op outputs no backward needs, backward's gradient buffers
+    std::size_t logits = 0;           // workspace: logits / dlogits (N x Vp), per-token losses, the loss and norm
+                                      // scalars (and staged tokens)
+    std::size_t backend = 0;          // the backend's own fixed memory (DeviceTraits::resident_bytes; 0 on the CPU)
     std::size_t workspace() const { return materialize + transients + logits; }
     std::size_t static_bytes() const { return parameters + working_weights + gradients + optimizer_state; }
     std::size_t total() const { return static_bytes() + tape + workspace() + backend; }
@@ -49,8 +49,8 @@ struct TapeEntry {
     TensorKind kind = TensorKind::x;
     Policy policy = Policy::keep;
     Codec codec = Codec::group_int4;  // Policy::compress only
-    std::size_t bytes = 0;       // reserved on the tape: full size, codec bound, or 0 (recompute)
-    std::size_t full_bytes = 0;  // the tensor's uncompressed size
+    std::size_t bytes = 0;            // reserved on the tape: full size, codec bound, or 0 (recompute)
+    std::size_t full_bytes = 0;       // the tensor's uncompressed size
 };
 
 // Byte offsets into the workspace arena (one allocation, carved into these buffers).
@@ -152,7 +152,7 @@ private:
 // gradient that shares an output's buffer keeps it alive. Every layer runs one block's
 // assignment, so a block's input gradient must be its output's buffer (the residual stream's).
 struct GradientBuffers {
-    std::vector<std::size_t> bytes;   // each buffer's size
+    std::vector<std::size_t> bytes;    // each buffer's size
     int of[kNumTapeTensorKinds] = {};  // the buffer holding each tensor's gradient; -1: none
 };
 GradientBuffers gradient_buffers(const BlockGraph& block);

@@ -13,15 +13,15 @@ struct OptimizerOptions {
     float beta1 = 0.9f;
     float beta2 = 0.95f;
     float eps = 1e-8f;
-    float weight_decay = 0.1f;   // decoupled, on 2-D weights only
-    float grad_clip = 1.0f;      // global L2 norm; 0 disables clipping
+    float weight_decay = 0.1f;  // decoupled, on 2-D weights only
+    float grad_clip = 1.0f;     // global L2 norm; 0 disables clipping
 };
 
 // The learning-rate schedule (the config's [lr] section).
 struct LrSchedule {
-    float max = 6e-4f;           // peak learning rate
-    float min = 6e-5f;           // floor of the cosine decay
-    int warmup_steps = 10;       // linear warmup from max/warmup to max
+    float max = 6e-4f;                // peak learning rate
+    float min = 6e-5f;                // floor of the cosine decay
+    int warmup_steps = 10;            // linear warmup from max/warmup to max
     std::string schedule = "cosine";  // "cosine" | "constant"
 };
 

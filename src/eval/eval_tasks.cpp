@@ -9,8 +9,8 @@
 #include <stdexcept>
 
 #include "data/tokenizer.h"
-#include "src/common/units.h"
 #include "src/common/errors.h"
+#include "src/common/units.h"
 
 namespace adacc {
 
@@ -48,8 +48,7 @@ std::string where(const std::filesystem::path& file, std::size_t line) {
 template <typename Parse>
 void for_each_record(const std::filesystem::path& file, std::size_t limit, const char* what, Parse&& parse) {
     std::ifstream in(file, std::ios::binary);
-    if (!in)
-        throw SettingError("eval.data", "cannot open " + file.string() + " (" + what + " jsonl): check eval.data");
+    if (!in) throw SettingError("eval.data", "cannot open " + file.string() + " (" + what + " jsonl): check eval.data");
     std::string line;
     std::size_t number = 0, read = 0;
     while ((limit == 0 || read < limit) && std::getline(in, line)) {
@@ -77,7 +76,8 @@ const nlohmann::json& field(const nlohmann::json& object, const char* name, nloh
 std::vector<EvalDoc> read_lambada(const std::filesystem::path& file, std::size_t limit) {
     std::vector<EvalDoc> docs;
     for_each_record(file, limit, "LAMBADA (lambada_openai)", [&](const nlohmann::json& record, std::size_t line) {
-        const auto& text = field(record, "text", nlohmann::json::value_t::string, file, line, "LAMBADA").get_ref<const std::string&>();
+        const auto& text =
+            field(record, "text", nlohmann::json::value_t::string, file, line, "LAMBADA").get_ref<const std::string&>();
         // A blank passage has no last word to predict: its "target" would be whitespace.
         if (text.find_first_not_of(" \t\n\r\v\f") == std::string::npos)
             throw UserError(where(file, line) + ": \"text\" is empty or only whitespace, so it has no last word " +
@@ -97,7 +97,8 @@ std::vector<EvalDoc> read_arc_easy(const std::filesystem::path& file, std::size_
         const auto& question = field(record, "question", value_t::object, file, line, what);
         const auto& stem = field(question, "stem", value_t::string, file, line, what).get_ref<const std::string&>();
         const auto& choices = field(question, "choices", value_t::array, file, line, what);
-        const auto& answer = field(record, "answerKey", value_t::string, file, line, what).get_ref<const std::string&>();
+        const auto& answer =
+            field(record, "answerKey", value_t::string, file, line, what).get_ref<const std::string&>();
         doc.context = "Question: " + stem + "\nAnswer:";
         for (const auto& choice : choices) {
             if (!choice.is_object()) throw UserError(where(file, line) + ": a choice is not an object");
@@ -108,8 +109,8 @@ std::vector<EvalDoc> read_arc_easy(const std::filesystem::path& file, std::size_
         // answerKey names a choice by its label, and results report labels: two alike are ambiguous.
         for (auto label = doc.labels.begin(); label != doc.labels.end(); ++label)
             if (std::find(doc.labels.begin(), label, *label) != label)
-                throw UserError(where(file, line) + ": question " + doc.id + " has two choices labelled \"" +
-                                *label + "\"; give each choice its own label (A-E or 1-5) and answerKey the right one's");
+                throw UserError(where(file, line) + ": question " + doc.id + " has two choices labelled \"" + *label +
+                                "\"; give each choice its own label (A-E or 1-5) and answerKey the right one's");
         if (doc.choices.size() < 2)
             throw UserError(where(file, line) + ": question " + doc.id + " has " + std::to_string(doc.choices.size()) +
                             " choices; a multiple-choice question needs at least 2");
@@ -125,9 +126,21 @@ std::vector<EvalDoc> read_arc_easy(const std::filesystem::path& file, std::size_
 
 const std::vector<EvalTaskInfo>& eval_tasks() {
     static const std::vector<EvalTaskInfo> tasks = {
-        {EvalTask::lambada, "lambada", "lambada_openai", {"lambada_openai"}, "lambada", EvalScoring::greedy_continuation,
-         read_lambada, {{"test", "lambada_test.jsonl"}}},
-        {EvalTask::arc_easy, "arc_easy", "arc_easy", {"arc_easy", "ARC-Easy"}, "arc_easy", EvalScoring::multiple_choice, read_arc_easy,
+        {EvalTask::lambada,
+         "lambada",
+         "lambada_openai",
+         {"lambada_openai"},
+         "lambada",
+         EvalScoring::greedy_continuation,
+         read_lambada,
+         {{"test", "lambada_test.jsonl"}}},
+        {EvalTask::arc_easy,
+         "arc_easy",
+         "arc_easy",
+         {"arc_easy", "ARC-Easy"},
+         "arc_easy",
+         EvalScoring::multiple_choice,
+         read_arc_easy,
          {{"test", "ARC-Easy-Test.jsonl"},
           {"dev", "ARC-Easy-Dev.jsonl"},
           {"validation", "ARC-Easy-Dev.jsonl"},
@@ -184,8 +197,8 @@ std::filesystem::path resolve_eval_data(EvalTask task, const std::filesystem::pa
     const std::string name = split_file(info, split), subfolder = info.data_folders.front(), fetch = info.fetch_name;
     if (data.empty())
         throw SettingError("eval.data", "no data path given for " + std::string(harness_task_name(task)) +
-                                            ": eval.data must name " + name + " or its folder (`scripts/download_data.sh " +
-                                            fetch + " DIR` fetches it)");
+                                            ": eval.data must name " + name +
+                                            " or its folder (`scripts/download_data.sh " + fetch + " DIR` fetches it)");
     std::error_code ec;
     if (fs::is_regular_file(data, ec)) return data;
     if (!fs::is_directory(data, ec))
@@ -194,9 +207,10 @@ std::filesystem::path resolve_eval_data(EvalTask task, const std::filesystem::pa
     if (fs::is_regular_file(data / name, ec)) return data / name;
     for (const char* folder : info.data_folders)
         if (fs::is_regular_file(data / folder / name, ec)) return data / folder / name;
-    throw SettingError("eval.data", "no " + name + " in " + data.string() + " or its " + subfolder +
-                                        "/ folder: point eval.data at the file, or fetch it with `scripts/download_data.sh " +
-                                        fetch + " DIR`");
+    throw SettingError(
+        "eval.data", "no " + name + " in " + data.string() + " or its " + subfolder +
+                         "/ folder: point eval.data at the file, or fetch it with `scripts/download_data.sh " + fetch +
+                         " DIR`");
 }
 
 // ---- requests and scoring -------------------------------------------------------------------
@@ -314,15 +328,15 @@ EvalRun run_eval(GPTModel& model, const PreparedEval& prepared, int batch, const
         ++state.docs_done;
         state.correct += run.docs[d].correct;
     };
-    const auto results = score_requests(
-        model, prepared.requests, batch,
-        [&](std::span<const std::size_t> finished, const std::vector<LoglikelihoodResult>& results) {
-            for (const std::size_t r : finished)
-                if (--remaining[owner[r]] == 0) finish_doc(owner[r], results);
-            state.requests_done += finished.size();
-            state.seconds = seconds_since(start);
-            if (progress) progress(state);
-        });
+    const auto results =
+        score_requests(model, prepared.requests, batch,
+                       [&](std::span<const std::size_t> finished, const std::vector<LoglikelihoodResult>& results) {
+                           for (const std::size_t r : finished)
+                               if (--remaining[owner[r]] == 0) finish_doc(owner[r], results);
+                           state.requests_done += finished.size();
+                           state.seconds = seconds_since(start);
+                           if (progress) progress(state);
+                       });
     run.summary = summarize(prepared.task, run.docs);
     run.summary.seconds = seconds_since(start);
     const int window = model.config().max_seq_len;

@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
-#include "src/eval/evaluation.h"
 #include "src/engine/gpt_model.h"
+#include "src/eval/evaluation.h"
 
 namespace adacc {
 
@@ -34,7 +34,7 @@ enum class EvalTask { lambada, arc_easy };
 
 // One document as the harness sees it: a context and one continuation per choice.
 struct EvalDoc {
-    std::string id;                          // ARC: its id; LAMBADA: the line's 0-based index
+    std::string id;  // ARC: its id; LAMBADA: the line's 0-based index
     std::string context;
     std::vector<std::string> continuations;  // exactly as scored, leading space included
     std::vector<std::string> choices;        // ARC: the choice texts (acc_norm's lengths); LAMBADA: the last piece
@@ -65,10 +65,10 @@ struct EvalSplit {
 // Everything that tells the tasks apart; the code below reads only this table.
 struct EvalTaskInfo {
     EvalTask task;
-    const char* name;          // what eval.tasks and --task take: "lambada"
-    const char* harness_name;  // lm-evaluation-harness's name (also accepted): "lambada_openai"
+    const char* name;                       // what eval.tasks and --task take: "lambada"
+    const char* harness_name;               // lm-evaluation-harness's name (also accepted): "lambada_openai"
     std::vector<const char*> data_folders;  // subfolders of a data folder that may hold its files
-    const char* fetch_name;    // what `scripts/download_data.sh NAME DIR` calls it
+    const char* fetch_name;                 // what `scripts/download_data.sh NAME DIR` calls it
     EvalScoring scoring;
     std::vector<EvalDoc> (*read)(const std::filesystem::path& file, std::size_t limit);
     std::vector<EvalSplit> splits;  // the first is the test split
@@ -77,7 +77,7 @@ const std::vector<EvalTaskInfo>& eval_tasks();
 const EvalTaskInfo& eval_task_info(EvalTask task);
 // A task's name or harness name; empty otherwise.
 std::optional<EvalTask> parse_eval_task(std::string_view name);
-std::vector<std::string> eval_task_names();     // "lambada", "arc_easy"
+std::vector<std::string> eval_task_names();    // "lambada", "arc_easy"
 const char* eval_task_name(EvalTask task);     // "lambada", "arc_easy"
 const char* harness_task_name(EvalTask task);  // "lambada_openai", "arc_easy"
 
@@ -100,11 +100,11 @@ PreparedEval prepare_eval(EvalTask task, std::vector<EvalDoc> docs, const TextEn
 struct DocResult {
     std::vector<double> loglikelihoods;  // one per continuation
     std::vector<bool> is_greedy;
-    std::vector<int> greedy_tokens;      // LAMBADA: the arg-max tokens at the target's positions
-    int prediction = 0;                  // arg-max of ll (LAMBADA: 0)
-    int prediction_norm = 0;             // arg-max of ll / characters
-    int prediction_bytes = 0;            // arg-max of ll / UTF-8 bytes
-    bool correct = false;                // LAMBADA: is_greedy
+    std::vector<int> greedy_tokens;  // LAMBADA: the arg-max tokens at the target's positions
+    int prediction = 0;              // arg-max of ll (LAMBADA: 0)
+    int prediction_norm = 0;         // arg-max of ll / characters
+    int prediction_bytes = 0;        // arg-max of ll / UTF-8 bytes
+    bool correct = false;            // LAMBADA: is_greedy
     bool correct_norm = false;
     bool correct_bytes = false;
 };
@@ -117,11 +117,11 @@ struct EvalSummary {
     EvalTask task = EvalTask::lambada;
     std::size_t n = 0;
     std::size_t requests = 0;
-    std::size_t tokens = 0;                // model input tokens, padding not counted
+    std::size_t tokens = 0;  // model input tokens, padding not counted
     double acc = 0, acc_stderr = 0;
     std::optional<double> acc_norm, acc_norm_stderr, acc_bytes;  // arc_easy
-    std::optional<double> ppl;                                    // lambada
-    double seconds = 0;                    // scoring wall time
+    std::optional<double> ppl;                                   // lambada
+    double seconds = 0;                                          // scoring wall time
     double examples_per_s() const { return seconds > 0 ? static_cast<double>(n) / seconds : 0.0; }
 };
 EvalSummary summarize(EvalTask task, std::span<const DocResult> results);

@@ -7,9 +7,9 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "src/common/units.h"
 #include "src/common/checksum.h"
 #include "src/common/errors.h"
+#include "src/common/units.h"
 #include "src/io/llmc_model_io.h"
 
 namespace adacc {
@@ -118,7 +118,8 @@ StoredTensor decode_entry(TableCursor& cursor, const Header& header, const fs::p
     const auto name_bytes = cursor.take<std::uint32_t>();
     t.name = std::string(cursor.take_bytes(name_bytes));
     const auto dtype = dtype_from_code(cursor.take<std::uint32_t>());
-    if (!dtype) throw corrupt(file, "tensor '" + t.name + "' has an unknown dtype code; was it written by a newer adacc?");
+    if (!dtype)
+        throw corrupt(file, "tensor '" + t.name + "' has an unknown dtype code; was it written by a newer adacc?");
     t.dtype = *dtype;
     const auto rank = cursor.take<std::uint32_t>();
     if (rank > kMaxRank) throw corrupt(file, "tensor '" + t.name + "' has rank " + std::to_string(rank));
@@ -162,7 +163,8 @@ std::vector<StoredTensor> plan_layout(const std::vector<CheckpointTensor>& tenso
     std::uint64_t offset = data_offset;
     for (const auto& t : tensors) {
         if (t.name.empty() || !names.insert(t.name).second)
-            throw std::invalid_argument("write_checkpoint: tensor names must be unique and non-empty ('" + t.name + "')");
+            throw std::invalid_argument("write_checkpoint: tensor names must be unique and non-empty ('" + t.name +
+                                        "')");
         const auto count = element_count(t.shape);
         if (!count) throw std::invalid_argument("write_checkpoint: tensor '" + t.name + "' has an invalid shape");
         const std::uint64_t bytes = *count * dtype_size(t.dtype);
@@ -232,8 +234,7 @@ CheckpointReader::CheckpointReader(const fs::path& file) : path_(file), file_(st
     const std::uint64_t size = file_->size();
     Header header{};
     if (!file_->read_at(0, &header, sizeof header)) {
-        if (size >= sizeof kCheckpointMagic &&
-            std::memcmp(&header, kCheckpointMagic, sizeof kCheckpointMagic) == 0)
+        if (size >= sizeof kCheckpointMagic && std::memcmp(&header, kCheckpointMagic, sizeof kCheckpointMagic) == 0)
             throw truncated(file, size, sizeof header);
         throw UserError(quoted(file) + " is not an adacc checkpoint (it is too short to hold one)");
     }
@@ -250,8 +251,7 @@ CheckpointReader::CheckpointReader(const fs::path& file) : path_(file), file_(st
         throw UserError("checkpoint " + quoted(file) + " has format version " + std::to_string(header.format_version) +
                         " but this adacc reads up to version " + std::to_string(kCheckpointFormatVersion) +
                         "; use a newer adacc");
-    if (header.format_version == 0 || header.header_bytes != sizeof(Header))
-        throw corrupt(file, "bad header");
+    if (header.format_version == 0 || header.header_bytes != sizeof(Header)) throw corrupt(file, "bad header");
     if (size < header.file_bytes) throw truncated(file, size, header.file_bytes);
     if (size > header.file_bytes)
         throw corrupt(file, std::to_string(size - header.file_bytes) + " unexpected bytes after its end");
@@ -263,7 +263,8 @@ CheckpointReader::CheckpointReader(const fs::path& file) : path_(file), file_(st
     file_->read_at(sizeof(Header), index.data(), index.size());
     Fnv64 checksum;
     checksum.update(index.data(), index.size());
-    if (checksum.value() != header.index_checksum) throw corrupt(file, "its metadata or tensor table fails its checksum");
+    if (checksum.value() != header.index_checksum)
+        throw corrupt(file, "its metadata or tensor table fails its checksum");
 
     const std::string_view index_view(index);
     try {
@@ -314,12 +315,13 @@ void CheckpointReader::read_into(std::string_view name, DType dtype, std::span<c
                                  void* dst) const {
     const StoredTensor& t = find(name);
     if (t.dtype != dtype)
-        throw UserError("checkpoint " + quoted(path_) + " holds tensor " + t.name + " as " +
-                        std::string(dtype_name(t.dtype)) + " but the model expects " + std::string(dtype_name(dtype)) +
-                        ": the checkpoint was written by a different configuration; use the config it was trained with");
+        throw UserError(
+            "checkpoint " + quoted(path_) + " holds tensor " + t.name + " as " + std::string(dtype_name(t.dtype)) +
+            " but the model expects " + std::string(dtype_name(dtype)) +
+            ": the checkpoint was written by a different configuration; use the config it was trained with");
     if (!std::ranges::equal(t.shape, shape))
-        throw UserError("checkpoint " + quoted(path_) + " holds tensor " + t.name + " of shape " + format_shape(t.shape) +
-                        " but the model expects " + format_shape(shape) +
+        throw UserError("checkpoint " + quoted(path_) + " holds tensor " + t.name + " of shape " +
+                        format_shape(t.shape) + " but the model expects " + format_shape(shape) +
                         ": the checkpoint was written for a different model shape; use the config it was trained with");
     read_into(name, dst, t.bytes);
 }

@@ -82,7 +82,8 @@ std::optional<std::int64_t> checkpoint_step(const fs::path& file) {
     constexpr std::string_view prefix = "ckpt_", suffix = ".bin";
     if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
         return std::nullopt;
-    const std::string_view digits = std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    const std::string_view digits =
+        std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size());
     std::int64_t step = 0;
     const auto result = std::from_chars(digits.data(), digits.data() + digits.size(), step);
     if (result.ec != std::errc() || result.ptr != digits.data() + digits.size() || digits.front() == '-')
@@ -132,10 +133,11 @@ std::shared_ptr<const CheckpointReader> open_checkpoint(const fs::path& file_or_
     std::error_code error;
     if (fs::is_regular_file(file_or_run_dir, error)) return std::make_shared<CheckpointReader>(file_or_run_dir);
     if (!fs::is_directory(file_or_run_dir, error))
-        throw UserError(quoted(file_or_run_dir) +
-                        " does not exist; pass a checkpoint file (RUN_DIR/checkpoints/ckpt_00001000.bin) or a run folder");
-    const fs::path dir = fs::is_directory(checkpoint_dir(file_or_run_dir), error) ? checkpoint_dir(file_or_run_dir)
-                                                                                   : file_or_run_dir;
+        throw UserError(
+            quoted(file_or_run_dir) +
+            " does not exist; pass a checkpoint file (RUN_DIR/checkpoints/ckpt_00001000.bin) or a run folder");
+    const fs::path dir =
+        fs::is_directory(checkpoint_dir(file_or_run_dir), error) ? checkpoint_dir(file_or_run_dir) : file_or_run_dir;
     std::vector<std::string> rejected;
     if (auto newest = open_newest_complete_in(dir, &rejected)) return newest;
     std::string message = "no complete checkpoint in " + quoted(dir);

@@ -9,9 +9,9 @@
 
 #include "data/token_shard.h"
 #include "models/gpt_params.h"
-#include "src/io/checkpoint_file.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
+#include "src/io/checkpoint_file.h"
 
 namespace adacc {
 
@@ -67,8 +67,8 @@ LlmcHeader read_header(const ReadOnlyFile& in, const fs::path& file) {
     if (const auto problem = header.config.validate())
         throw UserError(quoted(file) + " has an llm.c header adacc cannot use: " + *problem);
     if (h[7] != header.config.padded_vocab_size())
-        throw UserError(quoted(file) + " pads its vocabulary of " + std::to_string(h[3]) + " to " + std::to_string(h[7]) +
-                        " rows, but adacc pads to a multiple of 128 (" +
+        throw UserError(quoted(file) + " pads its vocabulary of " + std::to_string(h[3]) + " to " +
+                        std::to_string(h[7]) + " rows, but adacc pads to a multiple of 128 (" +
                         std::to_string(header.config.padded_vocab_size()) +
                         "); export it again with llm.c's default padding");
     return header;
@@ -82,15 +82,13 @@ void check_size(const ReadOnlyFile& in, const fs::path& file, const LlmcHeader& 
                         std::to_string(header.version) + " model with " + describe_shape(header.config) + " needs " +
                         std::to_string(expected) + "; download or export it again");
     if (in.size() > expected)
-        throw UserError(quoted(file) + " has " + std::to_string(in.size() - expected) +
-                        " bytes more than a version-" + std::to_string(header.version) + " model with " +
-                        describe_shape(header.config) + " (" + std::to_string(expected) +
+        throw UserError(quoted(file) + " has " + std::to_string(in.size() - expected) + " bytes more than a version-" +
+                        std::to_string(header.version) + " model with " + describe_shape(header.config) + " (" +
+                        std::to_string(expected) +
                         " bytes); it is not an llm.c model file of the shape its header claims");
 }
 
-float bf16_to_float(std::uint16_t bits) {
-    return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
-}
+float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 
 void read_bf16_params(const ReadOnlyFile& in, const fs::path& file, std::size_t count, float* params) {
     std::vector<std::uint16_t> chunk(std::min(count, kChunkElements));

@@ -5,14 +5,14 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "src/config/config.h"
-#include "src/common/units.h"
+#include "src/adacc/adacc_regulator.h"
+#include "src/adacc/profiler.h"
 #include "src/common/errors.h"
+#include "src/common/units.h"
+#include "src/config/config.h"
 #include "src/engine/gpt_model.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/weight_init.h"
-#include "src/adacc/adacc_regulator.h"
-#include "src/adacc/profiler.h"
 #include "src/train/token_loader.h"
 #include "src/train/training_step.h"
 
@@ -116,12 +116,14 @@ std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOpt
                 row.tokens_per_s = r.median_step_ms > 0 ? tokens / (r.median_step_ms / 1e3) : 0;
                 row.loss = r.last_loss;
                 if (mode == MemoryMode::none) none_loss = row.loss;
-                if (options.fidelity) row.gradients = fidelity_to_none(at_batch, target, plan, codec_params, mode, reference);
+                if (options.fidelity)
+                    row.gradients = fidelity_to_none(at_batch, target, plan, codec_params, mode, reference);
             }
             rows.push_back(row);
         }
         for (auto& row : rows)
-            if (row.batch == B && row.ran && none_loss) row.loss_delta_pct = 100.0 * (row.loss - *none_loss) / *none_loss;
+            if (row.batch == B && row.ran && none_loss)
+                row.loss_delta_pct = 100.0 * (row.loss - *none_loss) / *none_loss;
     }
     return rows;
 }
@@ -215,11 +217,17 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
     if (format == "json") {
         nlohmann::json out = nlohmann::json::array();
         for (const auto& r : rows)
-            out.push_back({{"mode", memory_mode_name(r.mode)}, {"batch", r.batch}, {"seq", r.seq},
+            out.push_back({{"mode", memory_mode_name(r.mode)},
+                           {"batch", r.batch},
+                           {"seq", r.seq},
                            {"fits", r.plan_error ? nlohmann::json() : nlohmann::json(r.fits)},
-                           {"ran", r.ran}, {"plan_error", r.plan_error ? nlohmann::json(*r.plan_error) : nlohmann::json()},
-                           {"tape_peak_bytes", r.tape_peak_bytes}, {"total_bytes", r.total_bytes},
-                           {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"loss", r.loss},
+                           {"ran", r.ran},
+                           {"plan_error", r.plan_error ? nlohmann::json(*r.plan_error) : nlohmann::json()},
+                           {"tape_peak_bytes", r.tape_peak_bytes},
+                           {"total_bytes", r.total_bytes},
+                           {"step_ms", r.step_ms},
+                           {"tokens_per_s", r.tokens_per_s},
+                           {"loss", r.loss},
                            {"loss_delta_pct", r.loss_delta_pct ? nlohmann::json(*r.loss_delta_pct) : nlohmann::json()},
                            {"gradient", r.gradients ? gradient_json(*r.gradients) : nlohmann::json()}});
         return out.dump(2) + "\n";
@@ -228,8 +236,9 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
     std::string out;
     char line[512];
     if (csv)
-        out += "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,loss_delta_pct,fits_budget,"
-               "grad_rel_l2,grad_cosine\n";
+        out +=
+            "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,loss_delta_pct,fits_budget,"
+            "grad_rel_l2,grad_cosine\n";
     else {
         std::snprintf(line, sizeof line, "%-13s %5s %5s %14s %14s %10s %12s %9s %14s %10s %10s\n", "mode", "batch",
                       "seq", "tape_peak", "total", "step_ms", "tokens/s", "loss", "loss_delta_pct", "grad_err",
@@ -245,16 +254,19 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
             out += std::string(mode) + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) + "," +
                    (r.ran ? std::to_string(r.tape_peak_bytes) : "") + "," + std::to_string(r.total_bytes) + "," +
                    (r.ran ? fixed(r.step_ms, 2) + "," + fixed(r.tokens_per_s, 1) + "," + fixed(r.loss, 5) : ",,") +
-                   "," + delta + "," + (r.plan_error ? "" : r.fits ? "yes" : "no") + "," + grad_err + "," + grad_cos +
-                   "\n";
+                   "," + delta + "," +
+                   (r.plan_error ? ""
+                    : r.fits     ? "yes"
+                                 : "no") +
+                   "," + grad_err + "," + grad_cos + "\n";
             continue;
         }
         if (r.plan_error)
             std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   not planned (the reason is above)\n", mode,
                           r.batch, r.seq, "-", "-");
         else if (!r.ran)
-            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   does not fit the budget\n", mode,
-                          r.batch, r.seq, "-", r.total_bytes ? format_bytes(r.total_bytes).c_str() : "-");
+            std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   does not fit the budget\n", mode, r.batch,
+                          r.seq, "-", r.total_bytes ? format_bytes(r.total_bytes).c_str() : "-");
         else
             std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s %10.1f %12.1f %9.4f %14s %10s %10s%s\n", mode,
                           r.batch, r.seq, format_bytes(r.tape_peak_bytes).c_str(), format_bytes(r.total_bytes).c_str(),
@@ -263,8 +275,9 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
         out += line;
     }
     if (!csv)
-        out += "grad_err, grad_cos: relative L2 error and cosine of the parameter gradients against none's, from one "
-               "extra forward and backward per mode at the initial weights on the first batch, dropout off\n";
+        out +=
+            "grad_err, grad_cos: relative L2 error and cosine of the parameter gradients against none's, from one "
+            "extra forward and backward per mode at the initial weights on the first batch, dropout off\n";
     return out;
 }
 
@@ -272,8 +285,11 @@ std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::
     if (format == "json") {
         nlohmann::json out = nlohmann::json::array();
         for (const auto& r : rows)
-            out.push_back({{"mode", memory_mode_name(r.mode)}, {"max_batch", r.max_batch}, {"total_bytes", r.total_bytes},
-                           {"verified", r.verified}, {"ratio_vs_none", r.ratio_vs_none}});
+            out.push_back({{"mode", memory_mode_name(r.mode)},
+                           {"max_batch", r.max_batch},
+                           {"total_bytes", r.total_bytes},
+                           {"verified", r.verified},
+                           {"ratio_vs_none", r.ratio_vs_none}});
         return out.dump(2) + "\n";
     }
     std::string out = format == "csv" ? "mode,max_batch,total_bytes,verified,ratio_vs_none\n" : "";
@@ -285,8 +301,8 @@ std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::
     }
     for (const auto& r : rows) {
         if (format == "csv")
-            std::snprintf(line, sizeof line, "%s,%d,%zu,%s,%.3f\n", memory_mode_name(r.mode), r.max_batch, r.total_bytes,
-                          r.verified ? "yes" : "no", r.ratio_vs_none);
+            std::snprintf(line, sizeof line, "%s,%d,%zu,%s,%.3f\n", memory_mode_name(r.mode), r.max_batch,
+                          r.total_bytes, r.verified ? "yes" : "no", r.ratio_vs_none);
         else
             std::snprintf(line, sizeof line, "%-13s %10d %14s %9s %14.2f\n", memory_mode_name(r.mode), r.max_batch,
                           format_bytes(r.total_bytes).c_str(), r.verified ? "yes" : "no", r.ratio_vs_none);

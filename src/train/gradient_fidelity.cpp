@@ -50,7 +50,8 @@ std::vector<float> gradients_at_init(const RunConfig& config, const ComputeTarge
 
 FidelityProbe::FidelityProbe(const RunConfig& config, const ComputeTarget& target)
     : reference_(make_model(config, target, ActivationPlan(BlockGraph(config.model, 1, 1), config.model.n_layer), {})),
-      batch_(config.training.batch_size), seq_(config.training.seq_len) {
+      batch_(config.training.batch_size),
+      seq_(config.training.seq_len) {
     first_batch(config, inputs_, targets_);
 }
 

@@ -46,7 +46,8 @@ void hash_file(const std::filesystem::path& path, Fnv64& digest) {
         if (!file.read_at(offset, chunk.data(), bytes))
             throw UserError(quoted(path) + " became shorter while it was read; is another process writing it?");
         const std::uint64_t padded = (bytes + 7) / 8 * 8;  // every file but the last ends on a whole word
-        std::fill(chunk.begin() + static_cast<std::ptrdiff_t>(bytes), chunk.begin() + static_cast<std::ptrdiff_t>(padded), 0);
+        std::fill(chunk.begin() + static_cast<std::ptrdiff_t>(bytes),
+                  chunk.begin() + static_cast<std::ptrdiff_t>(padded), 0);
         digest.update(chunk.data(), padded);
     }
 }
@@ -131,8 +132,7 @@ void require_ranks_agree(const RunConfig& config, const std::optional<std::files
     const RunFacts mine = run_facts(config, resume_checkpoint, init_from);
     std::string text = group.is_root() ? nlohmann::json(mine).dump() : std::string();
     broadcast_text(text, 0);
-    const std::string differences =
-        describe_differences(nlohmann::json::parse(text).get<RunFacts>(), mine, group.rank);
+    const std::string differences = describe_differences(nlohmann::json::parse(text).get<RunFacts>(), mine, group.rank);
     if (all_reduce_max(differences.empty() ? 0 : 1) == 0) return;
     if (!differences.empty())
         throw UserError("this rank was given another run than rank 0:" + differences +

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <fstream>
 
-#include "src/io/checkpoint_folder.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
+#include "src/io/checkpoint_folder.h"
 
 namespace adacc {
 

@@ -2,18 +2,18 @@
 
 #include <cstdio>
 
-#include "src/common/units.h"
-#include "src/config/config.h"
-#include "src/engine/cpu_threads.h"
-#include "src/io/checkpoint_folder.h"
 #include "src/common/checksum.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
 #include "src/common/process_memory.h"
+#include "src/common/units.h"
+#include "src/config/config.h"
 #include "src/cuda/cuda_device.h"
 #include "src/dist/process_group.h"
+#include "src/engine/cpu_threads.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/weight_init.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/train/run_folder.h"
 #include "src/train/stop_signals.h"
 #include "src/train/token_loader.h"
@@ -30,13 +30,13 @@ void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
     std::printf("parameters: %lld (formula Vp*C + maxT*C + L*(12C^2 + 13C) + 2C = %lld; %lld without vocab padding)\n",
                 static_cast<long long>(model.num_params()), static_cast<long long>(m.parameter_count()),
                 static_cast<long long>(m.unpadded_parameter_count()));
-    std::printf("memory (%s on %s, %s): params %s, grads %s, adamw %s, tape %s, workspace %s (logits %s)%s%s, total %s\n",
-                cfg.memory.mode.c_str(), device_name(model.backend().device()),
-                model_dtype_name(model.activation_dtype()), format_bytes(mem.parameters + mem.working_weights).c_str(),
-                format_bytes(mem.gradients).c_str(), format_bytes(mem.optimizer_state).c_str(),
-                format_bytes(mem.tape).c_str(), format_bytes(mem.workspace()).c_str(), format_bytes(mem.logits).c_str(),
-                mem.backend ? ", backend " : "", mem.backend ? format_bytes(mem.backend).c_str() : "",
-                format_bytes(mem.total()).c_str());
+    std::printf(
+        "memory (%s on %s, %s): params %s, grads %s, adamw %s, tape %s, workspace %s (logits %s)%s%s, total %s\n",
+        cfg.memory.mode.c_str(), device_name(model.backend().device()), model_dtype_name(model.activation_dtype()),
+        format_bytes(mem.parameters + mem.working_weights).c_str(), format_bytes(mem.gradients).c_str(),
+        format_bytes(mem.optimizer_state).c_str(), format_bytes(mem.tape).c_str(),
+        format_bytes(mem.workspace()).c_str(), format_bytes(mem.logits).c_str(), mem.backend ? ", backend " : "",
+        mem.backend ? format_bytes(mem.backend).c_str() : "", format_bytes(mem.total()).c_str());
 }
 
 }  // namespace
@@ -48,7 +48,8 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     set_collective_timeout(config_.training.collective_timeout_s);
     // A device that cannot run this config (no GPU) or a planned mode's bad [memory] options fail
     // before the run folder is touched.
-    if (const MemoryMode mode = parse_memory_mode(config_.memory.mode); is_planned(mode)) regulator_options(config_, mode);
+    if (const MemoryMode mode = parse_memory_mode(config_.memory.mode); is_planned(mode))
+        regulator_options(config_, mode);
     backend_for(target_.device);
     // The run folder is rank 0's: the other ranks of a data-parallel job write nothing there.
     const bool root = process_group().is_root();
@@ -144,8 +145,12 @@ void Trainer::log_replan(const ReplanEvent& e) {
     std::printf("step %6d | replan: %s -> %s plan in %.1f ms (profile %.1f ms), predicted total %s\n", e.step,
                 e.reason.c_str(), plan_status_name(e.status), e.solve_ms, e.profile_ms,
                 format_bytes(e.predicted_total_bytes).c_str());
-    write_metrics({{"step", e.step}, {"event", "replan"}, {"reason", e.reason}, {"status", plan_status_name(e.status)},
-                   {"solve_ms", e.solve_ms}, {"profile_ms", e.profile_ms},
+    write_metrics({{"step", e.step},
+                   {"event", "replan"},
+                   {"reason", e.reason},
+                   {"status", plan_status_name(e.status)},
+                   {"solve_ms", e.solve_ms},
+                   {"profile_ms", e.profile_ms},
                    {"predicted_total_bytes", e.predicted_total_bytes},
                    {"plan_fingerprint", format_digest(e.plan_fingerprint)}});
 }
@@ -177,21 +182,28 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
     const TapeUsage& tape = model_->tape().peak();
     const std::size_t kept = tape.by_policy[int(Policy::keep)], compressed = tape.by_policy[int(Policy::compress)],
                       recomputed = tape.by_policy[int(Policy::recompute)];
-    const std::string measured =
-        tape.measured_slots ? ", blobs measured " + format_bytes(tape.measured_bytes) + " of " +
-                                  format_bytes(tape.measured_reserved) + " reserved"
-                            : "";
+    const std::string measured = tape.measured_slots ? ", blobs measured " + format_bytes(tape.measured_bytes) +
+                                                           " of " + format_bytes(tape.measured_reserved) + " reserved"
+                                                     : "";
     if (step % config_.logging.print_every == 0 || step == t.steps)
-        std::printf("step %6d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | "
-                    "tape %s (kept %s, compressed %s, recompute %s%s)\n",
-                    step, t.steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, gflops,
-                    format_bytes(tape.used).c_str(), format_bytes(kept).c_str(), format_bytes(compressed).c_str(),
-                    format_bytes(recomputed).c_str(), measured.c_str());
+        std::printf(
+            "step %6d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | "
+            "tape %s (kept %s, compressed %s, recompute %s%s)\n",
+            step, t.steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, gflops,
+            format_bytes(tape.used).c_str(), format_bytes(kept).c_str(), format_bytes(compressed).c_str(),
+            format_bytes(recomputed).c_str(), measured.c_str());
     std::fflush(stdout);
-    nlohmann::json record = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                              {"step_ms", seconds * 1e3}, {"tokens_per_s", tokens / seconds}, {"gflops", gflops},
-                              {"tape_peak_bytes", tape.used}, {"tape_kept_bytes", kept},
-                              {"tape_compressed_bytes", compressed}, {"tape_recompute_bytes", recomputed}};
+    nlohmann::json record = {{"step", step},
+                             {"loss", loss},
+                             {"lr", lr},
+                             {"grad_norm", grad_norm},
+                             {"step_ms", seconds * 1e3},
+                             {"tokens_per_s", tokens / seconds},
+                             {"gflops", gflops},
+                             {"tape_peak_bytes", tape.used},
+                             {"tape_kept_bytes", kept},
+                             {"tape_compressed_bytes", compressed},
+                             {"tape_recompute_bytes", recomputed}};
     if (tape.measured_slots) record["tape_compressed_measured_bytes"] = tape.measured_bytes;
     if (regulator_) {
         record["monitor_ms_total"] = regulator_->monitor_ms();
@@ -217,9 +229,11 @@ void Trainer::skip_nonfinite_step(int step, float loss, float grad_norm) {
                   static_cast<double>(grad_norm));
     if (progress_.skipped_nonfinite >= config_.training.skip_nonfinite) stop_diverged(step, what);
     ++progress_.skipped_nonfinite;
-    std::printf("step %6d/%d | skipped: %s (%d of training.skip_nonfinite = %d)\n", step, config_.training.steps,
-                what, progress_.skipped_nonfinite, config_.training.skip_nonfinite);
-    write_metrics({{"step", step}, {"event", "nonfinite_skipped"}, {"what", what},
+    std::printf("step %6d/%d | skipped: %s (%d of training.skip_nonfinite = %d)\n", step, config_.training.steps, what,
+                progress_.skipped_nonfinite, config_.training.skip_nonfinite);
+    write_metrics({{"step", step},
+                   {"event", "nonfinite_skipped"},
+                   {"what", what},
                    {"skipped_so_far", progress_.skipped_nonfinite}});
 }
 
@@ -230,8 +244,10 @@ void Trainer::stop_diverged(int step, const std::string& what) const {
     throw UserError("training diverged at step " + std::to_string(step) + ": " + what +
                     ". Usual causes: a learning rate too high (lr.max = " + lr +
                     "), gradient clipping off (optimizer.grad_clip = 0), or corrupt data. " +
-                    (newest ? "The newest checkpoint, " + newest->string() + ", is intact: continue from it with a "
-                              "lower rate (adacc train --resume " + run_dir_.string() + " --set lr.max=...)"
+                    (newest ? "The newest checkpoint, " + newest->string() +
+                                  ", is intact: continue from it with a "
+                                  "lower rate (adacc train --resume " +
+                                  run_dir_.string() + " --set lr.max=...)"
                             : std::string("No checkpoint was written from this run")) +
                     "; training.skip_nonfinite = N skips up to N such steps instead of stopping.");
 }
@@ -250,8 +266,10 @@ int Trainer::run() {
         const StepResult result = step_->run(step);
         progress_.step = step;
         progress_.train_data = train_data_->state();
-        if (result.updated) log_step(step, result.loss, result.lr, result.grad_norm, result.seconds);
-        else skip_nonfinite_step(step, result.loss, result.grad_norm);
+        if (result.updated)
+            log_step(step, result.loss, result.lr, result.grad_norm, result.seconds);
+        else
+            skip_nonfinite_step(step, result.loss, result.grad_norm);
         // After the step's line (which reports the tape this step used): a new plan takes effect next step.
         if (const auto event = step_->after(step)) log_replan(*event);
 
@@ -288,15 +306,17 @@ void Trainer::report_memory_use() {
     const std::uint64_t accounted = model_->memory().total();
     if (model_->backend().device() == Device::cpu) {
         const std::uint64_t peak = peak_resident_bytes();
-        std::printf("memory: accounted %s, the process's peak RSS %s (it also holds the binary, its libraries, "
-                    "threads' stacks and buffers the accounting does not count)\n",
-                    format_bytes(accounted).c_str(), format_bytes(peak).c_str());
+        std::printf(
+            "memory: accounted %s, the process's peak RSS %s (it also holds the binary, its libraries, "
+            "threads' stacks and buffers the accounting does not count)\n",
+            format_bytes(accounted).c_str(), format_bytes(peak).c_str());
     } else {
         const std::uint64_t total = cuda_device_info().total_memory, free = model_->backend().free_memory();
         const std::uint64_t in_use = total > free ? total - free : 0;
-        std::printf("memory: accounted %s, the device's memory in use %s (cudaMemGetInfo: it also holds the CUDA "
-                    "context, library workspaces and other processes' memory)\n",
-                    format_bytes(accounted).c_str(), format_bytes(in_use).c_str());
+        std::printf(
+            "memory: accounted %s, the device's memory in use %s (cudaMemGetInfo: it also holds the CUDA "
+            "context, library workspaces and other processes' memory)\n",
+            format_bytes(accounted).c_str(), format_bytes(in_use).c_str());
     }
 }
 

@@ -11,13 +11,13 @@
 
 #include "data/dataloader.h"
 #include "src/adacc/adacc_regulator.h"
+#include "src/config/run_config.h"
 #include "src/engine/gpt_model.h"
 #include "src/io/metrics_log.h"
-#include "src/config/run_config.h"
 #include "src/train/gradient_fidelity.h"
-#include "src/train/training_step.h"
 #include "src/train/training_evaluator.h"
 #include "src/train/training_state.h"
+#include "src/train/training_step.h"
 #include "src/train/weights_file.h"
 
 namespace adacc {
@@ -52,7 +52,8 @@ private:
     void start(const std::optional<std::filesystem::path>& resume_checkpoint,
                const std::optional<WeightsFile>& init_from);
     void save_run_config() const;
-    void report_memory_use();  // the run's last line: accounted vs what the machine charged  // RUN_DIR/config.toml: the resolved config this run trains with
+    void
+    report_memory_use();  // the run's last line: accounted vs what the machine charged  // RUN_DIR/config.toml: the resolved config this run trains with
     void write_metrics(const nlohmann::json& line);  // a line of metrics.jsonl (rank 0 alone writes it)
     void log_replan(const ReplanEvent& event);
     float validation_loss();
@@ -65,13 +66,13 @@ private:
     std::unique_ptr<GPTModel> model_;
     std::unique_ptr<DataLoader> train_data_, val_data_;
     std::unique_ptr<MetricsLog> metrics_;
-    std::unique_ptr<AdaccRegulator> regulator_;     // planned memory modes only
-    std::unique_ptr<TrainingStep> step_;            // steps model_ on train_data_
+    std::unique_ptr<AdaccRegulator> regulator_;  // planned memory modes only
+    std::unique_ptr<TrainingStep> step_;         // steps model_ on train_data_
     std::function<void(int, GPTModel&)> step_hook_;
     std::unique_ptr<TrainingEvaluator> evaluator_;  // [eval] tasks; null when none are configured
     std::unique_ptr<FidelityProbe> fidelity_;       // training.fidelity_every > 0 only
     TrainingProgress progress_;
-    std::vector<std::int32_t> inputs_, targets_;   // validation batches
+    std::vector<std::int32_t> inputs_, targets_;  // validation batches
 };
 
 }  // namespace adacc

@@ -15,16 +15,18 @@ bool TrainingEvaluator::enabled(const RunConfig& config) { return config.eval.ev
 TrainingEvaluator::TrainingEvaluator(const RunConfig& config, const ComputeTarget& target) : config_(config) {
     const EvalSection& e = config.eval;
     if (e.vocab.empty())
-        throw UserError("eval.tasks needs eval.vocab: set it to the folder with GPT-2's encoder.json and vocab.bpe "
-                        "(`scripts/download_data.sh vocab DIR` fetches them), or set eval.every = 0");
+        throw UserError(
+            "eval.tasks needs eval.vocab: set it to the folder with GPT-2's encoder.json and vocab.bpe "
+            "(`scripts/download_data.sh vocab DIR` fetches them), or set eval.every = 0");
     if (e.data.empty())
-        throw UserError("eval.tasks needs eval.data: set it to the folder holding lambada_openai/ and arc_easy/ "
-                        "(`scripts/download_data.sh lambada` and `arc_easy` fill datasets/), or set eval.every = 0");
+        throw UserError(
+            "eval.tasks needs eval.data: set it to the folder holding lambada_openai/ and arc_easy/ "
+            "(`scripts/download_data.sh lambada` and `arc_easy` fill datasets/), or set eval.every = 0");
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(e.vocab);
     if (static_cast<std::uint32_t>(config.model.vocab_size) != tokenizer.vocab_size())
-        throw UserError("eval.tasks scores GPT-2 text, but model.vocab_size is " + std::to_string(config.model.vocab_size) +
-                        " and the tokenizer in eval.vocab has " + std::to_string(tokenizer.vocab_size()) +
-                        " tokens: set eval.every = 0 for this model");
+        throw UserError("eval.tasks scores GPT-2 text, but model.vocab_size is " +
+                        std::to_string(config.model.vocab_size) + " and the tokenizer in eval.vocab has " +
+                        std::to_string(tokenizer.vocab_size()) + " tokens: set eval.every = 0 for this model");
     const TextEncoder encoder = gpt2_text_encoder(tokenizer);
     int seq_len = 1;
     for (const std::string& name : e.tasks) {
@@ -33,11 +35,10 @@ TrainingEvaluator::TrainingEvaluator(const RunConfig& config, const ComputeTarge
         tasks_.push_back(prepare_eval(task, read_eval_docs(task, file, static_cast<std::size_t>(e.limit)), encoder));
         seq_len = std::max(seq_len, required_seq_len(tasks_.back().requests, config.model.max_seq_len));
     }
-    model_ = std::make_unique<GPTModel>(config.model, config.training.batch_size, seq_len,
-                                        ActivationPlan(BlockGraph(config.model, config.training.batch_size, seq_len),
-                                                       config.model.n_layer),
-                                        CodecParams{}, ModelUse::inference,
-                                        backend_for(target.device), target.activation);
+    model_ = std::make_unique<GPTModel>(
+        config.model, config.training.batch_size, seq_len,
+        ActivationPlan(BlockGraph(config.model, config.training.batch_size, seq_len), config.model.n_layer),
+        CodecParams{}, ModelUse::inference, backend_for(target.device), target.activation);
 }
 
 TrainingEvaluator::~TrainingEvaluator() = default;

@@ -5,19 +5,17 @@
 #include <string>
 #include <vector>
 
-#include "src/io/checkpoint_folder.h"
-#include "src/config/config.h"
 #include "src/common/errors.h"
+#include "src/config/config.h"
 #include "src/dist/data_parallel.h"
 #include "src/dist/process_group.h"
+#include "src/io/checkpoint_folder.h"
 
 namespace adacc {
 
 namespace {
 
-std::vector<std::int64_t> stored_shape(const ParamTensorInfo& info) {
-    return {info.shape.begin(), info.shape.end()};
-}
+std::vector<std::int64_t> stored_shape(const ParamTensorInfo& info) { return {info.shape.begin(), info.shape.end()}; }
 
 // The tensors of one arena laid out by ParameterLayout, named "<prefix>/<tensor>".
 void add_arena(std::vector<CheckpointTensor>& out, const ParameterLayout& layout, const std::string& prefix,
@@ -97,12 +95,14 @@ TrainingProgress read_progress(const CheckpointReader& reader, std::uint64_t con
     const nlohmann::json data = meta.contains("train_data") ? meta["train_data"] : nlohmann::json();
     constexpr std::uint64_t kMaxPosition = std::uint64_t{1} << 53;
     progress.train_data.epoch = unsigned_field(reader, data, "epoch", "train_data.epoch", kMaxPosition);
-    progress.train_data.batch = rank_batches(reader, unsigned_field(reader, data, "batch", "train_data.batch", kMaxPosition));
+    progress.train_data.batch =
+        rank_batches(reader, unsigned_field(reader, data, "batch", "train_data.batch", kMaxPosition));
     const nlohmann::json rng = meta.contains("rng") ? meta["rng"] : nlohmann::json();
     if (!rng.is_object() || rng.value("scheme", nlohmann::json()) != kRngScheme)
         throw bad_metadata(reader, "rng.scheme is not \"" + std::string(kRngScheme) + "\"");
     if (unsigned_field(reader, rng, "seed", "rng.seed", std::numeric_limits<std::uint64_t>::max()) != config_seed)
-        throw bad_metadata(reader, "rng.seed " + rng["seed"].dump() + " differs from the stored config's training.seed " +
+        throw bad_metadata(reader, "rng.seed " + rng["seed"].dump() +
+                                       " differs from the stored config's training.seed " +
                                        std::to_string(config_seed));
     // Absent in checkpoints written before the divergence check existed.
     if (meta.contains("skipped_nonfinite"))

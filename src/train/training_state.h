@@ -9,8 +9,8 @@
 #include <optional>
 
 #include "data/dataloader.h"
-#include "src/engine/gpt_model.h"
 #include "src/config/run_config.h"
+#include "src/engine/gpt_model.h"
 #include "src/io/checkpoint_file.h"
 
 namespace adacc {
@@ -22,11 +22,11 @@ constexpr const char* kCheckpointConfigKey = "config";
 RunConfig checkpoint_config(const CheckpointReader& reader);
 
 struct TrainingProgress {
-    int step = 0;                  // optimizer steps completed
+    int step = 0;  // optimizer steps completed
     // Position of this rank's training loader after `step`. The checkpoint stores the job's: the
     // batches all W ranks took (W times this rank's), so it resumes on any world size dividing it.
     DataLoaderState train_data;
-    int skipped_nonfinite = 0;     // steps skipped so far for a non-finite loss or gradient norm
+    int skipped_nonfinite = 0;  // steps skipped so far for a non-finite loss or gradient norm
 };
 
 // Whether every parameter is finite; with the AdamW moments too (a diverged run's are not).

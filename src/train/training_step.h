@@ -9,8 +9,8 @@
 
 #include "data/dataloader.h"
 #include "src/adacc/adacc_regulator.h"
-#include "src/engine/gpt_model.h"
 #include "src/config/run_config.h"
+#include "src/engine/gpt_model.h"
 
 namespace adacc {
 

@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "data/token_shard.h"
-#include "src/io/checkpoint_folder.h"
 #include "src/common/errors.h"
 #include "src/common/file_io.h"
+#include "src/io/checkpoint_folder.h"
 #include "src/io/hf_gpt2.h"
 #include "src/io/llmc_model_io.h"
 #include "src/train/training_state.h"
@@ -34,7 +34,8 @@ std::string field_value(const GPTShapeField& field, const GPTConfig& c) {
 // Where the file states a field: Hugging Face's config.json names max_seq_len n_positions.
 std::string stated_in(const WeightsFile& weights, const GPTShapeField& field) {
     if (weights.format != WeightsFormat::hf_model) return "in the file";
-    return std::string("in config.json (") + (field.member == &GPTConfig::max_seq_len ? "n_positions" : field.name) + ")";
+    return std::string("in config.json (") + (field.member == &GPTConfig::max_seq_len ? "n_positions" : field.name) +
+           ")";
 }
 
 std::string matching_preset(const GPTConfig& shape) {
@@ -122,11 +123,14 @@ void load_weights(const WeightsFile& weights, GPTModel& model) {
         return;
     }
     std::vector<float> host(model.num_params());
-    if (weights.format == WeightsFormat::hf_model) load_hf_gpt2(weights.path, model.config(), host.data());
-    else load_llmc_model(weights.path, model.config(), host.data());
+    if (weights.format == WeightsFormat::hf_model)
+        load_hf_gpt2(weights.path, model.config(), host.data());
+    else
+        load_llmc_model(weights.path, model.config(), host.data());
     model.write_arena(ModelArena::parameters, 0, host.size(), host.data());
     if (!parameters_are_finite(model))
-        throw UserError(describe_weights(weights) + " holds non-finite parameters: it was written by a diverged run "
+        throw UserError(describe_weights(weights) +
+                        " holds non-finite parameters: it was written by a diverged run "
                         "or altered; use another file");
 }
 
@@ -139,6 +143,8 @@ std::string format_name(WeightsFormat format) {
     return "adacc checkpoint";
 }
 
-std::string describe_weights(const WeightsFile& weights) { return format_name(weights.format) + " " + quoted(weights.path); }
+std::string describe_weights(const WeightsFile& weights) {
+    return format_name(weights.format) + " " + quoted(weights.path);
+}
 
 }  // namespace adacc

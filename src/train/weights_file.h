@@ -11,8 +11,8 @@
 #include <string>
 
 #include "models/gpt_config.h"
-#include "src/io/checkpoint_file.h"
 #include "src/engine/gpt_model.h"
+#include "src/io/checkpoint_file.h"
 
 namespace adacc {
 

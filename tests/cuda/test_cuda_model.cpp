@@ -41,7 +41,6 @@ GPTConfig odd_config() {
     return cfg;
 }
 
-
 constexpr float kLr = 1e-3f;  // AdamW's learning rate in train_two_steps
 
 struct TrainOutcome {
@@ -118,14 +117,14 @@ AdamwReference adamw_reference(const TrainOutcome& run, float lr) {
         const double b2 = 1.0f - std::pow(opt.beta2, static_cast<float>(t));
         theta_v = std::max((1 + theta_v) * (1 + u) * (1 + u) - 1, gamma(5));
         const double theta_a = std::sqrt((1 + theta_v) * (1 + u)) * (1 + u) - 1;  // sqrt(v / b2)
-        const double theta_d = (1 + theta_a) * (1 + u) - 1;                         // + eps
+        const double theta_d = (1 + theta_a) * (1 + u) - 1;                       // + eps
         for (std::size_t i = 0; i < n; ++i) {
             const double x = double(grads[i]) * run.scales[t - 1], p = ref.params[i], e_p = ref.error[i];
             e_m[i] = beta1 * e_m[i] + gamma(3) * (beta1 * (std::fabs(m[i]) + e_m[i]) + c1 * std::fabs(x));
             m[i] = beta1 * m[i] + c1 * x;
             v[i] = beta2 * v[i] + c2 * x * x;
             const double d = std::sqrt(v[i] / b2) + opt.eps, U = m[i] / b1 / d;
-            const double e_n = (e_m[i] + u * (std::fabs(m[i]) + e_m[i])) / b1;   // of m / b1
+            const double e_n = (e_m[i] + u * (std::fabs(m[i]) + e_m[i])) / b1;     // of m / b1
             const double e1 = (e_n / d + std::fabs(U) * theta_d) / (1 - theta_d);  // of the quotient
             const double e_u = e1 + u * (std::fabs(U) + e1);
             const double wd = run.decay[i];
@@ -154,8 +153,7 @@ AdamwReference adamw_reference(const TrainOutcome& run, float lr) {
 constexpr double kBf16LossRel = 2e-4, kBf16GradRelL2 = 3e-2, kBf16ParamRelL2 = 6e-3, kBf16LogitRelL2 = 2.5e-2;
 constexpr double kBf16GradRelL2Floor = 1e-4;
 
-void expect_same_training(const TrainOutcome& cuda, const TrainOutcome& cpu, double rel, double abs,
-                          const char* what) {
+void expect_same_training(const TrainOutcome& cuda, const TrainOutcome& cpu, double rel, double abs, const char* what) {
     EXPECT_TRUE(all_close(cuda.losses, cpu.losses, rel)) << what << ": losses";
     EXPECT_TRUE(all_close(cuda.grads, cpu.grads, rel, abs)) << what << ": gradients";
     EXPECT_TRUE(params_within_rounding(cuda, cpu)) << what << ": parameters";
@@ -165,7 +163,6 @@ void expect_same_training(const TrainOutcome& cuda, const TrainOutcome& cpu, dou
 bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
-
 
 TEST(CudaModel, TrainingStepsMatchTheCpuBackendInEveryFixedMode) {
     ADACC_REQUIRE_CUDA_DEVICE();
@@ -188,7 +185,8 @@ TEST(CudaModel, ChunkedClassifierMatchesTheCpuBackend) {
     const int B = 2, T = 7;
     GPTConfig cfg = odd_config();
     cfg.classifier_chunk = 5;
-    const auto tokens = random_tokens(2 * B * T, cfg.vocab_size, 1), targets = random_tokens(2 * B * T, cfg.vocab_size, 2);
+    const auto tokens = random_tokens(2 * B * T, cfg.vocab_size, 1),
+               targets = random_tokens(2 * B * T, cfg.vocab_size, 2);
     std::vector<float> loss, grads[2];
     Backend* backends[2] = {&cuda_backend(), &cpu_backend()};
     for (int i = 0; i < 2; ++i) {
@@ -197,8 +195,9 @@ TEST(CudaModel, ChunkedClassifierMatchesTheCpuBackend) {
         model.init_weights(5);
         for (int micro = 0; micro < 2; ++micro) {
             const std::size_t at = static_cast<std::size_t>(micro) * B * T;
-            model.forward_step(tokens.data() + at, targets.data() + at, B, T, DropoutContext{3, 1, std::uint64_t(micro), true},
-                               1.0f / (2 * B * T), 2.0 * B * T, micro > 0);
+            model.forward_step(tokens.data() + at, targets.data() + at, B, T,
+                               DropoutContext{3, 1, std::uint64_t(micro), true}, 1.0f / (2 * B * T), 2.0 * B * T,
+                               micro > 0);
             model.backward(tokens.data() + at, B, T, micro > 0);
         }
         loss.push_back(model.read_step().loss);
@@ -301,8 +300,9 @@ TEST(CudaModel, Bf16TrainingFollowsTheFp32CpuWithinBf16Precision) {
             EXPECT_TRUE(all_close(bf16.losses, cpu.losses, kBf16LossRel)) << what << ": losses";
             const double grads = relative_l2(bf16.grads, cpu.grads), params = relative_l2(bf16.params, cpu.params),
                          logits = relative_l2(bf16.logits, cpu.logits);
-            std::printf("bf16 vs fp32 CPU, %s: loss rel %.2e, relative L2 gradients %.3e, parameters %.3e, logits %.3e\n",
-                        what.c_str(), max_relative(bf16.losses, cpu.losses), grads, params, logits);
+            std::printf(
+                "bf16 vs fp32 CPU, %s: loss rel %.2e, relative L2 gradients %.3e, parameters %.3e, logits %.3e\n",
+                what.c_str(), max_relative(bf16.losses, cpu.losses), grads, params, logits);
             EXPECT_LT(grads, kBf16GradRelL2) << what << ": gradients";
             EXPECT_GT(grads, kBf16GradRelL2Floor) << what << ": no bf16 rounding visible; did the model run fp32?";
             EXPECT_LT(params, kBf16ParamRelL2) << what << ": parameters";

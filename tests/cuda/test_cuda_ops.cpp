@@ -215,7 +215,7 @@ std::vector<OpCase> gelu_cases(DType a) {
     std::vector<OpCase> cases;
     for (long n : kElementwiseSizes) {
         OpCase f = op_case("gelu_forward n=" + std::to_string(n), a, {Kernel::gelu_forward},
-                 {act_values(a, n, 1, -6.0f, 6.0f), act_zeros(n)});
+                           {act_values(a, n, 1, -6.0f, 6.0f), act_zeros(n)});
         f.run = [n](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
             k.gelu_forward(ctx, p.act(1), p.act(0), n);
         };
@@ -224,7 +224,7 @@ std::vector<OpCase> gelu_cases(DType a) {
         cases.push_back(f);
         // In place (dinp == dout), as the driver runs it.
         OpCase b = op_case("gelu_backward in place n=" + std::to_string(n), a, {Kernel::gelu_backward},
-                 {act_values(a, n, 1, -6.0f, 6.0f), act_values(a, n, 2)});
+                           {act_values(a, n, 1, -6.0f, 6.0f), act_values(a, n, 2)});
         b.run = [n](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
             k.gelu_backward(ctx, p.act(1), p.act(0), p.act(1), n);
         };
@@ -243,8 +243,8 @@ std::vector<OpCase> dropout_mask_cases(DType a) {
     for (long n : {1L, 31L, 257L, 100003L})
         for (float p : {0.0f, 0.1f, 0.5f}) {
             const unsigned long long key = rng_key(42, 7, 1, 3, static_cast<std::uint64_t>(n));
-            OpCase c = op_case("dropout_mask n=" + std::to_string(n) + " p=" + std::to_string(p), a, {Kernel::dropout_mask},
-                     {mask_zeros(n)});
+            OpCase c = op_case("dropout_mask n=" + std::to_string(n) + " p=" + std::to_string(p), a,
+                               {Kernel::dropout_mask}, {mask_zeros(n)});
             c.run = [n, p, key](const KernelTable& k, const KernelContext& ctx, const Placed& pl) {
                 k.dropout_mask(ctx, pl.u8(0), n, p, key);
             };
@@ -261,7 +261,7 @@ std::vector<OpCase> residual_dropout_cases(DType a) {
     for (long n : kElementwiseSizes) {
         const std::string size = " n=" + std::to_string(n);
         OpCase plain = op_case("residual_dropout_forward no mask" + size, a, {Kernel::residual_dropout_forward},
-                     {act_values(a, n, 1), act_values(a, n, 2), act_zeros(n)});
+                               {act_values(a, n, 1), act_values(a, n, 2), act_zeros(n)});
         plain.run = [n](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
             k.residual_dropout_forward(ctx, p.act(2), p.act(0), p.act(1), nullptr, 0.1f, n);
         };
@@ -273,7 +273,7 @@ std::vector<OpCase> residual_dropout_cases(DType a) {
         // (relative 2.4e-7) plus an ulp of the product where they cancel (|inp * scale| < 1.2:
         // 1.2e-7).
         OpCase masked = op_case("residual_dropout_forward mask" + size, a, {Kernel::residual_dropout_forward},
-                      {act_values(a, n, 1), act_values(a, n, 2), mask_values(n, 3, 0.9f), act_zeros(n)});
+                                {act_values(a, n, 1), act_values(a, n, 2), mask_values(n, 3, 0.9f), act_zeros(n)});
         masked.run = [n](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
             k.residual_dropout_forward(ctx, p.act(3), p.act(0), p.act(1), p.u8(2), 0.1f, n);
         };
@@ -282,8 +282,8 @@ std::vector<OpCase> residual_dropout_cases(DType a) {
         cases.push_back(masked);
         for (bool with_mask : {false, true}) {
             OpCase b = op_case(std::string("residual_dropout_backward ") + (with_mask ? "mask" : "no mask") + size, a,
-                     {Kernel::residual_dropout_backward},
-                     {act_values(a, n, 4), mask_values(n, 5, 0.75f), act_zeros(n)});
+                               {Kernel::residual_dropout_backward},
+                               {act_values(a, n, 4), mask_values(n, 5, 0.75f), act_zeros(n)});
             b.run = [n, with_mask](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
                 k.residual_dropout_backward(ctx, p.act(2), p.act(0), with_mask ? p.u8(1) : nullptr, 0.25f, n);
             };
@@ -292,7 +292,7 @@ std::vector<OpCase> residual_dropout_cases(DType a) {
             cases.push_back(b);
         }
         OpCase d = op_case("dropout_forward" + size, a, {Kernel::dropout_forward},
-                 {act_values(a, n, 6), mask_values(n, 7, 0.9f), act_zeros(n)});
+                           {act_values(a, n, 6), mask_values(n, 7, 0.9f), act_zeros(n)});
         d.run = [n](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
             k.dropout_forward(ctx, p.act(2), p.act(0), p.u8(1), 0.1f, n);
         };
@@ -301,7 +301,7 @@ std::vector<OpCase> residual_dropout_cases(DType a) {
         cases.push_back(d);
         // In place, as the embeddings' dropout runs.
         OpCase in_place = op_case("dropout_forward in place" + size, a, {Kernel::dropout_forward},
-                        {act_values(a, n, 6), mask_values(n, 7, 0.9f)});
+                                  {act_values(a, n, 6), mask_values(n, 7, 0.9f)});
         in_place.run = [n](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
             k.dropout_forward(ctx, p.act(0), p.act(0), p.u8(1), 0.1f, n);
         };
@@ -324,15 +324,17 @@ std::vector<OpCase> encoder_cases(DType a) {
     // T = 1; odd shapes with repeated tokens (V small); channels over two blocks (C = 300 > 256);
     // N = 260 positions: three 128-key sort tiles, runs up to ~10; N = 1100 > 1024 walk blocks,
     // which stride over the sorted positions.
-    const Shape shapes[] = {{1, 1, 40, 5, false},  {2, 7, 40, 13, false}, {3, 5, 300, 4, false}, {2, 1, 72, 101, false},
-                            {3, 9, 72, 6, true},   {4, 65, 72, 37, false}, {2, 550, 40, 50, false}};
+    const Shape shapes[] = {{1, 1, 40, 5, false},   {2, 7, 40, 13, false}, {3, 5, 300, 4, false},
+                            {2, 1, 72, 101, false}, {3, 9, 72, 6, true},   {4, 65, 72, 37, false},
+                            {2, 550, 40, 50, false}};
     std::vector<OpCase> cases;
     for (const Shape& s : shapes) {
         const std::size_t N = static_cast<std::size_t>(s.B) * s.T, C = s.C;
-        const std::string shape = " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C) +
-                                  " V=" + std::to_string(s.V) + (s.one_token ? " one token" : "");
-        const Buffer tokens = s.one_token ? Buffer{Elem::i32, std::vector<float>(N, 4.0f)}
-                                          : token_values(N, s.V, 21 + s.C);
+        const std::string shape = " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                                  " C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) +
+                                  (s.one_token ? " one token" : "");
+        const Buffer tokens =
+            s.one_token ? Buffer{Elem::i32, std::vector<float>(N, 4.0f)} : token_values(N, s.V, 21 + s.C);
         OpCase f = op_case("encoder_forward" + shape, a, {Kernel::encoder_forward},
                            {tokens, act_values(a, s.V * C, 11), act_values(a, s.T * C, 12), act_zeros(N * C)});
         f.run = [s](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
@@ -379,15 +381,24 @@ TEST(CudaOps, EveryCaseOfTheTableMatchesTheCpuBackend) {
 // The kernels of kernels/ops.inc the table does not run yet, and the file whose hand-written twin
 // test checks each: the list the table shrinks, so that no kernel goes unchecked.
 const std::set<std::string> kTwinTestedElsewhere = {
-    "layernorm_forward",         "layernorm_backward",        // test_cuda_layernorm.cpp
-    "matmul_forward",            "matmul_backward",           // test_cuda_matmul.cpp
-    "attention_softmax_forward", "attention_value_forward",   // test_cuda_attention.cpp
-    "attention_value_backward",  "attention_softmax_backward",
-    "attention_fused_forward",   "attention_fused_backward",  // test_cuda_attention_fused.cpp
-    "fused_classifier",          "loss_accumulate",           // test_cuda_classifier.cpp
-    "global_norm",               "adamw_update",              // test_cuda_adamw.cpp
-    "codec_compress",            "codec_decompress",          // test_cuda_codecs.cpp
-    "codec_outlier_count",       "codec_error",
+    "layernorm_forward",
+    "layernorm_backward",  // test_cuda_layernorm.cpp
+    "matmul_forward",
+    "matmul_backward",  // test_cuda_matmul.cpp
+    "attention_softmax_forward",
+    "attention_value_forward",  // test_cuda_attention.cpp
+    "attention_value_backward",
+    "attention_softmax_backward",
+    "attention_fused_forward",
+    "attention_fused_backward",  // test_cuda_attention_fused.cpp
+    "fused_classifier",
+    "loss_accumulate",  // test_cuda_classifier.cpp
+    "global_norm",
+    "adamw_update",  // test_cuda_adamw.cpp
+    "codec_compress",
+    "codec_decompress",  // test_cuda_codecs.cpp
+    "codec_outlier_count",
+    "codec_error",
 };
 
 TEST(CudaOps, EveryKernelIsInTheTableOrTwinTestedInItsOwnFile) {
@@ -412,13 +423,13 @@ TEST(CudaOps, ResidualDropoutForwardRoundsTheProductThenTheSum) {
     const long n = 4099;
     const float p = 0.1f, scale = 1.0f / (1.0f - p);
     for (DType a : kBoth) {
-        OpCase c = op_case("residual_dropout_forward", a, {}, {act_values(a, n, 1), act_values(a, n, 2), mask_values(n, 3, 0.9f),
-                                                     act_zeros(n)});
+        OpCase c = op_case("residual_dropout_forward", a, {},
+                           {act_values(a, n, 1), act_values(a, n, 2), mask_values(n, 3, 0.9f), act_zeros(n)});
         const Placed placed(gpu, c, a);
-        gpu.kernels().residual_dropout_forward(gpu.context(), placed.act(3), placed.act(0), placed.act(1),
-                                               placed.u8(2), p, n);
+        gpu.kernels().residual_dropout_forward(gpu.context(), placed.act(3), placed.act(0), placed.act(1), placed.u8(2),
+                                               p, n);
         const std::vector<float>&residual = c.buffers[0].values, &inp = c.buffers[1].values,
-                                 &mask = c.buffers[2].values;
+              &mask = c.buffers[2].values;
         std::vector<float> want(n);
         for (long i = 0; i < n; ++i) {
             volatile float product = inp[i] * scale;  // volatile: rounded, never contracted

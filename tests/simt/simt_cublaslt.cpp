@@ -84,8 +84,10 @@ double load(const void* p, cudaDataType type, std::int64_t i) {
 }
 void store(void* p, cudaDataType type, std::int64_t i, double value) {
     const auto rounded = static_cast<float>(value);  // the fp32 result, then (bf16) rounded again
-    if (type == CUDA_R_16BF) static_cast<adacc::bf16*>(p)[i] = adacc::to_bf16(rounded);
-    else static_cast<float*>(p)[i] = rounded;
+    if (type == CUDA_R_16BF)
+        static_cast<adacc::bf16*>(p)[i] = adacc::to_bf16(rounded);
+    else
+        static_cast<float*>(p)[i] = rounded;
 }
 
 // The element types cuBLASLt supports with CUBLAS_COMPUTE_32F and fp32 scalars, among those
@@ -397,7 +399,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                     acc += av * bv;
                 }
                 double value = static_cast<double>(alpha_value) * acc;
-                if (beta_value != 0.0f) value += static_cast<double>(beta_value) * load(C, out, cb + row + col * lc->ld);
+                if (beta_value != 0.0f)
+                    value += static_cast<double>(beta_value) * load(C, out, cb + row + col * lc->ld);
                 if (with_bias) value += load(desc->bias, out, row + batch * desc->bias_batch_stride);
                 store(D, out, db + row + col * ld->ld, value);
             }
