@@ -371,8 +371,11 @@ std::string model_overrides(const GPTConfig& m) {
            " --set model.n_head=" + std::to_string(m.n_head);
 }
 
-// A run's last line puts its accounted memory beside the peak RSS the machine charged it: the
-// accounting sees the arenas only (the binary and its libraries alone are ~160 MiB of RSS here).
+// A run's last line puts its accounted memory beside the peak RSS the machine charged it, and the
+// two agree within the bound, the larger of 5% and 64 MiB: the accounting sees the
+// arenas, and what the process holds beside them (its binary and libraries, threads' stacks) is
+// small since cuBLASLt is opened only by the CUDA backend (it alone was 152 MiB of RSS, 212 MiB
+// at exit). Not under AddressSanitizer, whose shadow memory and redzones are RSS of its own.
 TEST_F(RunSafety, TrainEndsWithTheAccountedMemoryBesideThePeakRss) {
     const auto r = run_adacc("train --config " + config());
     ASSERT_EQ(r.status, 0) << r.output;
@@ -388,6 +391,15 @@ TEST_F(RunSafety, TrainEndsWithTheAccountedMemoryBesideThePeakRss) {
     EXPECT_TRUE(std::string(unit) == "MiB" || std::string(unit) == "GiB") << r.output.substr(last);
     EXPECT_GT(rss, 0.0);
     EXPECT_EQ(r.output.find('\n', last), r.output.size() - 1) << "it is the run's last line";
+    if (test::kSanitized) return;
+    double accounted = 0;
+    char accounted_unit[8] = {};
+    ASSERT_EQ(std::sscanf(total.c_str(), "%lf %7s", &accounted, accounted_unit), 2) << total;
+    auto mib = [](double value, const std::string& unit) {
+        return unit == "GiB" ? value * 1024 : unit == "KiB" ? value / 1024 : unit == "B" ? value / 1048576 : value;
+    };
+    const double rss_mib = mib(rss, unit), accounted_mib = mib(accounted, accounted_unit);
+    EXPECT_LE(std::abs(rss_mib - accounted_mib), std::max(0.05 * rss_mib, 64.0)) << r.output.substr(last);
 }
 
 TEST_F(RunSafety, PlannedModelLargerThanTheMachineIsRefusedBeforeProfiling) {
