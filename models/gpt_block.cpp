@@ -124,16 +124,17 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
     auto mask = [&](const char* name, K out) {
         if (d) ops_.push_back({name, OpKind::dropout_mask, {}, {out}, {}, {}, 0, 0, 0.0});
     };
+    auto layernorm = [&](const char* name, K in, K out, K mean, K rstd, ParamId w, ParamId b) {
+        ops_.push_back({name, OpKind::layernorm, {in}, {out, mean, rstd}, w, b, 0, 0, 8.0 * n * c});
+    };
+    // out = residual + dropout(branch), the mask an input only with dropout.
+    auto residual = [&](const char* name, K residual_in, K branch, K dropout_mask, K out) {
+        std::vector<K> inputs = {residual_in, branch};
+        if (d) inputs.push_back(dropout_mask);
+        ops_.push_back({name, OpKind::residual_dropout, std::move(inputs), {out}, {}, {}, 0, 0, 2.0 * n * c});
+    };
     const int Ci = static_cast<int>(C);
-    ops_.push_back({"ln1",
-                    OpKind::layernorm,
-                    {K::x},
-                    {K::ln1, K::ln1_mean, K::ln1_rstd},
-                    ParamId::ln1w,
-                    ParamId::ln1b,
-                    0,
-                    0,
-                    8.0 * n * c});
+    layernorm("ln1", K::x, K::ln1, K::ln1_mean, K::ln1_rstd, ParamId::ln1w, ParamId::ln1b);
     matmul("qkv", K::ln1, K::qkv, ParamId::qkvw, ParamId::qkvb, Ci, 3 * Ci);
     if (fused) {
         ops_.push_back(
@@ -153,37 +154,13 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
     }
     matmul("attproj", K::atty, K::attproj, ParamId::attprojw, ParamId::attprojb, Ci, Ci);
     mask("res1_dropout_mask", K::res1_mask);
-    ops_.push_back({"residual1",
-                    OpKind::residual_dropout,
-                    d ? std::vector<K>{K::x, K::attproj, K::res1_mask} : std::vector<K>{K::x, K::attproj},
-                    {K::x2},
-                    {},
-                    {},
-                    0,
-                    0,
-                    2.0 * n * c});
-    ops_.push_back({"ln2",
-                    OpKind::layernorm,
-                    {K::x2},
-                    {K::ln2, K::ln2_mean, K::ln2_rstd},
-                    ParamId::ln2w,
-                    ParamId::ln2b,
-                    0,
-                    0,
-                    8.0 * n * c});
+    residual("residual1", K::x, K::attproj, K::res1_mask, K::x2);
+    layernorm("ln2", K::x2, K::ln2, K::ln2_mean, K::ln2_rstd, ParamId::ln2w, ParamId::ln2b);
     matmul("fc", K::ln2, K::fch, ParamId::fcw, ParamId::fcb, Ci, 4 * Ci);
     ops_.push_back({"gelu", OpKind::gelu, {K::fch}, {K::fch_gelu}, {}, {}, 0, 0, 8.0 * n * 4 * c});
     matmul("fcproj", K::fch_gelu, K::fcproj, ParamId::fcprojw, ParamId::fcprojb, 4 * Ci, Ci);
     mask("res2_dropout_mask", K::res2_mask);
-    ops_.push_back({"residual2",
-                    OpKind::residual_dropout,
-                    d ? std::vector<K>{K::x2, K::fcproj, K::res2_mask} : std::vector<K>{K::x2, K::fcproj},
-                    {K::out},
-                    {},
-                    {},
-                    0,
-                    0,
-                    2.0 * n * c});
+    residual("residual2", K::x2, K::fcproj, K::res2_mask, K::out);
     for (OpInfo& op : ops_) wire_gradients(op);
 }
 
