@@ -2,6 +2,8 @@
 
 #include <iterator>
 
+#include "models/op_table.h"
+
 namespace adacc {
 
 namespace {
@@ -15,67 +17,9 @@ static_assert(std::size(kTensorNames) == kNumTapeTensorKinds, "one name per Tens
 
 const char* tensor_kind_name(TensorKind k) { return kTensorNames[static_cast<int>(k)]; }
 
-std::vector<Kernel> op_kernels(OpKind kind) {
-    using Kn = Kernel;
-    switch (kind) {
-        case OpKind::layernorm: return {Kn::layernorm_forward, Kn::layernorm_backward};
-        case OpKind::matmul: return {Kn::matmul_forward, Kn::matmul_backward};
-        case OpKind::attention_softmax: return {Kn::attention_softmax_forward, Kn::attention_softmax_backward};
-        case OpKind::dropout_mask: return {Kn::dropout_mask};  // a mask has no gradient
-        case OpKind::attention_value: return {Kn::attention_value_forward, Kn::attention_value_backward};
-        case OpKind::attention_fused: return {Kn::attention_fused_forward, Kn::attention_fused_backward};
-        case OpKind::residual_dropout: return {Kn::residual_dropout_forward, Kn::residual_dropout_backward};
-        case OpKind::gelu: return {Kn::gelu_forward, Kn::gelu_backward};
-    }
-    return {};
-}
-
 std::size_t tensor_rows(const GPTConfig& config, TensorKind kind, int B, int T) {
     return static_cast<std::size_t>(B) * T * (is_attention_matrix(kind) ? config.n_head : 1);
 }
-
-namespace {
-
-// The gradient wiring of `op` (OpInfo's grad_* fields), from its kind; the ops.inc comments of
-// each kernel say which gradients it writes and how.
-void wire_gradients(OpInfo& op) {
-    const std::vector<TensorKind>& in = op.inputs;
-    const TensorKind out = op.outputs.empty() ? TensorKind::x : op.outputs[0];
-    switch (op.kind) {
-        case OpKind::layernorm:  // dinp accumulates: x is the residual stream
-            op.grad_reads = {out};
-            op.grad_updates = {in[0]};
-            break;
-        case OpKind::matmul:
-            op.grad_reads = {out};
-            op.grad_writes = {in[0]};
-            break;
-        case OpKind::attention_softmax:  // q and k columns of dqkv, from datt
-            op.grad_reads = {out};
-            op.grad_updates = {TensorKind::qkv};
-            break;
-        case OpKind::dropout_mask: break;  // a mask has no gradient
-        case OpKind::attention_value:      // datt, and the v columns of dqkv
-            op.grad_reads = {out};
-            op.grad_writes = {TensorKind::att, TensorKind::qkv};
-            break;
-        case OpKind::attention_fused:  // all of dqkv; att_lse has no gradient
-            op.grad_reads = {out};
-            op.grad_writes = {TensorKind::qkv};
-            break;
-        case OpKind::residual_dropout:  // the residual's gradient is the sum's; the branch's is computed
-            op.grad_reads = {out};
-            op.grad_writes = {in[1]};
-            op.grad_shared = std::pair{in[0], out};
-            break;
-        case OpKind::gelu:  // in place: dinp over dout
-            op.grad_reads = {out};
-            op.grad_shared = std::pair{in[0], out};
-            break;
-    }
-}
-
-}  // namespace
 
 BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : has_dropout_(cfg.dropout > 0.0f) {
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, H = cfg.n_head;
@@ -122,7 +66,9 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
         ops_.push_back({name, OpKind::matmul, {in}, {out}, w, b, fin, fout, 2.0 * n * fin * fout});
     };
     auto mask = [&](const char* name, K out) {
-        if (d) ops_.push_back({name, OpKind::dropout_mask, {}, {out}, {}, {}, 0, 0, 0.0});
+        if (!d) return;
+        ops_.push_back({name, OpKind::dropout_mask, {}, {out}, {}, {}, 0, 0, 0.0});
+        ops_.back().rng_kind = out;
     };
     auto layernorm = [&](const char* name, K in, K out, K mean, K rstd, ParamId w, ParamId b) {
         ops_.push_back({name, OpKind::layernorm, {in}, {out, mean, rstd}, w, b, 0, 0, 8.0 * n * c});
@@ -139,12 +85,13 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
     if (fused) {
         ops_.push_back(
             {"attention", OpKind::attention_fused, {K::qkv}, {K::atty, K::att_lse}, {}, {}, 0, 0, attn_flops});
+        ops_.back().rng_kind = K::att_mask;
     } else {
         ops_.push_back({"att_softmax", OpKind::attention_softmax, {K::qkv}, {K::att}, {}, {}, 0, 0, attn_flops / 2});
         mask("att_dropout_mask", K::att_mask);
         ops_.push_back({"att_value",
                         OpKind::attention_value,
-                        d ? std::vector<K>{K::att, K::att_mask, K::qkv} : std::vector<K>{K::att, K::qkv},
+                        d ? std::vector<K>{K::att, K::qkv, K::att_mask} : std::vector<K>{K::att, K::qkv},
                         {K::atty},
                         {},
                         {},
@@ -161,7 +108,7 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
     matmul("fcproj", K::fch_gelu, K::fcproj, ParamId::fcprojw, ParamId::fcprojb, 4 * Ci, Ci);
     mask("res2_dropout_mask", K::res2_mask);
     residual("residual2", K::x2, K::fcproj, K::res2_mask, K::out);
-    for (OpInfo& op : ops_) wire_gradients(op);
+    for (OpInfo& op : ops_) op_spec(op.kind).wire_gradients(op);
 }
 
 const OpInfo* BlockGraph::producer(TensorKind k) const {

@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/kernel_table.h"
 #include "models/gpt_config.h"
 #include "models/gpt_params.h"
 #include "src/common/dtype.h"
@@ -55,21 +54,19 @@ constexpr int kNumTapeTensorKinds = static_cast<int>(TensorKind::lnf_rstd) + 1;
 // The B x H x T x T tensors (softmax probabilities and their dropout mask): rows = N * H, cols = T.
 constexpr bool is_attention_matrix(TensorKind k) { return k == TensorKind::att || k == TensorKind::att_mask; }
 
+// An op's inputs, outputs and parameters, by kind (models/op_table.h has each kind's kernels).
+// A dropout mask, when an op reads one, is its last input.
 enum class OpKind : std::uint8_t {
     layernorm,          // inputs {x}; outputs {y, mean, rstd}; params {w, b}
     matmul,             // inputs {x}; outputs {y}; params {w, b}
     attention_softmax,  // inputs {qkv}; outputs {att}
     dropout_mask,       // inputs {}; outputs {mask}
-    attention_value,    // inputs {att, att_mask?, qkv}; outputs {atty}
+    attention_value,    // inputs {att, qkv, att_mask?}; outputs {atty}
     attention_fused,    // inputs {qkv}; outputs {atty, att_lse} (dropout from the RNG, no mask tensor)
     residual_dropout,   // inputs {residual, branch, mask?}; outputs {sum}
     gelu,               // inputs {x}; outputs {y}
 };
-
-// The kernels (kernels/ops.inc) an op of `kind` runs, forward and backward: Driver::run_op and
-// Driver::backward_op call these and no others, so a backend must support each of them for a
-// block holding the op (Backend::supports).
-std::vector<Kernel> op_kernels(OpKind kind);
+constexpr int kNumOpKinds = static_cast<int>(OpKind::gelu) + 1;
 
 struct TensorInfo {
     TensorKind kind;
@@ -90,6 +87,9 @@ struct OpInfo {
     std::optional<ParamId> bias;
     int in_features = 0, out_features = 0;  // matmul shapes
     double forward_flops = 0;               // for one block at (B, T)
+    // The tensor whose counter-RNG key the op's dropout draws from: a mask op's own mask; fused
+    // attention draws att_mask's, so its draws are the materialized path's mask bits.
+    std::optional<TensorKind> rng_kind = std::nullopt;
     // Gradient wiring, what backward reads and writes (ModelLayout gives each gradient a buffer
     // by its liveness from these): the gradients of outputs it reads; of inputs it writes (born
     // here, overwritten); of inputs it adds to or completes, alive already (layernorm adds to the

@@ -23,8 +23,8 @@ namespace {
 // declarations, with Backend only forward-declared, so the engine may ask which rank it is
 // (src/engine/model_layout.cpp: a ZeRO-1 rank's optimizer shard). Its implementation and the rest
 // of src/dist run the collectives on the engine's Backend and the model: above the engine.
-// models/ sits above kernels/: the block's ops name the kernels they run (models/gpt_block.h:
-// op_kernels), which is what a backend's supports() is asked about.
+// models/ sits above kernels/: the op table names the kernels each op runs and calls them
+// (models/op_table.h), and a backend's supports() is asked about those.
 const std::map<std::string, int>& layer_ranks() {
     static const std::map<std::string, int> ranks = {
         {"src/common", 0}, {"kernels", 1},    {"data", 1},      {"models", 2},   {"src/dist/process_group.h", 3},

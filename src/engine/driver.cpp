@@ -10,7 +10,7 @@ namespace adacc {
 
 namespace {
 
-// The kernels a model runs besides its blocks' ops (gpt_block.h's op_kernels): the embedding and
+// The kernels a model runs besides its blocks' ops (models/op_table.h): the embedding and
 // its dropout, the final layernorm and the tied classifier here; the summed loss (GPTModel), the
 // gradient norm and AdamW (optimizer.cpp); and in training the activation codecs, which any
 // re-plan may bring in (their statistics are the codec sampler's).
@@ -55,9 +55,9 @@ void Driver::require_supported(const ModelLayout& layout) const {
                         (attention ? ", another model.attention" : "") + " or another --device");
     };
     for (const OpInfo& op : layout.block().ops()) {
-        const bool attention = op.kind == OpKind::attention_fused || op.kind == OpKind::attention_softmax ||
-                               op.kind == OpKind::attention_value;
-        for (Kernel kernel : op_kernels(op.kind)) require(kernel, "the block's op \"" + op.name + "\"", attention);
+        const OpSpec& spec = op_spec(op.kind);
+        for (Kernel kernel : spec.kernels)
+            require(kernel, "the block's op \"" + op.name + "\"", spec.chosen_by_attention);
     }
     for (Kernel kernel : kModelKernels) require(kernel, "the embedding, final layernorm or classifier", false);
     if (layout.use() == ModelUse::training)
@@ -101,43 +101,35 @@ void* Driver::push_scheduled(int layer, TensorKind kind) {
 
 // ---- forward --------------------------------------------------------------------------------
 
-void Driver::run_op(const OpInfo& op, int layer, int B, int T) {
+// Op `op` of `layer` as its kernels see it (models/op_table.h): its tensors in view, in the order
+// of its inputs and outputs, their gradient buffers, its parameters and this pass's dropout.
+OpCall Driver::op_call(const OpInfo& op, int layer, int B, int T) const {
     const GPTConfig& cfg = layout_->config();
-    const int N = B * T, C = cfg.n_embd, NH = cfg.n_head;
-    const float p = dropout_p();
-    auto in = [&](int i) { return view(op.inputs[i]); };
-    auto out = [&](int i) { return view(op.outputs[i]); };
-    switch (op.kind) {
-        case OpKind::layernorm:
-            k_.layernorm_forward(ctx_, out(0), out(1).as<float>(), out(2).as<float>(), in(0), weight(op.weight, layer),
-                                 weight(op.bias, layer), N, C);
-            break;
-        case OpKind::matmul:
-            k_.matmul_forward(ctx_, out(0), in(0), weight(op.weight, layer), weight(op.bias, layer), N, op.in_features,
-                              op.out_features);
-            break;
-        case OpKind::attention_softmax: k_.attention_softmax_forward(ctx_, out(0), in(0), B, T, C, NH); break;
-        case OpKind::dropout_mask:
-            k_.dropout_mask(ctx_, mask_view(op.outputs[0]), static_cast<long>(layout_->numel(op.outputs[0], B, T)), p,
-                            dropout_key(layer, op.outputs[0]));
-            break;
-        case OpKind::attention_value:
-            k_.attention_value_forward(ctx_, out(0), view(TensorKind::att), mask_view(TensorKind::att_mask), p,
-                                       view(TensorKind::qkv), B, T, C, NH);
-            break;
-        case OpKind::attention_fused:
-            // Dropout keyed as att_mask's, so its draws are the materialized path's mask bits.
-            k_.attention_fused_forward(ctx_, out(0), out(1).as<float>(), in(0), B, T, C, NH, p,
-                                       dropout_key(layer, TensorKind::att_mask));
-            break;
-        case OpKind::residual_dropout:
-            k_.residual_dropout_forward(ctx_, out(0), in(0), in(1),
-                                        op.inputs.size() > 2 ? mask_view(op.inputs[2]) : nullptr, p,
-                                        static_cast<long>(N) * C);
-            break;
-        case OpKind::gelu: k_.gelu_forward(ctx_, out(0), in(0), static_cast<long>(N) * 4 * C); break;
+    if (op.inputs.size() > kMaxOpTensors || op.outputs.size() > kMaxOpTensors)
+        throw std::logic_error("op " + op.name + " has more than " + std::to_string(kMaxOpTensors) +
+                               " inputs or outputs");
+    OpCall c{k_, ctx_};
+    c.B = B, c.T = T, c.C = cfg.n_embd, c.NH = cfg.n_head;
+    c.in_features = op.in_features, c.out_features = op.out_features;
+    c.n = op.outputs.empty() ? 0 : static_cast<long>(layout_->numel(op.outputs[0], B, T));
+    c.dropout_p = dropout_p();
+    if (op.rng_kind) c.dropout_key = dropout_key(layer, *op.rng_kind);
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+        c.in[i] = view(op.inputs[i]);
+        c.din[i] = grad_buffer(op.inputs[i]);
     }
+    for (std::size_t i = 0; i < op.outputs.size(); ++i) {
+        c.out[i] = view(op.outputs[i]);
+        c.dout[i] = grad_buffer(op.outputs[i]);
+    }
+    if (!op.inputs.empty() && layout_->block().tensor(op.inputs.back()).dtype == DType::u8)
+        c.mask = mask_view(op.inputs.back());
+    c.weight = weight(op.weight, layer);
+    c.bias = weight(op.bias, layer);
+    return c;
 }
+
+void Driver::run_op(const OpInfo& op, int layer, int B, int T) { op_spec(op.kind).forward(op_call(op, layer, B, T)); }
 
 // Where op output `kind` of `layer` is written in forward: a kept tensor straight into its tape
 // slot, the block output into the next layer's input slot, anything else into its workspace
@@ -398,52 +390,14 @@ void Driver::materialize_block(int layer, int B, int T) {
 }
 
 void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate) {
-    const GPTConfig& cfg = layout_->config();
-    const int N = B * T, C = cfg.n_embd, NH = cfg.n_head;
-    const float p = dropout_p();
+    const OpSpec& spec = op_spec(op.kind);
+    if (!spec.backward) return;  // no gradient (a dropout mask)
     const ParameterLayout& pl = layout_->parameters();
-    auto dweight = [&](std::optional<ParamId> id) {
-        return id ? pl.at(arenas_.grads.as<float>(), *id, layer) : nullptr;
-    };
-    const ConstAct att = view(TensorKind::att);
-    const ConstAct qkv = view(TensorKind::qkv);
-    switch (op.kind) {
-        case OpKind::layernorm:
-            k_.layernorm_backward(ctx_, grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
-                                  grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight, layer),
-                                  view(op.outputs[1]).as<float>(), view(op.outputs[2]).as<float>(), N, C);
-            break;
-        case OpKind::matmul:
-            k_.matmul_backward(ctx_, grad_buffer(op.inputs[0]), dweight(op.weight), dweight(op.bias),
-                               grad_buffer(op.outputs[0]), view(op.inputs[0]), weight(op.weight, layer), N,
-                               op.in_features, op.out_features, accumulate);
-            break;
-        case OpKind::attention_softmax:
-            k_.attention_softmax_backward(ctx_, grad_buffer(TensorKind::qkv), grad_buffer(TensorKind::att), att, qkv, B,
-                                          T, C, NH);
-            break;
-        case OpKind::dropout_mask: break;  // masks are inputs only
-        case OpKind::attention_value:
-            k_.attention_value_backward(ctx_, grad_buffer(TensorKind::att), grad_buffer(TensorKind::qkv),
-                                        grad_buffer(TensorKind::atty), att, mask_view(TensorKind::att_mask), p, qkv, B,
-                                        T, C, NH);
-            break;
-        case OpKind::attention_fused:
-            k_.attention_fused_backward(ctx_, grad_buffer(TensorKind::qkv), grad_buffer(TensorKind::atty), qkv,
-                                        view(TensorKind::atty), view(TensorKind::att_lse).as<float>(), B, T, C, NH, p,
-                                        dropout_key(layer, TensorKind::att_mask));
-            break;
-        case OpKind::residual_dropout:
-            // The residual input's gradient is the output's (same buffer, dres); only the branch needs work.
-            k_.residual_dropout_backward(ctx_, grad_buffer(op.inputs[1]), grad_buffer(op.outputs[0]),
-                                         op.inputs.size() > 2 ? mask_view(op.inputs[2]) : nullptr, p,
-                                         static_cast<long>(N) * C);
-            break;
-        case OpKind::gelu:
-            k_.gelu_backward(ctx_, grad_buffer(op.inputs[0]), view(op.inputs[0]), grad_buffer(op.outputs[0]),
-                             static_cast<long>(N) * 4 * C);
-            break;
-    }
+    OpCall c = op_call(op, layer, B, T);
+    if (op.weight) c.dweight = pl.at(arenas_.grads.as<float>(), *op.weight, layer);
+    if (op.bias) c.dbias = pl.at(arenas_.grads.as<float>(), *op.bias, layer);
+    c.accumulate = accumulate;
+    spec.backward(c);
 }
 
 // Gradients no matmul writes whole: layernorm parameters (accumulated over rows) and wpe (the
@@ -488,8 +442,7 @@ void Driver::backward(const int* tokens, int B, int T, bool accumulate) {
     const auto& ops = layout_->block().ops();
     for (int l = L - 1; l >= 0; --l) {
         materialize_block(l, B, T);
-        for (auto op = ops.rbegin(); op != ops.rend(); ++op)
-            if (op->kind != OpKind::dropout_mask) backward_op(*op, l, B, T, accumulate);
+        for (auto op = ops.rbegin(); op != ops.rend(); ++op) backward_op(*op, l, B, T, accumulate);
         tape.release_to(layer_mark_[l]);
     }
 

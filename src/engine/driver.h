@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "models/op_table.h"
 #include "src/engine/backend.h"
 #include "src/engine/model_arenas.h"
 #include "src/engine/model_layout.h"
@@ -78,6 +79,7 @@ private:
     void report_compressed(int layer, TensorKind kind, Codec codec, const void* blob, int B, int T);
     void report_op_times();
     void materialize_block(int layer, int B, int T);
+    OpCall op_call(const OpInfo& op, int layer, int B, int T) const;
     void run_op(const OpInfo& op, int layer, int B, int T);
     void backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate);
     void zero_non_matmul_grads();
