@@ -54,8 +54,8 @@ struct StepTiming {
 
 // Steps as TrainingStep runs them: everything queued, the loss and norm read back once at the end.
 StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType dtype, int steps, int warmup) {
-    Backend& backend = cuda_backend();
-    GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, mode), {}, ModelUse::training, backend, dtype);
+    GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, mode), {}, ModelUse::training, {Device::cuda, dtype});
+    Backend& backend = model.backend();
     model.init_weights(1337);
     std::mt19937 gen(1);
     std::vector<int> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());

@@ -93,7 +93,7 @@ struct StepOutcome {
 
 StepOutcome two_steps(Backend& backend, const ActivationPlan& plan, int B, int T) {
     const GPTConfig cfg = tiny_config();
-    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend);
+    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend, backend.device());
     model.init_weights(5);
     const auto tokens = random_tokens(B * T, cfg.vocab_size, 1), targets = random_tokens(B * T, cfg.vocab_size, 2);
     CodecSampler sampler;
@@ -149,7 +149,7 @@ TEST(Backend, ATrainingStepCopiesOnlyTokensInAndTheLossAndNormOut) {
     const int B = 2, T = 16, N = B * T;
     const GPTConfig cfg = tiny_config();
     RemoteBackend remote;
-    GPTModel model(cfg, B, T, mixed_plan(cfg, B, T), {}, ModelUse::training, remote);
+    GPTModel model(cfg, B, T, mixed_plan(cfg, B, T), {}, ModelUse::training, remote, remote.device());
     model.init_weights(5);
     const auto tokens = random_tokens(N, cfg.vocab_size, 1), targets = random_tokens(N, cfg.vocab_size, 2);
     const float loss = model.forward(tokens.data(), targets.data(), B, T, DropoutContext{3, 2, 0, true}, 1.0f / N);
@@ -212,7 +212,7 @@ std::string refusal(const GPTConfig& cfg, Backend& backend, DType activation) {
     const int B = 2, T = 8;
     try {
         GPTModel model(cfg, B, T, ActivationPlan(BlockGraph(cfg, B, T, activation), cfg.n_layer), {},
-                       ModelUse::training, backend, activation);
+                       ModelUse::training, backend, {backend.device(), activation});
     } catch (const UserError& e) {
         return e.what();
     }

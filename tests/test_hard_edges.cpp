@@ -20,6 +20,7 @@
 #include "src/common/file_io.h"
 #include "src/common/units.h"
 #include "src/engine/gpt_model.h"
+#include "src/engine/memory_report.h"
 #include "src/io/checkpoint_folder.h"
 #include "src/train/weights_file.h"
 #include "tests/test_support.h"
@@ -308,15 +309,29 @@ TEST(ArenaAllocation, AnArenaThatCannotBeHadIsAUserErrorNamingIt) {
     ASSERT_GT(memory.tape, memory.parameters);
     ASSERT_GT(memory.tape, memory.workspace());
     try {
-        GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend, DType::f32);
+        GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend, ComputeTarget{});
         FAIL() << "the tape was allocated";
-    } catch (const UserError& e) {
+    } catch (const OutOfMemoryError& e) {  // the type the trainer adds the batch that fits to
         const std::string message = e.what();
         EXPECT_TRUE(contains(message, "out of memory: cannot allocate the model's tape (" + format_bytes(memory.tape) +
                                           ") in cpu memory"))
             << message;
         EXPECT_TRUE(contains(message, "training.batch_size")) << message;
     }
+}
+
+// What the trainer adds to that error: the batch that fits the memory free now, by the accounting
+// the start-up check uses: at exactly batch 5's total, 5 fits and 6 does not.
+TEST(ArenaAllocation, TheLargestBatchWordsAreTheAccountingsAnswer) {
+    GPTConfig cfg = *gpt_preset("gpt-micro");
+    cfg.n_layer = 2;
+    const int T = 16, B = 5;
+    const std::uint64_t bytes = memory_for_mode(cfg, B, T, MemoryMode::full, {}).total();
+    ASSERT_GT(memory_for_mode(cfg, B + 1, T, MemoryMode::full, {}).total(), bytes);
+    EXPECT_EQ(largest_batch_words(cfg, T, MemoryMode::full, bytes),
+              "the largest batch that fits in mode full is 5 (--set training.batch_size=5)");
+    const std::uint64_t too_small = memory_for_mode(cfg, 1, T, MemoryMode::none, {}).total() - 1;
+    EXPECT_EQ(largest_batch_words(cfg, T, MemoryMode::none, too_small), "not even batch 1 fits in mode none");
 }
 
 // Every command the tests run is checked for "internal error" (tests/test_support.cpp: run_shell).

@@ -214,8 +214,10 @@ Profile profile_block(const GPTConfig& config, int batch, int measured_batch, in
                       int repeats) {
     const int Bm = measured_batch;
     const GPTConfig slice = profile_slice(config);
+    // Unsharded whatever ZeRO-1 does in training: the slice holds whole weights, and only its
+    // forward and the codecs are timed.
     GPTModel model(slice, Bm, T, ActivationPlan(BlockGraph(slice, Bm, T), slice.n_layer), {}, ModelUse::training,
-                   backend_for(target.device), target.activation);
+                   ComputeTarget{target.device, target.activation});
     load_weights(model, config, weights);
     const DropoutContext dropout{weights.seed, 1, 0, true};
     model.forward(tokens.data(), tokens.data(), Bm, T, dropout, 0.0f);  // warm-up: threads, caches, first touch

@@ -71,8 +71,7 @@ void run_eval_command(const EvalArgs& args) {
     const int batch =
         static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(args.batch), prepared.requests.size()));
     const Device device = parse_device(args.device);
-    GPTModel model =
-        GPTModel::for_inference(config, batch, seq_len, backend_for(device), resolve_model_dtype(args.dtype, device));
+    GPTModel model = GPTModel::for_inference(config, batch, seq_len, {device, resolve_model_dtype(args.dtype, device)});
     load_weights(weights, model);
 
     std::unique_ptr<AtomicFileWriter> output;  // opened before the long run, so a bad path fails at once

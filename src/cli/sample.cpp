@@ -26,8 +26,8 @@ void run_sample(const SampleArgs& args) {
                         args.vocab + " has " + std::to_string(tokenizer.vocab_size()) +
                         " tokens: sample needs a model trained on GPT-2 token ids");
     const Device device = parse_device(args.device);
-    GPTModel model = GPTModel::for_inference(shape, 1, shape.max_seq_len, backend_for(device),
-                                             resolve_model_dtype(args.dtype, device));
+    GPTModel model =
+        GPTModel::for_inference(shape, 1, shape.max_seq_len, {device, resolve_model_dtype(args.dtype, device)});
     load_weights(weights, model);
     const auto ids = tokenizer.encode(args.prompt);
     std::vector<int> prompt(ids.begin(), ids.end());

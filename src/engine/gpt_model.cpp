@@ -15,8 +15,11 @@ ModelMemory GPTModel::plan_memory(const GPTConfig& cfg, int B, int T, const Acti
 namespace {
 // The target's traits, except that what the host can address is the backend's own word (a test
 // backend may stand in for a device without being one).
-DeviceTraits traits_of(const Backend& backend, DType activation, int optimizer_shards) {
-    DeviceTraits traits = device_traits({backend.device(), activation, optimizer_shards});
+DeviceTraits traits_of(const Backend& backend, const ComputeTarget& target) {
+    if (backend.device() != target.device)
+        throw std::logic_error("GPTModel: a " + std::string(device_name(backend.device())) + " backend for a " +
+                               device_name(target.device) + " target");
+    DeviceTraits traits = device_traits(target);
     traits.stage_tokens = !backend.host_addressable();
     return traits;
 }
@@ -25,17 +28,20 @@ DeviceTraits traits_of(const Backend& backend, DType activation, int optimizer_s
 GPTModel::GPTModel(const GPTConfig& config, int B, int T)
     : GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer)) {}
 
-GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-                   const CodecParams& codec_params, ModelUse use, Backend& backend, DType activation,
-                   int optimizer_shards)
-    : backend_(&backend),
-      layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use,
-                                            traits_of(backend, activation, optimizer_shards))),
-      arenas_(backend, *layout_), driver_(backend, *layout_, arenas_) {}
+GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan, const CodecParams& codec_params,
+                   ModelUse use, const ComputeTarget& target)
+    : GPTModel(config, B, T, plan, codec_params, use, backend_for(target.device), target) {}
 
-GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, Backend& backend, DType activation) {
+GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan, const CodecParams& codec_params,
+                   ModelUse use, Backend& backend, const ComputeTarget& target)
+    : backend_(&backend),
+      layout_(std::make_unique<ModelLayout>(config, B, T, plan, codec_params, use, traits_of(backend, target))),
+      arenas_(backend, *layout_),
+      driver_(backend, *layout_, arenas_) {}
+
+GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, const ComputeTarget& target) {
     return GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer), {}, ModelUse::inference,
-                    backend, activation);
+                    target);
 }
 
 Act GPTModel::working_weights() const {
@@ -69,7 +75,8 @@ OptimizerShard GPTModel::held(ModelArena which) const {
 void GPTModel::read_arena(ModelArena which, std::size_t offset, std::size_t count, float* host) const {
     const OptimizerShard h = held(which);
     const Arena& a = arena(which);
-    if (offset < h.begin || offset + count > h.begin + h.count || (offset - h.begin + count) * sizeof(float) > a.bytes())
+    if (offset < h.begin || offset + count > h.begin + h.count ||
+        (offset - h.begin + count) * sizeof(float) > a.bytes())
         throw std::out_of_range("read_arena: parameters [" + std::to_string(offset) + ", " +
                                 std::to_string(offset + count) + ") are not all in this arena (it holds [" +
                                 std::to_string(h.begin) + ", " + std::to_string(h.begin + h.count) + "))");
@@ -163,8 +170,7 @@ void GPTModel::init_weights(std::uint64_t seed, int residual_layers) {
             const double stddev = residual_proj ? 0.02 / std::sqrt(2.0 * L) : 0.02;
             const std::uint64_t key = rng_key(seed, 0x1417, 0, static_cast<std::uint64_t>(id), 0);
             // Padded embedding rows stay zero: no token ever selects them and their logits are masked.
-            const std::size_t live =
-                pid == ParamId::wte ? std::size_t(config().vocab_size) * config().n_embd : t.numel;
+            const std::size_t live = pid == ParamId::wte ? std::size_t(config().vocab_size) * config().n_embd : t.numel;
 #pragma omp parallel for schedule(static)
             for (std::size_t i = 0; i < t.numel; ++i)
                 p[i] = i < live ? static_cast<float>(stddev * rng_normal(key, i)) : 0.0f;

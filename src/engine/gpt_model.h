@@ -35,21 +35,24 @@ enum class ModelArena : std::uint8_t { parameters, gradients, adam_m, adam_v };
 class GPTModel {
 public:
     // Allocates for micro-batches up to B x T (T <= config.max_seq_len) under `plan`
-    // (default: keep everything), on `backend`.
+    // (default: keep everything), on the CPU.
     GPTModel(const GPTConfig& config, int B, int T);
-    // Activations (and the weights forward and backward read) are of type `activation`: fp32, or
-    // bf16 on CUDA, where a bf16 copy of the fp32 master weights is kept beside them
-    // (src/engine/device.h). With optimizer_shards > 1 (ZeRO-1 over that many data-parallel ranks)
-    // a training model holds AdamW's moments, and beside a bf16 copy the masters, for this rank's
-    // shard of the parameters only (optimizer_shard(), held()).
-    GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan,
-             const CodecParams& codec_params = {}, ModelUse use = ModelUse::training,
-             Backend& backend = cpu_backend(), DType activation = DType::f32, int optimizer_shards = 1);
+    // On the target's backend (backend_for(target.device)). Activations (and the weights forward
+    // and backward read) are of type target.activation: fp32, or bf16 on CUDA, where a bf16 copy
+    // of the fp32 master weights is kept beside them (src/engine/device.h). With
+    // target.optimizer_shards > 1 (ZeRO-1 over that many data-parallel ranks) a training model
+    // holds AdamW's moments, and beside a bf16 copy the masters, for this rank's shard of the
+    // parameters only (optimizer_shard(), held()).
+    GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan, const CodecParams& codec_params = {},
+             ModelUse use = ModelUse::training, const ComputeTarget& target = {});
+    // The same on a backend of the caller's that stands in for target.device (a test's
+    // instrumented backend).
+    GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& plan, const CodecParams& codec_params,
+             ModelUse use, Backend& backend, const ComputeTarget& target);
     // Not movable: the driver points into the arenas (for_inference returns by guaranteed elision).
     GPTModel(const GPTModel&) = delete;
     GPTModel& operator=(const GPTModel&) = delete;
-    static GPTModel for_inference(const GPTConfig& config, int B, int T, Backend& backend = cpu_backend(),
-                                  DType activation = DType::f32);
+    static GPTModel for_inference(const GPTConfig& config, int B, int T, const ComputeTarget& target = {});
     // Every arena's size before allocating, as the target's backend allocates them (CUDA stages
     // token ids, 2 x B x T ints in the workspace, and holds its fixed resident memory; bf16 halves
     // activations and adds the weights' bf16 copy).

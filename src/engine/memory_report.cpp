@@ -69,15 +69,20 @@ void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mod
                            const ComputeTarget& target) {
     const std::uint64_t machine = device_memory_bytes(target.device);
     if (total <= machine) return;
-    const int fits = largest_batch(config, T, mode, machine, 1 << 16, target);
     throw UserError("this run needs " + format_bytes(total) + " (batch " + std::to_string(B) + " x seq " +
                     std::to_string(T) + ", mode " + memory_mode_name(mode) + ": " +
                     format_arenas(memory_for_mode(config, B, T, mode, target)) + ") but " +
                     device_memory_words(target.device, machine) + "; " +
-                    (fits > 0 ? "the largest batch that fits in mode " + std::string(memory_mode_name(mode)) + " is " +
-                                    std::to_string(fits) + " (--set training.batch_size=" + std::to_string(fits) + ")"
-                              : std::string("not even batch 1 fits in mode ") + memory_mode_name(mode)) +
+                    largest_batch_words(config, T, mode, machine, target) +
                     "; or choose a memory.mode that keeps less (`adacc memory` compares them)");
+}
+
+std::string largest_batch_words(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t bytes,
+                                const ComputeTarget& target) {
+    const int fits = largest_batch(config, T, mode, bytes, 1 << 16, target);
+    if (fits == 0) return std::string("not even batch 1 fits in mode ") + memory_mode_name(mode);
+    return "the largest batch that fits in mode " + std::string(memory_mode_name(mode)) + " is " +
+           std::to_string(fits) + " (--set training.batch_size=" + std::to_string(fits) + ")";
 }
 
 void check_model_fits_machine(const GPTConfig& config, int T, const ComputeTarget& target) {

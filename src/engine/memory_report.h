@@ -51,6 +51,11 @@ std::uint64_t device_memory_bytes(Device device);
 void check_physical_memory(const GPTConfig& config, int B, int T, MemoryMode mode, std::uint64_t total,
                            const ComputeTarget& target = {});
 
+// "the largest batch that fits in mode M is N (--set training.batch_size=N)" for `bytes` at seq T,
+// or that not even batch 1 does.
+std::string largest_batch_words(const GPTConfig& config, int T, MemoryMode mode, std::uint64_t bytes,
+                                const ComputeTarget& target = {});
+
 // Throws UserError when the model does not fit `target`'s memory even at batch 1 x seq T with full
 // recomputation (about the least any plan needs: the static arenas, one x per layer, the logits),
 // naming that total, its static part and the device's memory. Planned modes call it before they

@@ -20,10 +20,11 @@ T* at_byte(const Arena& arena, std::size_t offset) {
 // or the process holds more beside its arenas than it counts).
 [[noreturn]] void refuse_arena(const Backend& backend, const char* arena, std::size_t bytes) {
     const Device device = backend.device();
-    throw UserError(std::string("out of memory: cannot allocate the model's ") + arena + " (" + format_bytes(bytes) +
-                    ") in " + device_name(device) + " memory; " + device_memory_words(device, backend.free_memory()) +
-                    ". Lower training.batch_size or training.seq_len, or use a memory mode that keeps less: "
-                    "`adacc memory --memory-budget SIZE` shows every arena and the largest batch per mode");
+    throw OutOfMemoryError(std::string("out of memory: cannot allocate the model's ") + arena + " (" +
+                           format_bytes(bytes) + ") in " + device_name(device) + " memory; " +
+                           device_memory_words(device, backend.free_memory()) +
+                           ". Lower training.batch_size or training.seq_len, or use a memory mode that keeps less: "
+                           "`adacc memory --memory-budget SIZE` shows every arena and the largest batch per mode");
 }
 
 Arena model_arena(Backend& backend, std::size_t bytes, const char* arena) {

@@ -3,6 +3,7 @@
 // driver's buffers. Allocation happens here and only here.
 #pragma once
 
+#include "src/common/errors.h"
 #include "src/engine/backend.h"
 #include "src/engine/model_layout.h"
 #include "src/engine/tape.h"
@@ -24,6 +25,13 @@ struct WorkspaceViews {
     float* losses = nullptr;
     float *loss_total = nullptr, *grad_norm = nullptr;  // the two scalars (WorkspaceLayout::scalars)
     int *tokens = nullptr, *targets = nullptr;          // staged token ids (null: the host's arrays are read in place)
+};
+
+// An arena the backend could not allocate: a UserError naming it, its size and the device's
+// memory. The caller that knows the memory mode adds the batch that fits (src/train/trainer.cpp).
+class OutOfMemoryError : public UserError {
+public:
+    using UserError::UserError;
 };
 
 struct ModelArenas {

@@ -32,7 +32,7 @@ struct RunResult {
 RunResult train_steps(const RunConfig& config, const ComputeTarget& target, const ActivationPlan& plan,
                       const CodecParams& codec_params, int steps, int warmup, AdaccRegulator* regulator = nullptr) {
     GPTModel model(config.model, config.training.batch_size, config.training.seq_len, plan, codec_params,
-                   ModelUse::training, backend_for(target.device), target.activation);
+                   ModelUse::training, target);
     init_run_weights(model, config.training.seed, config.stress);
     DataLoader data = open_token_loader(config, TokenSplit::train, config.data.shuffle);
     TrainingStep training_step(config, model, data, regulator);

@@ -34,7 +34,7 @@ std::vector<float> gradients_on(GPTModel& model, int B, int T, const std::vector
 std::unique_ptr<GPTModel> make_model(const RunConfig& config, const ComputeTarget& target, const ActivationPlan& plan,
                                      const CodecParams& codec_params) {
     return std::make_unique<GPTModel>(config.model, config.training.batch_size, config.training.seq_len, plan,
-                                      codec_params, ModelUse::training, backend_for(target.device), target.activation);
+                                      codec_params, ModelUse::training, target);
 }
 
 }  // namespace

@@ -116,8 +116,7 @@ void Trainer::make_model(int B, int T) {
         check_physical_memory(config_.model, B, T, mode,
                               GPTModel::plan_memory(config_.model, B, T, plan, {}, ModelUse::training, target_).total(),
                               target_);
-        model_ = std::make_unique<GPTModel>(config_.model, B, T, plan, CodecParams{}, ModelUse::training,
-                                            backend_for(target_.device), target_.activation, target_.optimizer_shards);
+        model_ = allocate_model(B, T, plan, CodecParams{}, mode);
         return;
     }
     if (!budget)
@@ -133,8 +132,21 @@ void Trainer::make_model(int B, int T) {
     const auto& planned = regulator_->plan();
     // A planned mode's budget may exceed the machine: what counts is the plan's total.
     check_plan_fits_machine(run, mode, options, budget, planned, regulator_->profile());
-    model_ = std::make_unique<GPTModel>(config_.model, B, T, planned.plan, planned.codec_params, ModelUse::training,
-                                        backend_for(target_.device), target_.activation, target_.optimizer_shards);
+    model_ = allocate_model(B, T, planned.plan, planned.codec_params, MemoryMode::full);
+}
+
+// The start-up checks passed, so an arena the allocator still refuses means the memory free moved
+// (or the process holds more than it counts): the error then says which batch fits what is free
+// now, in `mode` (a planned run's: full recomputation, which keeps the least), the partial model
+// freed by then.
+std::unique_ptr<GPTModel> Trainer::allocate_model(int B, int T, const ActivationPlan& plan,
+                                                  const CodecParams& codec_params, MemoryMode mode) const {
+    try {
+        return std::make_unique<GPTModel>(config_.model, B, T, plan, codec_params, ModelUse::training, target_);
+    } catch (const OutOfMemoryError& e) {
+        throw UserError(std::string(e.what()) + ". With the memory free now, " +
+                        largest_batch_words(config_.model, T, mode, device_memory_bytes(target_.device), target_));
+    }
 }
 
 void Trainer::write_metrics(const nlohmann::json& line) {

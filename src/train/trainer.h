@@ -48,6 +48,8 @@ private:
     [[noreturn]] void stop_diverged(int step, const std::string& what) const;
     void save_checkpoint();
     void make_model(int B, int T);
+    std::unique_ptr<GPTModel> allocate_model(int B, int T, const ActivationPlan& plan, const CodecParams& codec_params,
+                                             MemoryMode mode) const;
     // Everything the constructor does once the run folder exists (data, model, weights).
     void start(const std::optional<std::filesystem::path>& resume_checkpoint,
                const std::optional<WeightsFile>& init_from);

@@ -38,7 +38,7 @@ TrainingEvaluator::TrainingEvaluator(const RunConfig& config, const ComputeTarge
     model_ = std::make_unique<GPTModel>(
         config.model, config.training.batch_size, seq_len,
         ActivationPlan(BlockGraph(config.model, config.training.batch_size, seq_len), config.model.n_layer),
-        CodecParams{}, ModelUse::inference, backend_for(target.device), target.activation);
+        CodecParams{}, ModelUse::inference, target);
 }
 
 TrainingEvaluator::~TrainingEvaluator() = default;

@@ -91,7 +91,7 @@ TEST(CudaZeroOne, AShardedModelKeepsItsHalfOfTheMastersAndTheWholeWorkingCopy) {
     const GPTConfig cfg = *gpt_preset("gpt-micro");
     const int B = 1, T = 8;
     GPTModel model(cfg, B, T, ActivationPlan(BlockGraph(cfg, B, T), cfg.n_layer), {}, ModelUse::training,
-                   cuda_backend(), DType::bf16, 2);
+                   ComputeTarget{Device::cuda, DType::bf16, 2});
     const std::size_t n = model.num_params(), half = (n + 1) / 2;
     const OptimizerShard mine = model.held(ModelArena::parameters);
     EXPECT_EQ(mine.begin, 0u);

@@ -53,7 +53,7 @@ struct TrainOutcome {
 
 TrainOutcome train_two_steps(Backend& backend, const GPTConfig& cfg, const ActivationPlan& plan, int B, int T,
                              DType dtype = DType::f32) {
-    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend, dtype);
+    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend, {backend.device(), dtype});
     model.init_weights(5);
     const auto tokens = random_tokens(B * T, cfg.vocab_size, 1), targets = random_tokens(B * T, cfg.vocab_size, 2);
     TrainOutcome out;
@@ -190,7 +190,8 @@ TEST(CudaModel, ChunkedClassifierMatchesTheCpuBackend) {
     std::vector<float> loss, grads[2];
     Backend* backends[2] = {&cuda_backend(), &cpu_backend()};
     for (int i = 0; i < 2; ++i) {
-        GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, MemoryMode::none), {}, ModelUse::training, *backends[i]);
+        GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, MemoryMode::none), {}, ModelUse::training, *backends[i],
+                       backends[i]->device());
         ASSERT_EQ(model.memory_layout().classifier_rows(), 5);
         model.init_weights(5);
         for (int micro = 0; micro < 2; ++micro) {
@@ -217,7 +218,7 @@ TEST(CudaModel, ChunkedInferenceLogitsMatchTheCpuBackend) {
     chunked.classifier_chunk = 5;
     const auto tokens = random_tokens(N, whole.vocab_size, 1);
     std::vector<float> logits[2];
-    GPTModel cuda = GPTModel::for_inference(chunked, B, T, cuda_backend()), cpu = GPTModel::for_inference(whole, B, T);
+    GPTModel cuda = GPTModel::for_inference(chunked, B, T, Device::cuda), cpu = GPTModel::for_inference(whole, B, T);
     ASSERT_EQ(cuda.memory_layout().classifier_rows(), 5);
     GPTModel* models[2] = {&cuda, &cpu};
     for (int i = 0; i < 2; ++i) {
@@ -320,7 +321,7 @@ TEST(CudaModel, CheckpointsMoveBetweenBackends) {
     config.training.batch_size = B;
     config.training.seq_len = T;
     const ActivationPlan plan = plan_for_mode(cfg, B, T, MemoryMode::none);
-    GPTModel on_gpu(cfg, B, T, plan, {}, ModelUse::training, cuda_backend());
+    GPTModel on_gpu(cfg, B, T, plan, {}, ModelUse::training, Device::cuda);
     on_gpu.init_weights(9);
     const auto tokens = random_tokens(B * T, cfg.vocab_size, 4);
     on_gpu.forward(tokens.data(), tokens.data(), B, T, DropoutContext{}, 1.0f / (B * T));
@@ -329,12 +330,12 @@ TEST(CudaModel, CheckpointsMoveBetweenBackends) {
     const auto run_dir = scratch_dir("cuda_checkpoint");
     const auto file = *save_training_checkpoint(run_dir, config, on_gpu, TrainingProgress{1, {}, 0});
 
-    GPTModel on_cpu(cfg, B, T, plan, {}, ModelUse::training, cpu_backend());
+    GPTModel on_cpu(cfg, B, T, plan, {}, ModelUse::training, Device::cpu);
     load_training_checkpoint(file, on_cpu);
-    GPTModel back_on_gpu(cfg, B, T, plan, {}, ModelUse::training, cuda_backend());
+    GPTModel back_on_gpu(cfg, B, T, plan, {}, ModelUse::training, Device::cuda);
     load_training_checkpoint(file, back_on_gpu);
     // A bf16 model reads the same fp32 checkpoint; its matmul copy is the masters rounded.
-    GPTModel in_bf16(cfg, B, T, plan, {}, ModelUse::training, cuda_backend(), DType::bf16);
+    GPTModel in_bf16(cfg, B, T, plan, {}, ModelUse::training, {Device::cuda, DType::bf16});
     load_training_checkpoint(file, in_bf16);
     std::vector<float> masters(on_gpu.num_params());
     in_bf16.read_arena(ModelArena::parameters, 0, masters.size(), masters.data());
@@ -363,7 +364,7 @@ TEST(CudaModel, DeviceArenasAreThePlannedSizesAndOversizedRunsAreRefused) {
     const int B = 2, T = 7;
     const GPTConfig cfg = micro_config(0.1f);
     const ActivationPlan plan = plan_for_mode(cfg, B, T, MemoryMode::none);
-    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, cuda_backend());
+    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, Device::cuda);
     const ModelMemory planned = GPTModel::plan_memory(cfg, B, T, plan, {}, ModelUse::training, Device::cuda);
     EXPECT_EQ(model.memory().total(), planned.total());
     // The staged token ids and targets, each a 64-byte aligned buffer of the workspace.
