@@ -238,6 +238,9 @@ TEST(DataParallel, AdaccRanksRunRankZerosPlanThroughAReplan) {
             ++replans;
             EXPECT_GE(r["step"].get<int>(), 3) << line;
             ASSERT_TRUE(r.contains("plan_fingerprint")) << line;
+            // Rank 0's log carries both ranks' fingerprints of the new plan, each rank 0's.
+            const nlohmann::json both = nlohmann::json::array({r["plan_fingerprint"], r["plan_fingerprint"]});
+            EXPECT_EQ(r.value("rank_plan_fingerprints", nlohmann::json()), both) << line;
         }
         if (r.contains("loss")) {
             ++steps;

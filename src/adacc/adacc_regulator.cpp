@@ -114,7 +114,7 @@ void AdaccRegulator::solve(const float* weights, const std::vector<CodecSample>&
     last_profile_ms_ = ms_since(start);
     plan_ = plan_adacc(run_.model, B, T, profile_, budget_, options_.allow_compress, options_.planner, options_.codecs,
                        run_.target);
-    require_one_plan();
+    rank_fingerprints_ = require_one_plan();
 }
 
 Profile AdaccRegulator::measure(const float* weights, const std::vector<CodecSample>& sampled) const {
@@ -140,20 +140,34 @@ void AdaccRegulator::share_rank0_profile() {
                                   kRunCodecParams);
 }
 
-// Every rank's plan is rank 0's, checked by fingerprint: a rank whose differs ends the job.
-void AdaccRegulator::require_one_plan() const {
+// Every rank's plan is rank 0's, checked by fingerprint: every rank learns all the ranks'
+// fingerprints (rank by rank, for rank 0's log), and when some differ from rank 0's the first of
+// those ranks ends the job naming them all.
+std::vector<std::uint64_t> AdaccRegulator::require_one_plan() const {
     const ProcessGroup& group = process_group();
-    if (group.world_size == 1) return;
     const std::uint64_t mine = plan_fingerprint(plan_.plan);
-    std::uint64_t root = mine;
-    broadcast_bytes(&root, sizeof root, 0);
-    if (all_reduce_max(mine == root ? 0 : 1) == 0) return;
-    if (mine != root)
-        throw UserError("rank " + std::to_string(group.rank) + " solved another plan (fingerprint " +
-                        format_digest(mine) + ") than rank 0 (" + format_digest(root) +
-                        ") from the same profile: the ranks run different adacc builds or lp_solve libraries; run "
-                        "one build on every node");
+    if (group.world_size == 1) return {mine};
+    // Each rank's two 32-bit halves in slots of their own, summed: doubles hold them exactly.
+    std::vector<double> halves(2 * static_cast<std::size_t>(group.world_size), 0.0);
+    halves[2 * group.rank] = static_cast<double>(mine >> 32);
+    halves[2 * group.rank + 1] = static_cast<double>(mine & 0xffffffffu);
+    all_reduce_sum(halves.data(), halves.size());
+    std::vector<std::uint64_t> all(group.world_size);
+    std::string differing;
+    int first_differing = -1;
+    for (int r = 0; r < group.world_size; ++r) {
+        all[r] = static_cast<std::uint64_t>(halves[2 * r]) << 32 | static_cast<std::uint64_t>(halves[2 * r + 1]);
+        if (all[r] == all[0]) continue;
+        if (first_differing < 0) first_differing = r;
+        differing += (differing.empty() ? "" : ", ") + std::to_string(r) + " (" + format_digest(all[r]) + ")";
+    }
+    if (first_differing < 0) return all;
+    if (group.rank == first_differing)
+        throw UserError("ranks " + differing + " solved other plans than rank 0 (" + format_digest(all[0]) +
+                        ") from the same profile: the ranks run different adacc builds or lp_solve libraries; "
+                        "run one build on every node");
     all_reduce_max(0);  // waits for that rank to end the job with its message
+    return all;
 }
 
 std::vector<CodecSample> AdaccRegulator::rank0_samples(const std::vector<CodecSample>& mine) const {
@@ -232,7 +246,8 @@ std::optional<ReplanEvent> AdaccRegulator::after_step(int step, GPTModel& model)
                        plan_.result.solve_ms,
                        last_profile_ms_,
                        plan_.memory.total(),
-                       plan_fingerprint(plan_.plan)};
+                       plan_fingerprint(plan_.plan),
+                       rank_fingerprints_};
 }
 
 }  // namespace adacc

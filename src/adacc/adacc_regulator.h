@@ -62,7 +62,8 @@ struct ReplanEvent {
     PlanResult::Status status = PlanResult::optimal;
     double solve_ms = 0, profile_ms = 0;
     std::size_t predicted_total_bytes = 0;
-    std::uint64_t plan_fingerprint = 0;  // of the new plan
+    std::uint64_t plan_fingerprint = 0;            // of the new plan
+    std::vector<std::uint64_t> rank_fingerprints;  // every rank's, rank by rank (all equal: checked)
 };
 
 // Throws UserError, before the training model is allocated, when `plan` (planned mode `mode`'s
@@ -95,7 +96,7 @@ private:
     void solve(const float* weights, const std::vector<CodecSample>& sampled);
     Profile measure(const float* weights, const std::vector<CodecSample>& sampled) const;
     void share_rank0_profile();
-    void require_one_plan() const;
+    std::vector<std::uint64_t> require_one_plan() const;
     std::vector<CodecSample> rank0_samples(const std::vector<CodecSample>& mine) const;
     std::vector<CodecSample> baseline() const;
 
@@ -106,6 +107,7 @@ private:
     std::vector<int> tokens_;
     Profile profile_;
     AdaccPlan plan_;
+    std::vector<std::uint64_t> rank_fingerprints_;  // plan_'s on every rank (require_one_plan)
     PolicyMonitor monitor_;
     CodecSampler sampler_;  // observes the model's forward on sampled steps
     bool sampling_ = false;

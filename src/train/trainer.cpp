@@ -153,6 +153,14 @@ void Trainer::write_metrics(const nlohmann::json& line) {
     if (metrics_) metrics_->write(line);
 }
 
+namespace {
+nlohmann::json rank_digests(const std::vector<std::uint64_t>& fingerprints) {
+    nlohmann::json digests = nlohmann::json::array();
+    for (std::uint64_t f : fingerprints) digests.push_back(format_digest(f));
+    return digests;
+}
+}  // namespace
+
 void Trainer::log_replan(const ReplanEvent& e) {
     std::printf("step %6d | replan: %s -> %s plan in %.1f ms (profile %.1f ms), predicted total %s\n", e.step,
                 e.reason.c_str(), plan_status_name(e.status), e.solve_ms, e.profile_ms,
@@ -164,7 +172,8 @@ void Trainer::log_replan(const ReplanEvent& e) {
                    {"solve_ms", e.solve_ms},
                    {"profile_ms", e.profile_ms},
                    {"predicted_total_bytes", e.predicted_total_bytes},
-                   {"plan_fingerprint", format_digest(e.plan_fingerprint)}});
+                   {"plan_fingerprint", format_digest(e.plan_fingerprint)},
+                   {"rank_plan_fingerprints", rank_digests(e.rank_fingerprints)}});
 }
 
 // Mean loss over the first training.val_batches batches of the validation shards, the same
