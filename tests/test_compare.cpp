@@ -134,6 +134,172 @@ TEST(Compare, APlannedModeWithoutAPlanSaysSoInsteadOfOverBudget) {
     EXPECT_EQ(csv.substr(adacc_line).find(",no,"), std::string::npos) << "fits_budget left empty: " << csv;
 }
 
+// Interleaving (step k of every mode, then step k+1 of every mode) keeps each mode's run its own:
+// every step's loss, the tape peak and the arenas are those of the mode run alone, and of the
+// modes run one after another (--no-interleave, or when their models do not fit together).
+TEST(Compare, InterleavingLeavesEachModesRunAsItIsAlone) {
+    const auto dir = test::scratch_dir("compare_interleave");
+    RunConfig config = small_run(dir);
+    const int B = config.training.batch_size, T = config.training.seq_len;
+    const std::uint64_t full = memory_for_mode(config.model, B, T, MemoryMode::full).total();
+    const std::uint64_t none = memory_for_mode(config.model, B, T, MemoryMode::none).total();
+    std::vector<int> tokens(static_cast<std::size_t>(B) * T, 1);
+    profile_block(config.model, B, B, T, tokens, ProfileWeights{nullptr, 1, {}}, {}).save(dir / "profile.json");
+    config.memory.profile = (dir / "profile.json").string();  // so every run plans the same
+    CompareOptions options;
+    options.modes = {MemoryMode::none, MemoryMode::full, MemoryMode::quant, MemoryMode::adacc};
+    options.batches = {B};
+    options.steps = 4;
+    // Between full's and none's totals, and at least quant's, so that every mode but none fits.
+    options.budget =
+        std::max<std::uint64_t>((full + none) / 2, memory_for_mode(config.model, B, T, MemoryMode::quant).total());
+    options.fidelity = false;
+    const auto interleaved = run_comparison(config, options);
+    ASSERT_EQ(interleaved.size(), 4u);
+    options.interleave = false;
+    const auto sequential = run_comparison(config, options);
+    options.interleave = true;
+    options.memory_limit = 1;  // no two models fit together
+    const auto fallback = run_comparison(config, options);
+    options.memory_limit = 0;
+    ASSERT_EQ(sequential.size(), 4u);
+    ASSERT_EQ(fallback.size(), 4u);
+    for (std::size_t i = 0; i < interleaved.size(); ++i) {
+        const MemoryMode mode = options.modes[i];
+        SCOPED_TRACE(memory_mode_name(mode));
+        CompareOptions single = options;
+        single.modes = {mode};
+        const auto alone = run_comparison(config, single);
+        ASSERT_EQ(alone.size(), 1u);
+        ASSERT_TRUE(alone[0].ran);
+        EXPECT_FALSE(alone[0].interleaved);
+        EXPECT_FALSE(alone[0].not_interleaved.has_value()) << "one mode: nothing to interleave with";
+        const CompareRow& r = interleaved[i];
+        ASSERT_TRUE(r.ran);
+        EXPECT_EQ(r.mode, mode);
+        EXPECT_TRUE(r.interleaved);
+        EXPECT_FALSE(r.not_interleaved.has_value());
+        ASSERT_EQ(r.losses.size(), 4u);
+        EXPECT_EQ(r.losses, alone[0].losses);  // bit for bit, every step
+        EXPECT_EQ(r.loss, alone[0].loss);
+        EXPECT_EQ(r.tape_peak_bytes, alone[0].tape_peak_bytes);
+        EXPECT_EQ(r.total_bytes, alone[0].total_bytes);
+        ASSERT_TRUE(r.memory.has_value());
+        EXPECT_EQ(r.memory->total(), r.total_bytes);
+        EXPECT_EQ(sequential[i].losses, alone[0].losses);
+        EXPECT_FALSE(sequential[i].interleaved);
+        ASSERT_TRUE(sequential[i].not_interleaved.has_value());
+        EXPECT_NE(sequential[i].not_interleaved->find("--no-interleave"), std::string::npos);
+        EXPECT_EQ(fallback[i].losses, alone[0].losses);
+        EXPECT_FALSE(fallback[i].interleaved);
+        ASSERT_TRUE(fallback[i].not_interleaved.has_value());
+        EXPECT_NE(fallback[i].not_interleaved->find("more than the 1 B there is"), std::string::npos)
+            << *fallback[i].not_interleaved;
+        // The spread: 3 timed steps (4, one warm-up), their median inside their interquartile range.
+        EXPECT_EQ(r.timed_steps, 3);
+        EXPECT_LE(r.step_ms_p25, r.step_ms);
+        EXPECT_LE(r.step_ms, r.step_ms_p75);
+        EXPECT_LE(r.tokens_per_s_p25, r.tokens_per_s);
+        EXPECT_LE(r.tokens_per_s, r.tokens_per_s_p75);
+    }
+    // quant's loss differs from none's (INT4 activations): the runs are not all one run.
+    EXPECT_NE(interleaved[2].losses, interleaved[0].losses);
+    // The table says which batches were interleaved and which were not, and why.
+    EXPECT_NE(
+        format_comparison(interleaved, "table").find("batch 2: none, full, quant, adacc interleaved step by step"),
+        std::string::npos)
+        << format_comparison(interleaved, "table");
+    const std::string text = format_comparison(fallback, "table");
+    EXPECT_NE(text.find("batch 2: none, full, quant, adacc NOT interleaved: their models together need"),
+              std::string::npos)
+        << text;
+    // json and csv carry the spread, the arenas and the budget.
+    const auto json = nlohmann::json::parse(format_comparison(interleaved, "json", options.budget));
+    EXPECT_EQ(json[1]["step_ms_p25"].get<double>(), interleaved[1].step_ms_p25);
+    EXPECT_EQ(json[1]["step_ms_p75"].get<double>(), interleaved[1].step_ms_p75);
+    EXPECT_EQ(json[1]["timed_steps"], 3);
+    EXPECT_EQ(json[1]["interleaved"], true);
+    EXPECT_EQ(json[1]["arenas"]["tape"].get<std::size_t>(), interleaved[1].memory->tape);
+    EXPECT_EQ(json[1]["budget_bytes"].get<std::uint64_t>(), options.budget);
+    EXPECT_EQ(json[3]["losses"].size(), 4u);
+    const std::string csv = format_comparison(interleaved, "csv");
+    EXPECT_NE(csv.find(",step_ms_p25,step_ms_p75,tokens_per_s_p25,tokens_per_s_p75,timed_steps,interleaved\n"),
+              std::string::npos)
+        << csv;
+    EXPECT_NE(csv.find(",3,yes\n"), std::string::npos) << csv;
+}
+
+CompareRow timed_row(MemoryMode mode, double median, double p25, double p75) {
+    CompareRow r;
+    r.mode = mode;
+    r.batch = 4;
+    r.seq = 16;
+    r.ran = true;
+    r.step_ms = median, r.step_ms_p25 = p25, r.step_ms_p75 = p75;
+    r.timed_steps = 5;
+    return r;
+}
+
+// The median and quartiles by linear interpolation between order statistics (numpy's default).
+TEST(Compare, StepTimeSpreadIsTheMedianAndTheInterquartileRange) {
+    StepTimeSpread s = step_time_spread({5, 1, 3, 2, 4});
+    EXPECT_EQ(s.median, 3.0);
+    EXPECT_EQ(s.p25, 2.0);
+    EXPECT_EQ(s.p75, 4.0);
+    s = step_time_spread({4, 1, 3, 2});  // positions 0.75, 1.5 and 2.25 of 1 2 3 4
+    EXPECT_DOUBLE_EQ(s.p25, 1.75);
+    EXPECT_DOUBLE_EQ(s.median, 2.5);
+    EXPECT_DOUBLE_EQ(s.p75, 3.25);
+    s = step_time_spread({100, 10, 11, 12, 13, 14, 15});  // one stalled step leaves the quartiles alone
+    EXPECT_EQ(s.median, 13.0);
+    EXPECT_DOUBLE_EQ(s.p25, 11.5);
+    EXPECT_DOUBLE_EQ(s.p75, 14.5);
+    s = step_time_spread({7});
+    EXPECT_EQ(s.median, 7.0);
+    EXPECT_EQ(s.p25, 7.0);
+    EXPECT_EQ(s.p75, 7.0);
+    s = step_time_spread({});
+    EXPECT_EQ(s.median, 0.0);
+}
+
+// R = (t_full - t_mode) / (t_full - t_none) of the medians, printed only where neither full vs
+// none nor the mode vs full have overlapping interquartile ranges [p25, p75].
+TEST(Compare, RecoveryIsPrintedOnlyWhereTheDifferencesStandOutOfTheSpread) {
+    const CompareRow none = timed_row(MemoryMode::none, 100, 95, 110),
+                     full = timed_row(MemoryMode::full, 150, 140, 160);
+    // Clear: R = (150 - 120) / (150 - 100) = 0.60, 150 / 120 = 1.25x full's tokens/s.
+    std::string out = format_recovery({none, full, timed_row(MemoryMode::adacc, 120, 115, 125)});
+    EXPECT_NE(out.find("batch 4: adacc wins back R = 0.60 of full recomputation's overhead"), std::string::npos) << out;
+    EXPECT_NE(out.find("t_adacc 120.0 ms [115.0-125.0]"), std::string::npos) << out;
+    EXPECT_NE(out.find("1.25x full's tokens/s"), std::string::npos) << out;
+    EXPECT_EQ(out.find("no R"), std::string::npos) << out;
+
+    // Full's interquartile range [105, 160] reaches into none's [95, 110]: the denominator is
+    // inside the spread, whatever the mode does.
+    out = format_recovery(
+        {none, timed_row(MemoryMode::full, 150, 105, 160), timed_row(MemoryMode::adacc, 120, 115, 125)});
+    EXPECT_NE(out.find("batch 4: adacc: no R: full recomputation's overhead over none is inside the spread"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("R ="), std::string::npos) << out;
+
+    // The mode's [130, 141] touches full's [140, 160]: its gain over full is inside the spread.
+    out = format_recovery(
+        {none, full, timed_row(MemoryMode::quant, 135, 130, 141), timed_row(MemoryMode::adacc, 120, 115, 125)});
+    EXPECT_EQ(out.find("quant"), std::string::npos) << "quant is not planned: no line for it\n" << out;
+    out = format_recovery({none, full, timed_row(MemoryMode::adacc, 135, 130, 141)});
+    EXPECT_NE(out.find("batch 4: adacc: no R: its difference from full recomputation is inside the spread"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("R ="), std::string::npos) << out;
+
+    // Full faster than none, both ranges apart: no overhead to win back.
+    out = format_recovery({timed_row(MemoryMode::none, 150, 140, 160), timed_row(MemoryMode::full, 100, 95, 110),
+                           timed_row(MemoryMode::adacc, 120, 115, 125)});
+    EXPECT_NE(out.find("batch 4: adacc: no R: full recomputation ran faster than none"), std::string::npos) << out;
+    EXPECT_EQ(out.find("R ="), std::string::npos) << out;
+}
+
 // Gradient fidelity against an independent computation: the gradients of one step at init (dropout
 // off) read straight from two models, and relative L2 and cosine summed here in long double.
 // Recomputation gives keep-all's gradients bit for bit (0 and 1 exactly); INT4 does not.
