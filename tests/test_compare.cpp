@@ -361,6 +361,110 @@ TEST(Compare, GradientFidelityMatchesAnIndependentComputation) {
     EXPECT_TRUE(json[3]["gradient"]["tensors"].contains("qkvw"));
 }
 
+// `adacc compare --plot FILE.png` through the real command line: the json beside it carries
+// the arenas and the spread, and the PNG is drawn where matplotlib is importable (else: exit 2
+// naming matplotlib, the json and the command to draw it by hand).
+class ComparePlot : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir = test::scratch_dir("compare_plot");
+        std::mt19937 gen(1);
+        std::vector<std::uint16_t> tokens(5000);
+        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
+        write_token_shard(dir / "train.bin", tokens);
+        config = (dir / "run.toml").string();
+        std::ofstream(config) << "[model]\nn_layer = 1\nn_embd = 16\nn_head = 2\nvocab_size = 97\nmax_seq_len = 16\n"
+                              << "[training]\nbatch_size = 2\nseq_len = 8\nsteps = 2\n[data]\ntrain = \""
+                              << (dir / "train.bin").string() << "\"\n";
+    }
+    std::string compare_args(const std::filesystem::path& png) const {
+        return "compare --config " + config + " --modes none,full,quant --steps 3 --no-fidelity --plot " + png.string();
+    }
+    static bool matplotlib_importable() {
+        return test::run_shell("sh -c \"python3 -c 'import matplotlib' || /usr/bin/python3 -c 'import matplotlib'\"")
+                   .status == 0;
+    }
+    std::filesystem::path dir;
+    std::string config;
+};
+
+TEST_F(ComparePlot, WritesThePngAndTheJsonItDrawsFrom) {
+    const auto png = dir / "out" / "compare.png";  // its folder is made
+    const test::ProcessResult r = test::run_adacc(compare_args(png));
+    const auto json_file = dir / "out" / "compare.json";
+    ASSERT_TRUE(std::filesystem::exists(json_file)) << r.output;
+    const auto json = nlohmann::json::parse(test::read_bytes(json_file));
+    ASSERT_EQ(json.size(), 3u);
+    for (const auto& row : json) {
+        EXPECT_EQ(row["ran"], true);
+        EXPECT_EQ(row["interleaved"], true);
+        EXPECT_EQ(row["timed_steps"], 2);
+        EXPECT_GT(row["arenas"]["parameters"].get<std::size_t>(), 0u);
+        EXPECT_LE(row["step_ms_p25"].get<double>(), row["step_ms_p75"].get<double>());
+    }
+    if (!matplotlib_importable()) {
+        EXPECT_EQ(r.status, 2) << r.output;
+        EXPECT_NE(r.output.find("matplotlib"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find("draw the plot with: python3"), std::string::npos) << r.output;
+        GTEST_SKIP() << "matplotlib is not importable by python3 or /usr/bin/python3: the PNG was not drawn "
+                        "(checked instead: exit 2 naming it)";
+    }
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("interleaved step by step"), std::string::npos) << r.output;
+    const std::string bytes = test::read_bytes(png);
+    ASSERT_GT(bytes.size(), 8u) << r.output;
+    EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+TEST_F(ComparePlot, WithoutTheScriptPythonOrMatplotlibItSaysWhatIsMissingAndHowToDrawItByHand) {
+    // An adacc outside a checkout: no ../scripts/plot_compare.py beside its folder.
+    std::filesystem::create_directories(dir / "bin");
+    std::filesystem::copy_file(test::adacc_binary(), dir / "bin" / "adacc");
+    test::ProcessResult r = test::run_shell((dir / "bin" / "adacc").string() + " " + compare_args(dir / "a.png"));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("the plot script '" + (dir / "scripts" / "plot_compare.py").string() + "' is not there"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("the comparison's json is in '" + (dir / "a.json").string() + "'"), std::string::npos)
+        << r.output;
+    EXPECT_TRUE(std::filesystem::exists(dir / "a.json"));
+    EXPECT_FALSE(std::filesystem::exists(dir / "a.png"));
+
+    // No python3 on PATH.
+    r = test::run_shell("env PATH=" + (dir / "empty").string() + " " + test::adacc_binary() + " " +
+                        compare_args(dir / "b.png"));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("there is no python3 on PATH (" + (dir / "empty").string() + ")"), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("draw the plot with: python3 '"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("b.json' --out '" + (dir / "b.png").string() + "'"), std::string::npos) << r.output;
+    EXPECT_TRUE(std::filesystem::exists(dir / "b.json"));
+
+    // python3 without matplotlib: a matplotlib that cannot be imported comes first on PYTHONPATH,
+    // for PATH's python3 and for /usr/bin/python3, which the script tries next.
+    std::filesystem::create_directories(dir / "nompl" / "matplotlib");
+    std::ofstream(dir / "nompl" / "matplotlib" / "__init__.py") << "raise ImportError('hidden by the test')\n";
+    r = test::run_shell("env PYTHONPATH=" + (dir / "nompl").string() + " " + test::adacc_binary() + " " +
+                        compare_args(dir / "e.png"));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("failed (exit status 1; it said: error: matplotlib is not installed for"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("e.json' --out '" + (dir / "e.png").string() + "'"), std::string::npos) << r.output;
+    EXPECT_TRUE(std::filesystem::exists(dir / "e.json"));
+    EXPECT_FALSE(std::filesystem::exists(dir / "e.png"));
+
+    // Mistakes found before the comparison runs.
+    r = test::run_adacc("compare --config " + config + " --plot " + (dir / "c.svg").string());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("the plot is a PNG, name it FILE.png"), std::string::npos) << r.output;
+    r = test::run_adacc("compare --config " + config + " --memory-budget 1MiB --max-batch --plot " +
+                        (dir / "d.png").string());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("--max-batch runs none"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "d.json"));
+}
+
 // Every record of metrics.jsonl that has `key`, as (step, value).
 std::vector<std::pair<int, double>> logged(const std::filesystem::path& run_dir, const std::string& key) {
     std::ifstream in(run_dir / "metrics.jsonl");
