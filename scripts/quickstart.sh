@@ -7,8 +7,10 @@
 #      texts), trains configs/quickstart.toml for ~2 minutes with the loss falling, samples text;
 #   3. shows the point of adacc on configs/quickstart-compare.toml (8 layers, 256 wide, T=256): a
 #      memory budget that `none` (keep every activation) cannot hold at batch 4, the Adacc plan
-#      for it (`adacc plan`), then none / full / quant / adacc trained side by side at batch 4
-#      (`adacc compare`: what fits, step time, loss) and the largest batch each mode fits
+#      for it (`adacc plan`), then none / full / quant / adacc trained side by side at batch 4,
+#      interleaved step by step (`adacc compare`: what fits, step time and its spread, loss; drawn
+#      to runs/quickstart/compare.png by scripts/plot_compare.py: memory by arena against the
+#      budget, tokens/s with error bars) and the largest batch each mode fits
 #      (`adacc compare --max-batch`);
 #   4. draws the training loss to runs/quickstart/loss.png (scripts/plot_metrics.py).
 set -euo pipefail
@@ -55,9 +57,9 @@ section "memory budget $BUDGET for $CMP at batch $B: each mode's arenas (exact, 
 build/adacc memory --config "$CMP" --set training.batch_size=$B --memory-budget "$BUDGET" --modes none,full,quant
 section "adacc plan: keep / compress / recompute per saved tensor, solved for $BUDGET"
 build/adacc plan --config "$CMP" --set training.batch_size=$B --memory-budget "$BUDGET"
-section "adacc compare at batch $B under $BUDGET: same weights and batches, 8 steps each, median of the 7 after warm-up (none runs as the over-budget reference)"
+section "adacc compare at batch $B under $BUDGET: same weights and batches, 8 steps each interleaved, median and interquartile range of the 7 after warm-up (none runs as the over-budget reference)"
 build/adacc compare --config "$CMP" --modes none,full,quant,adacc --batch $B --steps 8 --memory-budget "$BUDGET" \
-  --output runs/quickstart/compare.txt
+  --output runs/quickstart/compare.txt --plot runs/quickstart/compare.png
 section "the largest batch each mode fits under $BUDGET (accounting, then verified by allocating it and running a step)"
 build/adacc compare --config "$CMP" --modes none,full,quant,adacc --memory-budget "$BUDGET" --max-batch \
   --output runs/quickstart/max_batch.txt
@@ -67,5 +69,6 @@ python3 scripts/plot_metrics.py runs/quickstart --out runs/quickstart/loss.png -
 echo
 echo "loss curve: $ROOT/runs/quickstart/loss.png"
 echo "metrics:    $ROOT/runs/quickstart/metrics.jsonl   config: runs/quickstart/config.toml"
-echo "comparison: runs/quickstart/compare.txt, runs/quickstart/max_batch.txt"
+echo "comparison: $ROOT/runs/quickstart/compare.png (memory by arena, tokens/s with its spread)"
+echo "            runs/quickstart/compare.txt, compare.json (what the plot is drawn from), max_batch.txt"
 echo "quickstart finished in $((SECONDS / 60)) min $((SECONDS % 60)) s"
