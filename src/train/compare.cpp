@@ -484,9 +484,10 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
         int timed = 0;
         for (const auto& r : rows)
             if (r.ran) timed = std::max(timed, r.timed_steps);
-        out += "step_ms: median of the " + std::to_string(timed) +
-               " timed steps (after warm-up); step_ms_p25-p75: their interquartile range (the spread); tokens/s at the "
-               "median\n";
+        if (timed > 0)
+            out += "step_ms: median of the " + std::to_string(timed) +
+                   " timed steps (after warm-up); step_ms_p25-p75: their interquartile range (the spread); tokens/s "
+                   "at the median\n";
         out += interleaving_notes(rows);
         out +=
             "grad_err, grad_cos: relative L2 error and cosine of the parameter gradients against none's, from one "
