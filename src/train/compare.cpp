@@ -37,7 +37,7 @@ public:
             const CodecParams& codec_params, int warmup, AdaccRegulator* regulator)
         : data_(open_token_loader(config, TokenSplit::train, config.data.shuffle)),
           model_(config.model, config.training.batch_size, config.training.seq_len, plan, codec_params,
-                 ModelUse::training, backend_for(target.device), target.activation),
+                 ModelUse::training, target),
           step_(config, model_, data_, regulator),
           warmup_(warmup) {
         init_run_weights(model_, config.training.seed, config.stress);
