@@ -20,6 +20,9 @@
 # 3. No file cites the design card this project started from, which lives outside the repository:
 #    the card's section sign or its file name (the patterns are split below, so this script does
 #    not match itself).
+# 4. What a user's clone builds and runs (src/, kernels/, models/, configs/, benchmarks/, the CMake
+#    files) names no folder beside the repository: only tests and scripts may read the optional
+#    test data in ../shared/data, and they skip without it.
 # Prints every problem and exits 1 when there is one; prints a one-line summary and exits 0
 # otherwise.
 set -uo pipefail
@@ -112,6 +115,12 @@ card_file="DESIGN"'\.md'
 while IFS= read -r hit; do
   fail "${hit%%:*}:$(cut -d: -f2 <<<"$hit"): cites the design card outside the repository: $(cut -d: -f3- <<<"$hit" | sed 's/^[[:space:]]*//')"
 done < <(grep -rnE -e "$card_section" -e "$card_number" -e "$card_file" "${SCANNED[@]}" 2>/dev/null)
+
+# 4. The engine's own files and folders beside the repository.
+beside=".."'/shared'
+while IFS= read -r hit; do
+  fail "${hit%%:*}:$(cut -d: -f2 <<<"$hit"): names a folder outside the repository: $(cut -d: -f3- <<<"$hit" | sed 's/^[[:space:]]*//')"
+done < <(grep -rnF -e "$beside" src kernels models configs benchmarks CMakeLists.txt cmake 2>/dev/null)
 
 if [ "$problems" -gt 0 ]; then
   echo "check_docs: $problems problem(s); names in docs/architecture.md and docs/design.md must be files and symbols of this repository, and the code cites docs/design.md's headings"

@@ -83,8 +83,8 @@ const char* harness_task_name(EvalTask task);  // "lambada_openai", "arc_easy"
 
 // What --data names: a jsonl file as is; a folder holding the task's file (lambada_test.jsonl,
 // ARC-Easy-{Test,Dev,Train}.jsonl by `split`: test, dev (= validation) or train), directly or in
-// its lambada_openai/ or arc_easy/ subfolder (the layout of ../shared/data and
-// scripts/download_data.sh's datasets/). UserError with the fix when there is none.
+// its lambada_openai/ or arc_easy/ subfolder (the layout scripts/download_data.sh writes under
+// datasets/). UserError with the fix when there is none.
 std::filesystem::path resolve_eval_data(EvalTask task, const std::filesystem::path& data, std::string_view split);
 
 // Documents tokenized into requests: document d's continuations are requests
