@@ -114,11 +114,15 @@ ActivationPlan to_activation_plan(const BlockGraph& block, const std::vector<Ten
 CodecParams codec_params_for(const Profile& profile, const GPTConfig& config) {
     CodecParams params = profile.codec_params;
     double most = 0;
+    // Outlier channels are columns: a row's width, whatever the tensor (one sequence of one batch
+    // row gives it; only the attention matrices' rows are T wide).
+    const int T = std::max(1, profile.seq);
+    const BlockGraph graph(config, 1, T);
     for (const auto& t : profile.tensors) {
         const CodecMeasurement* outlier = t.find(Codec::outlier_int4);
         if (outlier == nullptr) continue;
-        const double cols =
-            t.kind == TensorKind::fch || t.kind == TensorKind::fch_gelu ? 4.0 * config.n_embd : config.n_embd;
+        const double cols = static_cast<double>(graph.tensor(t.kind).numel) /
+                            static_cast<double>(tensor_rows(config, t.kind, 1, T));
         most = std::max(most, std::round(outlier->outlier_fraction * cols));
     }
     params.max_outlier_channels = std::max(4, static_cast<int>(2 * most));
