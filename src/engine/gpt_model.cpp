@@ -1,5 +1,6 @@
 #include "src/engine/gpt_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -153,29 +154,37 @@ void GPTModel::read_losses(std::size_t count, float* host) const {
 }
 
 // Per parameter tensor, drawn on the host and copied in: memory beyond the arena is one tensor's.
+// Written in chunks of kInitChunk floats through one small host buffer: a buffer as large as the
+// largest tensor (wte, 147 MiB at gpt-117m) would be the process's peak memory beside the arenas.
+// Every value is drawn from its own counter (rng_normal(key, i)), so the chunking changes no bit.
 void GPTModel::init_weights(std::uint64_t seed, int residual_layers) {
+    constexpr std::size_t kInitChunk = std::size_t(1) << 20;
     const int L = residual_layers > 0 ? residual_layers : config().n_layer;
     const ParameterLayout& pl = layout();
-    std::vector<float> host;
+    std::vector<float> host(kInitChunk);
     for (int id = 0; id < kNumParamTensors; ++id) {
         const auto pid = static_cast<ParamId>(id);
         const ParamTensorInfo& t = pl.info(pid);
-        host.resize(t.numel);
-        float* p = host.data();
         const bool is_norm_weight = pid == ParamId::ln1w || pid == ParamId::ln2w || pid == ParamId::lnfw;
-        if (!t.weight_decay) {  // biases and layernorm parameters
-            for (std::size_t i = 0; i < t.numel; ++i) p[i] = is_norm_weight ? 1.0f : 0.0f;
-        } else {
-            const bool residual_proj = pid == ParamId::attprojw || pid == ParamId::fcprojw;
-            const double stddev = residual_proj ? 0.02 / std::sqrt(2.0 * L) : 0.02;
-            const std::uint64_t key = rng_key(seed, 0x1417, 0, static_cast<std::uint64_t>(id), 0);
-            // Padded embedding rows stay zero: no token ever selects them and their logits are masked.
-            const std::size_t live = pid == ParamId::wte ? std::size_t(config().vocab_size) * config().n_embd : t.numel;
+        const bool residual_proj = pid == ParamId::attprojw || pid == ParamId::fcprojw;
+        const double stddev = residual_proj ? 0.02 / std::sqrt(2.0 * L) : 0.02;
+        const std::uint64_t key = rng_key(seed, 0x1417, 0, static_cast<std::uint64_t>(id), 0);
+        // Padded embedding rows stay zero: no token ever selects them and their logits are masked.
+        const std::size_t live = pid == ParamId::wte ? std::size_t(config().vocab_size) * config().n_embd : t.numel;
+        for (std::size_t begin = 0; begin < t.numel; begin += kInitChunk) {
+            const std::size_t n = std::min(kInitChunk, t.numel - begin);
+            float* p = host.data();
+            if (!t.weight_decay) {  // biases and layernorm parameters
+                std::fill(p, p + n, is_norm_weight ? 1.0f : 0.0f);
+            } else {
 #pragma omp parallel for schedule(static)
-            for (std::size_t i = 0; i < t.numel; ++i)
-                p[i] = i < live ? static_cast<float>(stddev * rng_normal(key, i)) : 0.0f;
+                for (std::size_t k = 0; k < n; ++k) {
+                    const std::size_t i = begin + k;
+                    p[k] = i < live ? static_cast<float>(stddev * rng_normal(key, i)) : 0.0f;
+                }
+            }
+            write_arena(ModelArena::parameters, t.offset + begin, n, p);
         }
-        write_arena(ModelArena::parameters, t.offset, t.numel, p);
     }
 }
 
