@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "kernels/cpu/codecs.h"
+#include "kernels/cpu/ops.h"
 #include "src/cli/command_line.h"
 #include "src/common/units.h"
 #include "src/engine/cpu_threads.h"
-#include "kernels/cpu/ops.h"
 
 namespace {
 
@@ -103,8 +103,8 @@ void print(const Row& r) {
         std::snprintf(matmul, sizeof matmul, "%9.1f", r.matmul_ms);
         std::snprintf(times, sizeof times, "%6.0fx", r.matmul_ms / r.compress_ms);
     }
-    std::printf("%-13s %-12s %3d %11.1f %13.1f %7.2f %9.2f %10.2e %s %s\n", r.codec.c_str(), r.shape.c_str(),
-                r.threads, r.compress_gbs, r.decompress_gbs, r.ratio, r.compress_ms, r.rel_l2, matmul, times);
+    std::printf("%-13s %-12s %3d %11.1f %13.1f %7.2f %9.2f %10.2e %s %s\n", r.codec.c_str(), r.shape.c_str(), r.threads,
+                r.compress_gbs, r.decompress_gbs, r.ratio, r.compress_ms, r.rel_l2, matmul, times);
     std::fflush(stdout);
 }
 
@@ -116,18 +116,29 @@ Row bench_float(Codec codec, const std::vector<float>& x, std::size_t rows, std:
     Aligned scratch(codec_scratch_bytes(codec, rows, cols, params));
     std::vector<float> y(rows * cols);
     std::size_t bytes = 0;
-    const double tc = best_seconds(reps, [&] { bytes = compress(codec, x.data(), rows, cols, params, blob.as<void>(), scratch.as<void>()); });
+    const double tc = best_seconds(
+        reps, [&] { bytes = compress(codec, x.data(), rows, cols, params, blob.as<void>(), scratch.as<void>()); });
     const double td = best_seconds(reps, [&] { decompress(codec, blob.as<void>(), rows, cols, y.data()); });
     const double in_bytes = 4.0 * rows * cols;
-    Row r{codec_name(codec), std::to_string(rows) + "x" + std::to_string(cols), threads, in_bytes / tc / 1e9,
-          in_bytes / td / 1e9, in_bytes / bytes, tc * 1e3, measure_error(x.data(), y.data(), x.size()).relative_l2, 0};
+    Row r{codec_name(codec),
+          std::to_string(rows) + "x" + std::to_string(cols),
+          threads,
+          in_bytes / tc / 1e9,
+          in_bytes / td / 1e9,
+          in_bytes / bytes,
+          tc * 1e3,
+          measure_error(x.data(), y.data(), x.size()).relative_l2,
+          0};
     if (with_matmul) {  // one forward of this activation through a cols x cols weight
         std::mt19937 gen(9);
         std::normal_distribution<float> normal(0.0f, 0.02f);
         std::vector<float> w(cols * cols), out(rows * cols);
         for (auto& v : w) v = normal(gen);
         const int N = static_cast<int>(rows), C = static_cast<int>(cols);
-        r.matmul_ms = best_seconds(1, [&] { matmul_forward(default_context(), out.data(), x.data(), w.data(), nullptr, N, C, C); }) * 1e3;
+        r.matmul_ms =
+            best_seconds(1,
+                         [&] { matmul_forward(default_context(), out.data(), x.data(), w.data(), nullptr, N, C, C); }) *
+            1e3;
     }
     return r;
 }
@@ -138,11 +149,13 @@ Row bench_mask(const std::vector<unsigned char>& mask, int threads, int reps) {
     Aligned blob(codec_max_bytes(Codec::bitpack, 1, n, CodecParams{}));
     std::vector<unsigned char> back(n);
     std::size_t bytes = 0;
-    const double tc = best_seconds(reps, [&] { bytes = compress(Codec::bitpack, mask.data(), 1, n, CodecParams{}, blob.as<void>(), nullptr); });
+    const double tc = best_seconds(
+        reps, [&] { bytes = compress(Codec::bitpack, mask.data(), 1, n, CodecParams{}, blob.as<void>(), nullptr); });
     const double td = best_seconds(reps, [&] { decompress(Codec::bitpack, blob.as<void>(), 1, n, back.data()); });
     if (back != mask) std::fprintf(stderr, "error: bitpack round trip differs\n");
-    return Row{"bitpack", std::to_string(n >> 20) + "M bytes", threads, n / tc / 1e9, n / td / 1e9,
-               static_cast<double>(n) / bytes, tc * 1e3, 0.0, 0.0};
+    return Row{"bitpack",    std::to_string(n >> 20) + "M bytes", threads,  n / tc / 1e9,
+               n / td / 1e9, static_cast<double>(n) / bytes,      tc * 1e3, 0.0,
+               0.0};
 }
 
 }  // namespace
@@ -176,10 +189,11 @@ int main(int argc, char** argv) {
         {Codec::channel_int4, 4096, 2304, &qkv},   {Codec::asym_int4, 8 * 12 * 256, 256, &att},
     };
 
-    std::printf("GB/s of fp32 input (mask bytes for bitpack), best of %d; ratio = input bytes / blob bytes;\n"
-                "matmul_ms = one matmul_forward of the activation through a C x C weight (the least a recompute "
-                "costs); x = matmul / compress\n",
-                reps);
+    std::printf(
+        "GB/s of fp32 input (mask bytes for bitpack), best of %d; ratio = input bytes / blob bytes;\n"
+        "matmul_ms = one matmul_forward of the activation through a C x C weight (the least a recompute "
+        "costs); x = matmul / compress\n",
+        reps);
     std::printf("%-13s %-12s %3s %11s %13s %7s %9s %10s %9s %s\n", "codec", "shape", "thr", "compr_GB/s",
                 "decompr_GB/s", "ratio", "compr_ms", "rel_l2", "matmul_ms", "x");
     for (const auto& c : cases)

@@ -18,10 +18,10 @@
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
-#include "src/cli/command_line.h"
-#include "src/engine/activation_plan.h"
-#include "src/common/units.h"
 #include "src/adacc/milp_planner.h"
+#include "src/cli/command_line.h"
+#include "src/common/units.h"
+#include "src/engine/activation_plan.h"
 
 namespace {
 
@@ -48,7 +48,7 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
     };
     // Saved inputs of an op, expanding transients through their producers (adding their time).
     std::function<void(const OpInfo&, std::vector<int>&, double&)> expand = [&](const OpInfo& op, std::vector<int>& in,
-                                                                                   double& ms) {
+                                                                                double& ms) {
         ms += op_ms(op);
         for (TensorKind u : op.inputs) {
             if (g.tensor(u).saved) {
@@ -73,10 +73,11 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
             const std::size_t rows = attn ? N * cfg.n_head : N, cols = t.numel / rows;
             // One option per candidate codec (memory.codecs), every one admitted.
             for (Codec codec : candidate_codecs(t.kind, candidates)) {
-                std::size_t packed = codec == Codec::outlier_int4 && outlier_channels >= 0
-                                         ? codec_bytes(codec, rows, cols, params,
-                                                       std::min<std::size_t>(outlier_channels, outlier_channel_cap(cols, params)))
-                                         : codec_max_bytes(codec, rows, cols, params);
+                std::size_t packed =
+                    codec == Codec::outlier_int4 && outlier_channels >= 0
+                        ? codec_bytes(codec, rows, cols, params,
+                                      std::min<std::size_t>(outlier_channels, outlier_channel_cap(cols, params)))
+                        : codec_max_bytes(codec, rows, cols, params);
                 packed = align_up(packed, 64);
                 pt.compress_options.push_back(
                     {codec, packed, 2.0 * static_cast<double>(pt.bytes + packed) / (s.gbs * 1e9) * 1e3});
@@ -128,11 +129,11 @@ int main(int argc, char** argv) {
     const std::size_t static_bytes = static_cast<std::size_t>(cfg->parameter_count()) * 4 * 4;  // w, g, m, v
     const std::size_t transient_bytes = max_block_bytes(wide);  // a stand-in for the backward working set
 
-    std::printf("%s  B=%d T=%d dropout=%.2f  layers=%d  plan tensors=%zu  codecs=%s\n", preset.c_str(), B, T, dropout, L,
-                wide.tensors.size(), codecs.c_str());
+    std::printf("%s  B=%d T=%d dropout=%.2f  layers=%d  plan tensors=%zu  codecs=%s\n", preset.c_str(), B, T, dropout,
+                L, wide.tensors.size(), codecs.c_str());
     std::printf("block tape: keep-all %.3f GiB, smallest %.3f GiB; static %.2f GiB, transient %.3f GiB\n",
-                max_block_bytes(wide) / 1073741824.0, min_block_bytes(wide) / 1073741824.0,
-                static_bytes / 1073741824.0, transient_bytes / 1073741824.0);
+                max_block_bytes(wide) / 1073741824.0, min_block_bytes(wide) / 1073741824.0, static_bytes / 1073741824.0,
+                transient_bytes / 1073741824.0);
     for (const auto& t : wide.tensors) {
         std::printf("  %-10s %10.1f MiB  recompute %7.3f ms  inputs %zu%s\n", t.name.c_str(), t.bytes / 1048576.0,
                     t.recompute_ms, t.inputs.size(), t.must_keep ? "  (kept)" : "");
@@ -152,8 +153,8 @@ int main(int argc, char** argv) {
     const double fractions[] = {0.05, 0.1, 0.25, 0.4, 0.6, 0.9};
     double worst[3] = {0, 0, 0};
     const char* form_names[3] = {"block", "global", "global1"};
-    std::printf("\n%-16s %-7s %6s %-10s %8s %7s %7s %12s %10s %10s\n", "variant", "form", "budget", "status", "frontier",
-                "solves", "plans", "extra ms", "act GiB", "solve ms");
+    std::printf("\n%-16s %-7s %6s %-10s %8s %7s %7s %12s %10s %10s\n", "variant", "form", "budget", "status",
+                "frontier", "solves", "plans", "extra ms", "act GiB", "solve ms");
     for (const auto& v : variants) {
         std::size_t max_act = 0, min_act = 0;
         for (const auto& c : v.classes) {
@@ -180,15 +181,17 @@ int main(int argc, char** argv) {
                 char frac[16];
                 std::snprintf(frac, sizeof frac, "%.0f%%", f * 100);
                 std::printf("%-16s %-7s %6s %-10s %8d %7d %7d %12.3f %10.3f %6.2f (max %.2f)\n", v.name,
-                            form_names[form], frac, plan_status_name(r.status), r.frontier_points,
-                            r.lp_solves, plans, r.extra_ms, r.activation_bytes / 1073741824.0, med, mx);
+                            form_names[form], frac, plan_status_name(r.status), r.frontier_points, r.lp_solves, plans,
+                            r.extra_ms, r.activation_bytes / 1073741824.0, med, mx);
                 if (r.status == PlanResult::infeasible) std::printf("    %s\n", r.message.c_str());
             }
         }
     }
-    std::printf("\nbudget = static + transient + fraction x keep-all activations; solve ms = median of %d (max)\n", reps);
-    std::printf("global: one frontier per independent part of the block (the default); global1: one frontier per\n"
-                "block (split_independent_parts = false); both exact\n");
+    std::printf("\nbudget = static + transient + fraction x keep-all activations; solve ms = median of %d (max)\n",
+                reps);
+    std::printf(
+        "global: one frontier per independent part of the block (the default); global1: one frontier per\n"
+        "block (split_independent_parts = false); both exact\n");
     std::printf("worst solve: block %.2f ms (target <= 50), global %.2f ms (target <= 500); global1 %.2f ms\n",
                 worst[0], worst[1], worst[2]);
     return worst[0] <= 50 && worst[1] <= 500 ? 0 : 1;  // global1 is for comparison only

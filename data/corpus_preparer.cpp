@@ -80,9 +80,7 @@ std::optional<std::string> read_text(const std::filesystem::path& path, std::uin
     }
 }
 
-bool is_blank(std::string_view text) {
-    return text.find_first_not_of(" \t\n\r\v\f") == std::string_view::npos;
-}
+bool is_blank(std::string_view text) { return text.find_first_not_of(" \t\n\r\v\f") == std::string_view::npos; }
 
 // Splits at lines that are exactly "%" (a trailing '\r' allowed); empty when there are none.
 std::vector<std::string_view> split_fortunes(std::string_view text) {
@@ -164,8 +162,7 @@ public:
         const std::set<std::filesystem::path> kept(moved.begin(), moved.end());
         for (const auto& entry : std::filesystem::directory_iterator(out_dir_))
             if (entry.symlink_status().type() == std::filesystem::file_type::regular &&
-                std::regex_match(entry.path().filename().string(), shard_name) &&
-                !kept.contains(entry.path()))
+                std::regex_match(entry.path().filename().string(), shard_name) && !kept.contains(entry.path()))
                 std::filesystem::remove(entry.path());
         std::filesystem::remove(path_);
         committed_ = true;
@@ -258,8 +255,8 @@ std::vector<std::filesystem::path> collect_input_files(const std::vector<std::fi
         if (status.type() == std::filesystem::file_type::not_found)
             throw UserError("input " + quoted(input) + " does not exist: pass text files or directories to --input");
         if (error) throw UserError("cannot read input " + quoted(input) + ": " + error.message());
-        const auto candidates = std::filesystem::is_directory(status) ? files_under(input)
-                                                                      : std::vector<std::filesystem::path>{input};
+        const auto candidates =
+            std::filesystem::is_directory(status) ? files_under(input) : std::vector<std::filesystem::path>{input};
         for (const auto& file : candidates)
             if (seen.insert(identity(file)).second) files.push_back(file);
     }
@@ -298,8 +295,9 @@ CorpusSummary prepare_corpus(const Gpt2Tokenizer& tokenizer, const CorpusOptions
                 splitter.append({&document_start, 1});
                 splitter.append(tokenizer.encode(document));
                 ++summary.documents;
-                if (progress) progress({position.bytes_done + (document.data() + document.size() - text->data()),
-                                        position.bytes_total});
+                if (progress)
+                    progress({position.bytes_done + (document.data() + document.size() - text->data()),
+                              position.bytes_total});
             }
         }
         position.bytes_done += bytes;

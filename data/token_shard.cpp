@@ -60,13 +60,12 @@ std::size_t checked_token_count(const std::filesystem::path& path, int fd, std::
                         std::string(kMakeShards));
     const std::size_t expected_bytes = kTokenShardHeaderBytes + static_cast<std::size_t>(count) * sizeof(std::uint16_t);
     if (file_bytes < expected_bytes)
-        throw UserError(quoted(path) + " is truncated: its header promises " + std::to_string(count) +
-                        " tokens (" + std::to_string(expected_bytes) + " bytes), the file holds " +
-                        std::to_string(file_bytes) + " bytes; recreate it with `adacc prepare`");
+        throw UserError(quoted(path) + " is truncated: its header promises " + std::to_string(count) + " tokens (" +
+                        std::to_string(expected_bytes) + " bytes), the file holds " + std::to_string(file_bytes) +
+                        " bytes; recreate it with `adacc prepare`");
     if (file_bytes > expected_bytes)
-        throw UserError(quoted(path) + " has " + std::to_string(file_bytes - expected_bytes) +
-                        " bytes after the " + std::to_string(count) + " tokens its header promises; " +
-                        std::string(kMakeShards));
+        throw UserError(quoted(path) + " has " + std::to_string(file_bytes - expected_bytes) + " bytes after the " +
+                        std::to_string(count) + " tokens its header promises; " + std::string(kMakeShards));
     return static_cast<std::size_t>(count);
 }
 

@@ -151,9 +151,8 @@ void load_encoder_json(const std::filesystem::path& path, Tables& tables) {
     for (const auto& [spelling, id_value] : encoder.items()) {
         const auto id = id_value.is_number_unsigned() ? id_value.get<std::uint64_t>() : encoder.size();
         if (id >= encoder.size() || seen[id])
-            throw UserError(quoted(path) + " maps '" + spelling + "' to " + id_value.dump() +
-                            ", but ids must be 0.." + std::to_string(encoder.size() - 1) + ", each used once: " +
-                            std::string(kVocabFix));
+            throw UserError(quoted(path) + " maps '" + spelling + "' to " + id_value.dump() + ", but ids must be 0.." +
+                            std::to_string(encoder.size() - 1) + ", each used once: " + std::string(kVocabFix));
         seen[id] = true;
         if (spelling == kEndOfText) {
             tables.eot_id = static_cast<std::uint32_t>(id);
@@ -161,8 +160,7 @@ void load_encoder_json(const std::filesystem::path& path, Tables& tables) {
         }
         bytes_by_id[id] = token_spelling_to_bytes(spelling, path);
     }
-    if (!has_eot)
-        throw UserError(quoted(path) + " has no <|endoftext|> token: " + std::string(kVocabFix));
+    if (!has_eot) throw UserError(quoted(path) + " has no <|endoftext|> token: " + std::string(kVocabFix));
 
     for (const std::string& bytes : bytes_by_id) {
         tables.token_offsets.push_back(static_cast<std::uint32_t>(tables.token_bytes.size()));
@@ -174,8 +172,7 @@ void load_encoder_json(const std::filesystem::path& path, Tables& tables) {
     for (std::uint32_t id = 0; id < tables.vocab_size(); ++id) {
         if (id == tables.eot_id) continue;
         if (!tables.ranks.emplace(tables.bytes_of(id), id).second)
-            throw UserError(quoted(path) + " lists token '" + bytes_by_id[id] + "' twice: " +
-                            std::string(kVocabFix));
+            throw UserError(quoted(path) + " lists token '" + bytes_by_id[id] + "' twice: " + std::string(kVocabFix));
     }
 }
 
@@ -202,8 +199,8 @@ void check_merges_match_ids(const std::filesystem::path& path, const Tables& tab
         const std::string merged = token_spelling_to_bytes(first, path) + token_spelling_to_bytes(second, path);
         if (tables.rank_of(merged) != rank)
             throw UserError(mismatch + "(line " + std::to_string(line_number) + " merges '" + first + " " + second +
-                            "', which encoder.json does not give id " + std::to_string(rank) + "): " +
-                            std::string(kVocabFix));
+                            "', which encoder.json does not give id " + std::to_string(rank) +
+                            "): " + std::string(kVocabFix));
         ++rank;
     }
     if (rank != tables.ranks.size())
@@ -231,9 +228,7 @@ void compile_regex(Tables& tables) {
 class OrdinaryEncoder {
 public:
     OrdinaryEncoder(const Tables& tables, std::vector<std::uint32_t>& out)
-        : tables_(tables),
-          out_(out),
-          match_data_(pcre2_match_data_create_from_pattern(tables.regex.get(), nullptr)) {
+        : tables_(tables), out_(out), match_data_(pcre2_match_data_create_from_pattern(tables.regex.get(), nullptr)) {
         if (!match_data_) throw std::bad_alloc();
     }
 
@@ -254,9 +249,9 @@ private:
     // the text when there is none.
     void find_piece(std::string_view text, std::size_t offset, std::size_t& start, std::size_t& end) {
         const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-        int rc = tables_.jit ? pcre2_jit_match(tables_.regex.get(), subject, text.size(), offset, 0,
-                                               match_data_.get(), nullptr)
-                             : PCRE2_ERROR_JIT_STACKLIMIT;
+        int rc = tables_.jit
+                     ? pcre2_jit_match(tables_.regex.get(), subject, text.size(), offset, 0, match_data_.get(), nullptr)
+                     : PCRE2_ERROR_JIT_STACKLIMIT;
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // no JIT, or its small stack ran out: interpret
             rc = pcre2_match(tables_.regex.get(), subject, text.size(), offset, PCRE2_NO_JIT, match_data_.get(),
                              nullptr);
@@ -350,7 +345,7 @@ private:
     const Tables& tables_;
     std::vector<std::uint32_t>& out_;
     std::unique_ptr<pcre2_match_data, MatchDataDeleter> match_data_;
-    std::vector<std::size_t> part_end_;           // byte_pair_merge's scratch, reused across pieces
+    std::vector<std::size_t> part_end_;  // byte_pair_merge's scratch, reused across pieces
     std::vector<std::size_t> part_start_before_;
     std::vector<Candidate> candidates_;
     // Pieces that needed merging -> their ids (a slice of cache_ids_).
@@ -377,7 +372,7 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::filesystem::path& dir) {
 Gpt2VocabFiles Gpt2Tokenizer::vocab_files(const std::filesystem::path& dir) {
     const Gpt2VocabFiles openai = Gpt2VocabFiles::openai(dir), hugging_face = Gpt2VocabFiles::hugging_face(dir);
     return !std::filesystem::exists(openai.encoder) && std::filesystem::exists(hugging_face.encoder) ? hugging_face
-                                                                                                    : openai;
+                                                                                                     : openai;
 }
 
 std::vector<std::uint32_t> Gpt2Tokenizer::encode(std::string_view text, SpecialTokens special) const {

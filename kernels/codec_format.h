@@ -74,10 +74,10 @@ struct CodecParams {
 inline constexpr int kMaxGroupSize = 4096;
 
 struct CodecStats {
-    std::size_t bytes = 0;         // compressed size (compress's return value)
-    double relative_l2 = 0;        // ||x - x^|| / ||x||  (0 for bitpack)
-    float max_abs_error = 0;       // max |x - x^|        (0 for bitpack)
-    float outlier_fraction = 0;    // k / cols            (outlier codec; 0 otherwise)
+    std::size_t bytes = 0;       // compressed size (compress's return value)
+    double relative_l2 = 0;      // ||x - x^|| / ||x||  (0 for bitpack)
+    float max_abs_error = 0;     // max |x - x^|        (0 for bitpack)
+    float outlier_fraction = 0;  // k / cols            (outlier codec; 0 otherwise)
 };
 
 // Byte offsets of a blob's sections from its start and its size. An absent section has offset
@@ -113,9 +113,9 @@ inline constexpr std::size_t ceil_div(std::size_t a, std::size_t b) { return (a 
 
 // The first 64 bytes of every float-codec blob: enough to decode it given rows and cols.
 struct BlobHeader {
-    std::uint32_t magic;             // kBlobMagic
-    std::uint8_t codec;              // Codec
-    std::uint8_t version;            // kBlobVersion
+    std::uint32_t magic;   // kBlobMagic
+    std::uint8_t codec;    // Codec
+    std::uint8_t version;  // kBlobVersion
     std::uint16_t reserved;
     std::uint32_t group_size;        // G
     std::uint32_t outlier_channels;  // k (outlier codec)

@@ -39,7 +39,8 @@ protected:
     void expect_user_error(const std::string& args, const std::vector<std::string>& fragments) {
         const Result r = run_adacc(args);
         EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
-        for (const auto& f : fragments) EXPECT_NE(r.output.find(f), std::string::npos) << "missing '" << f << "' in:\n" << r.output;
+        for (const auto& f : fragments)
+            EXPECT_NE(r.output.find(f), std::string::npos) << "missing '" << f << "' in:\n" << r.output;
     }
     std::filesystem::path dir;
 };
@@ -73,8 +74,10 @@ TEST_F(Cli, Bf16OnTheCpuSaysItRunsOnCudaOnly) {
 // Planned modes in `adacc memory` plan for the budget: without one they are refused, naming the
 // option; with one their row has the plan's arenas and the planner's largest batch.
 TEST_F(Cli, MemoryShowsPlannedModesForABudget) {
-    expect_user_error("memory --config " + config() + " --modes adacc", {"plans for a memory budget", "--memory-budget"});
-    const Result r = run_adacc("memory --config " + config() + " --modes none,adacc,recompute-opt --memory-budget 2MiB");
+    expect_user_error("memory --config " + config() + " --modes adacc",
+                      {"plans for a memory budget", "--memory-budget"});
+    const Result r =
+        run_adacc("memory --config " + config() + " --modes none,adacc,recompute-opt --memory-budget 2MiB");
     EXPECT_EQ(r.status, 0) << r.output;
     for (const char* row : {"\nnone ", "\nadacc ", "\nrecompute-opt "})
         EXPECT_NE(r.output.find(row), std::string::npos) << "no row '" << row << "' in:\n" << r.output;
@@ -87,7 +90,8 @@ TEST_F(Cli, MalformedToml) {
 }
 
 TEST_F(Cli, UnknownKeySuggestsClosest) {
-    expect_user_error("train --config " + config() + " --set training.batchsize=4", {"training.batchsize", "training.batch_size"});
+    expect_user_error("train --config " + config() + " --set training.batchsize=4",
+                      {"training.batchsize", "training.batch_size"});
 }
 
 TEST_F(Cli, WrongType) {
@@ -123,9 +127,9 @@ TEST_F(Cli, ASettingErrorGetsTheCommandsWayToSetIt) {
     const std::string missing = (dir / "no_profile.json").string();
     expect_user_error("plan --config " + config() + " --memory-budget 64MiB --profile " + missing,
                       {"cannot read profile", "memory.profile", "set it with --profile FILE"});
-    expect_user_error("train --config " + config() + " --set memory.mode=adacc --memory-budget 64MiB --set memory.profile=" +
-                          missing,
-                      {"cannot read profile", "--set memory.profile=VALUE"});
+    expect_user_error(
+        "train --config " + config() + " --set memory.mode=adacc --memory-budget 64MiB --set memory.profile=" + missing,
+        {"cannot read profile", "--set memory.profile=VALUE"});
 }
 
 TEST_F(Cli, ShardWithWrongMagic) {

@@ -55,7 +55,9 @@ std::string mutate(const std::string& original, Kind kind, std::mt19937& gen) {
         return std::string(reinterpret_cast<const char*>(&n), 8) + text + original.substr(start);
     };
     switch (kind) {
-        case Kind::flips: for (int k = 1 + gen() % 8; k > 0; --k) flip(0, bytes.size()); break;
+        case Kind::flips:
+            for (int k = 1 + gen() % 8; k > 0; --k) flip(0, bytes.size());
+            break;
         case Kind::header_flip: flip(0, start); break;
         case Kind::truncate: bytes.resize(gen() % bytes.size()); break;
         case Kind::append: bytes.append(1 + gen() % 200, static_cast<char>(gen())); break;
@@ -70,20 +72,24 @@ std::string mutate(const std::string& original, Kind kind, std::mt19937& gen) {
             if (at == header.size()) return with_header(header);
             std::size_t end = at;
             while (end < header.size() && std::isdigit(static_cast<unsigned char>(header[end]))) ++end;
-            static const char* const numbers[] = {"0", "1", "7", "-1", "1.5", "4096", "18446744073709551615",
-                                                  "18446744073709551616", "1e3", "\"8\"", "null"};
+            static const char* const numbers[] = {
+                "0",   "1",     "7",   "-1", "1.5", "4096", "18446744073709551615", "18446744073709551616",
+                "1e3", "\"8\"", "null"};
             header.replace(at, end - at, numbers[gen() % std::size(numbers)]);
             return with_header(header);
         }
         case Kind::dtype: {
-            static const char* const dtypes[] = {"\"F32\"", "\"F16\"", "\"BF16\"", "\"I8\"", "\"F64\"", "\"BOOL\"", "\"f32\"", "7"};
+            static const char* const dtypes[] = {"\"F32\"", "\"F16\"",  "\"BF16\"", "\"I8\"",
+                                                 "\"F64\"", "\"BOOL\"", "\"f32\"",  "7"};
             const std::size_t at = header.find("\"dtype\":", gen() % header.size());
             const std::size_t found = at == std::string::npos ? header.find("\"dtype\":") : at;
             const std::size_t value = found + 8, end = header.find_first_of(",}", value);
             header.replace(value, end - value, dtypes[gen() % std::size(dtypes)]);
             return with_header(header);
         }
-        case Kind::data_only: if (bytes.size() > start) flip(start, bytes.size()); break;
+        case Kind::data_only:
+            if (bytes.size() > start) flip(start, bytes.size());
+            break;
         case Kind::count: break;
     }
     return bytes;
@@ -125,7 +131,8 @@ ReadOutcome read_and_check(const fs::path& file, const std::string& bytes, const
 bool same_table(const std::vector<SafetensorsTensor>& a, const std::vector<SafetensorsTensor>& b) {
     if (a.size() != b.size()) return false;
     for (std::size_t i = 0; i < a.size(); ++i)
-        if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape || a[i].offset != b[i].offset)
+        if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape ||
+            a[i].offset != b[i].offset)
             return false;
     return true;
 }
@@ -143,8 +150,11 @@ TEST_F(SafetensorsFuzz, MutatedFilesAreRefusedOrReadAsTheyAre) {
         std::vector<std::uint32_t> words(64 + 24 + 12 + 4);
         for (auto& w : words) w = gen();
         SafetensorsWriter out(source,
-                              {{"a.weight", DType::f32, {8, 8}}, {"h", DType::f16, {4, 12}}, {"b", DType::bf16, {24}},
-                               {"ids", DType::i32, {4}}, {"none", DType::f32, {0}}},
+                              {{"a.weight", DType::f32, {8, 8}},
+                               {"h", DType::f16, {4, 12}},
+                               {"b", DType::bf16, {24}},
+                               {"ids", DType::i32, {4}},
+                               {"none", DType::f32, {0}}},
                               {{"format", "pt"}});
         const char* p = reinterpret_cast<const char*>(words.data());
         out.write_next(p, 256);
@@ -248,10 +258,11 @@ TEST_F(HfFolderFuzz, TrainInitFromAMutatedFolderExitsZeroOrTwo) {
     for (int i = 0; i < 30; ++i) {
         const fs::path folder = dir / ("cli_" + std::to_string(i));
         fs::copy(dir / "original", folder);
-        write_bytes(folder / "model.safetensors", mutate(weights, static_cast<Kind>(i % static_cast<int>(Kind::count)), gen));
-        const test::ProcessResult r = test::run_adacc("train --config " + (dir / "run.toml").string() + " --init-from " +
-                                                      folder.string() + " --set logging.run_dir=" +
-                                                      (dir / ("run_" + std::to_string(i))).string());
+        write_bytes(folder / "model.safetensors",
+                    mutate(weights, static_cast<Kind>(i % static_cast<int>(Kind::count)), gen));
+        const test::ProcessResult r =
+            test::run_adacc("train --config " + (dir / "run.toml").string() + " --init-from " + folder.string() +
+                            " --set logging.run_dir=" + (dir / ("run_" + std::to_string(i))).string());
         ASSERT_TRUE(r.status == 0 || r.status == 2) << "mutation " << i << ": status " << r.status << "\n" << r.output;
         if (r.status == 2) {
             EXPECT_NE(r.output.find("error: "), std::string::npos) << r.output;

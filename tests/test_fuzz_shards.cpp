@@ -62,8 +62,14 @@ std::string mutate(std::string file, std::mt19937& random, std::string& what) {
         }
         case 2: {
             const std::int32_t n = static_cast<std::int32_t>(tokens);
-            const std::int32_t counts[] = {0, -1, n - 1, n + 1, 2 * n, std::numeric_limits<std::int32_t>::max(),
-                                           std::numeric_limits<std::int32_t>::min(), static_cast<std::int32_t>(random())};
+            const std::int32_t counts[] = {0,
+                                           -1,
+                                           n - 1,
+                                           n + 1,
+                                           2 * n,
+                                           std::numeric_limits<std::int32_t>::max(),
+                                           std::numeric_limits<std::int32_t>::min(),
+                                           static_cast<std::int32_t>(random())};
             const std::int32_t count = counts[below(std::size(counts))];
             set_int32(file, 8, count);
             what = "token count " + std::to_string(count);
@@ -131,7 +137,8 @@ bool start(Case& c) {
                                       << "\nmax_seq_len = 8\n[training]\nbatch_size = 2\nseq_len = 8\nsteps = 2\n"
                                       << "threads = 1\n[data]\ntrain = \"" << (c.dir / "shard.bin").string()
                                       << "\"\n[logging]\nrun_dir = \"" << (c.dir / "run").string() << "\"\n";
-    std::string binary = test::adacc_binary(), train = "train", flag = "--config", config = (c.dir / "run.toml").string();
+    std::string binary = test::adacc_binary(), train = "train", flag = "--config",
+                config = (c.dir / "run.toml").string();
     char* argv[] = {binary.data(), train.data(), flag.data(), config.data(), nullptr};
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
@@ -200,8 +207,8 @@ TEST(FuzzShards, MutatedShardsAreAcceptedOrRefusedCleanly) {
                 ++refused;
                 EXPECT_NE(output.find("error: "), std::string::npos) << label;
             }
-            EXPECT_EQ(*status == 0, c.usable) << (c.usable ? "a usable shard was refused: " : "a bad shard was accepted: ")
-                                              << label;
+            EXPECT_EQ(*status == 0, c.usable)
+                << (c.usable ? "a usable shard was refused: " : "a bad shard was accepted: ") << label;
             it = running.erase(it);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));

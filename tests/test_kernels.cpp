@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
-#include "kernels/vector_math.h"
 #include "kernels/rng.h"
+#include "kernels/vector_math.h"
 
 namespace adacc::cpu {
 namespace {
@@ -125,7 +125,8 @@ TEST_P(KernelGradTest, Matmul) {
     EXPECT_LT(relative_error(dbias, finite_difference(bias, fwd, w)), kTolerance);
     // Overwriting (a step's first micro-batch) gives exactly what accumulating into zeros gives.
     Vec dweight2(OC * C, 123.0f), dbias2(OC, -7.0f);
-    matmul_backward(kCtx, dx.data(), dweight2.data(), dbias2.data(), w.data(), x.data(), weight.data(), N, C, OC, false);
+    matmul_backward(kCtx, dx.data(), dweight2.data(), dbias2.data(), w.data(), x.data(), weight.data(), N, C, OC,
+                    false);
     EXPECT_EQ(dweight2, dweight);
     EXPECT_EQ(dbias2, dbias);
 }
@@ -158,7 +159,9 @@ void check_attention(const Shape& s, std::mt19937& gen, bool with_dropout) {
         const int t = row % T;
         double sum = 0;
         for (int t2 = 0; t2 < T; ++t2) {
-            if (t2 > t) { EXPECT_EQ(att[static_cast<std::size_t>(row) * T + t2], 0.0f); }
+            if (t2 > t) {
+                EXPECT_EQ(att[static_cast<std::size_t>(row) * T + t2], 0.0f);
+            }
             sum += att[static_cast<std::size_t>(row) * T + t2];
         }
         EXPECT_NEAR(sum, 1.0, 1e-5);
@@ -330,8 +333,8 @@ TEST(AdamW, ClipsOnlyAboveTheClipAndSkipsANonFiniteNorm) {
     auto step = [&](float clip, float norm, float grad_factor) {
         Vec params = p, grads = g, m(n), v(n);
         for (float& x : grads) x *= grad_factor;
-        adamw_update(kCtx, params.data(), nullptr, grads.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f,
-                     0.0f, clip, &norm, 1);
+        adamw_update(kCtx, params.data(), nullptr, grads.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f,
+                     clip, &norm, 1);
         return std::make_pair(params, m);
     };
     EXPECT_EQ(step(1.0f, 0.5f, 1.0f), step(0.0f, 0.5f, 1.0f)) << "norm below the clip: no scaling";
@@ -373,7 +376,11 @@ TEST(LossAccumulate, SumsInDoubleAndAccumulates) {
 TEST(Bf16, RoundsToNearestEven) {
     std::mt19937 gen(8);
     std::uniform_int_distribution<std::uint32_t> bits;
-    auto as_float = [](std::uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
+    auto as_float = [](std::uint32_t u) {
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    };
     for (int i = 0; i < 200000; ++i) {
         std::uint32_t u = bits(gen);
         if (i % 7 == 0) u = (u & 0xffff0000u) | 0x8000u;  // exact ties
@@ -416,7 +423,7 @@ double exp_approx_relative_bound() {
     const float c1 = 0.693359375f, c2 = 2.12194440e-4f;
     const float coef[6] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
                            8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};  // of r^2 .. r^7
-    const int depth[6] = {5, 7, 9, 11, 13, 14}, n_max = 127;                   // |n| for |x| <= 88.3
+    const int depth[6] = {5, 7, 9, 11, 13, 14}, n_max = 127;                       // |n| for |x| <= 88.3
     // n is the integer nearest x log2(e) up to the float rounding of x * 1.4427f (< 1e-5 in n).
     const double r_max = ln2 * (0.5 + 1e-5);
     const double dr = n_max * std::fabs(double(c1) - c2 - ln2) + u * n_max * c2 + u * (r_max + 1e-6);

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <optional>
 #include <random>
@@ -17,8 +17,8 @@
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
-#include "src/engine/activation_plan.h"
 #include "src/adacc/milp_planner.h"
+#include "src/engine/activation_plan.h"
 
 namespace adacc {
 namespace {
@@ -82,26 +82,25 @@ std::optional<double> brute_global(const std::vector<LayerClass>& classes, std::
         values.push_back(std::move(v));
     }
     std::optional<double> best;
-    std::function<void(std::size_t, int, std::size_t, std::size_t, double)> rec = [&](std::size_t c, int left,
-                                                                                      std::size_t from, std::size_t used,
-                                                                                      double cost) {
-        if (c == classes.size()) {
-            if (!best || cost < *best) best = cost;
-            return;
-        }
-        if (left == 0) {
-            if (c + 1 < classes.size())
-                rec(c + 1, classes[c + 1].layer_count, 0, used, cost);
-            else
-                rec(c + 1, 0, 0, used, cost);
-            return;
-        }
-        for (std::size_t i = from; i < values[c].size(); ++i) {
-            const auto& [t, b] = values[c][i];
-            if (used + b > avail) continue;
-            rec(c, left - 1, i, used + b, cost + weighted(o, t, b));
-        }
-    };
+    std::function<void(std::size_t, int, std::size_t, std::size_t, double)> rec =
+        [&](std::size_t c, int left, std::size_t from, std::size_t used, double cost) {
+            if (c == classes.size()) {
+                if (!best || cost < *best) best = cost;
+                return;
+            }
+            if (left == 0) {
+                if (c + 1 < classes.size())
+                    rec(c + 1, classes[c + 1].layer_count, 0, used, cost);
+                else
+                    rec(c + 1, 0, 0, used, cost);
+                return;
+            }
+            for (std::size_t i = from; i < values[c].size(); ++i) {
+                const auto& [t, b] = values[c][i];
+                if (used + b > avail) continue;
+                rec(c, left - 1, i, used + b, cost + weighted(o, t, b));
+            }
+        };
     rec(0, classes.empty() ? 0 : classes[0].layer_count, 0, 0, 0.0);
     return best;
 }
@@ -147,8 +146,8 @@ BlockProblem random_problem(std::mt19937& rng, int n, bool dense = false, std::s
         if (chance(dense ? 0.95 : 0.5)) {
             const int options = chance(0.5) ? 1 : (chance(0.6) ? 2 : 3);
             for (int o = 0; o < options; ++o)
-                t.compress_options.push_back({static_cast<Codec>(o), 1 + rng() % t.bytes,
-                                              chance(0.1) ? 0.0 : 5.0 * u01(rng), u01(rng)});
+                t.compress_options.push_back(
+                    {static_cast<Codec>(o), 1 + rng() % t.bytes, chance(0.1) ? 0.0 : 5.0 * u01(rng), u01(rng)});
         }
         t.recompute_ms = chance(0.1) ? 0.0 : 10.0 * u01(rng);
         for (int j = 0; j < i; ++j)
@@ -242,16 +241,16 @@ TEST(MilpPlanner, BlockFormMatchesBruteForceOnRandomProblems) {
         const BlockProblem p = random_problem(rng, n);
         const int L = 1 + static_cast<int>(rng() % 4);
         const std::size_t static_bytes = rng() % 5000, transient_bytes = rng() % 3000;
-        const std::size_t budget = random_budget(rng, static_bytes + transient_bytes, L * min_block_bytes(p),
-                                                 L * max_block_bytes(p));
+        const std::size_t budget =
+            random_budget(rng, static_bytes + transient_bytes, L * min_block_bytes(p), L * max_block_bytes(p));
         PlannerOptions o = random_weights(rng);
         const auto plans = all_plans(p);
         enumerated += plans.size();
         largest = std::max(largest, plans.size());
         const auto expected = brute_block(plans, L, static_bytes, transient_bytes, budget, o);
         for (bool literal : {false, true}) {
-            SCOPED_TRACE("instance " + std::to_string(instance) + " n=" + std::to_string(n) + " L=" +
-                         std::to_string(L) + (literal ? " literal model" : " reduced model"));
+            SCOPED_TRACE("instance " + std::to_string(instance) + " n=" + std::to_string(n) +
+                         " L=" + std::to_string(L) + (literal ? " literal model" : " reduced model"));
             o.literal_model = literal;
             const PlanResult r = MilpPlanner(o).solve_block(p, L, static_bytes, transient_bytes, budget);
             // The smallest memory any plan reaches, by brute force.
@@ -287,8 +286,7 @@ TEST(MilpPlanner, BlockFormMatchesBruteForceOnDenseProblems) {
     for (int instance = 0; instance < 20; ++instance) {
         const BlockProblem p = random_problem(rng, 9 + static_cast<int>(rng() % 4), true, 1000000);
         const int L = 1 + static_cast<int>(rng() % 48);
-        const std::size_t budget =
-            random_budget(rng, 1000, L * min_block_bytes(p), L * max_block_bytes(p));
+        const std::size_t budget = random_budget(rng, 1000, L * min_block_bytes(p), L * max_block_bytes(p));
         const PlannerOptions o = random_weights(rng);
         const auto plans = all_plans(p);
         const auto expected = brute_block(plans, L, 600, 400, budget, o);
@@ -315,7 +313,8 @@ TEST(MilpPlanner, BlockFormWithSeveralClassesMatchesBruteForce) {
                                            {random_problem(rng, 1 + rng() % 6), 1 + static_cast<int>(rng() % 3)}};
         std::size_t min_act = 0, max_act = 0;
         for (const auto& c : classes)
-            min_act += c.layer_count * min_block_bytes(c.problem), max_act += c.layer_count * max_block_bytes(c.problem);
+            min_act += c.layer_count * min_block_bytes(c.problem),
+                max_act += c.layer_count * max_block_bytes(c.problem);
         const std::size_t budget = random_budget(rng, 100, min_act, max_act);
         const PlannerOptions o = random_weights(rng);
         std::optional<double> expected;
@@ -323,7 +322,8 @@ TEST(MilpPlanner, BlockFormWithSeveralClassesMatchesBruteForce) {
         for (const Point& x : a)
             for (const Point& y : b) {
                 if (100 + classes[0].layer_count * x.b + classes[1].layer_count * y.b > budget) continue;
-                const double v = classes[0].layer_count * weighted(o, x.t, x.b) + classes[1].layer_count * weighted(o, y.t, y.b);
+                const double v =
+                    classes[0].layer_count * weighted(o, x.t, x.b) + classes[1].layer_count * weighted(o, y.t, y.b);
                 if (!expected || v < *expected) expected = v;
             }
         const PlanResult r = MilpPlanner(o).solve_block(classes, 60, 40, budget);
@@ -355,7 +355,8 @@ TEST(MilpPlanner, GlobalFormMatchesBruteForceOverPerLayerChoices) {
         }
         std::size_t min_act = 0, max_act = 0;
         for (const auto& c : classes)
-            min_act += c.layer_count * min_block_bytes(c.problem), max_act += c.layer_count * max_block_bytes(c.problem);
+            min_act += c.layer_count * min_block_bytes(c.problem),
+                max_act += c.layer_count * max_block_bytes(c.problem);
         const std::size_t static_bytes = rng() % 500, transient_bytes = rng() % 500;
         const std::size_t budget = random_budget(rng, static_bytes + transient_bytes, min_act, max_act);
         const PlannerOptions base = random_weights(rng);
@@ -533,7 +534,7 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
     int index[kNumTensorKinds];
     std::fill(index, index + kNumTensorKinds, -1);
     std::function<void(const OpInfo&, std::vector<int>&, double&)> expand = [&](const OpInfo& op, std::vector<int>& in,
-                                                                                   double& ms) {
+                                                                                double& ms) {
         ms += op_ms(op);
         for (TensorKind u : op.inputs) {
             const int idx = index[static_cast<int>(u)];
@@ -567,8 +568,8 @@ BlockProblem gpt_block_problem(const GPTConfig& cfg, const BlockGraph& g, int B,
                 pt.bytes = align64(t.bytes());
                 const std::size_t rows = t.kind == TensorKind::att ? N * cfg.n_head : N;
                 const std::size_t packed = align64(codec_max_bytes(adacc_codec(t.kind), rows, t.numel / rows, params));
-                pt.compress_options = {{adacc_codec(t.kind), packed,
-                                        2.0 * static_cast<double>(pt.bytes + packed) / 10e9 * 1e3}};
+                pt.compress_options = {
+                    {adacc_codec(t.kind), packed, 2.0 * static_cast<double>(pt.bytes + packed) / 10e9 * 1e3}};
             }
         }
         index[static_cast<int>(t.kind)] = static_cast<int>(p.tensors.size());

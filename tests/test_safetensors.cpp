@@ -53,7 +53,8 @@ protected:
                         const std::string& fragment) {
         const fs::path file = file_with(dir, name, header, data);
         const std::string message = refusal(file);
-        EXPECT_NE(message.find("'" + file.string() + "' is not a valid safetensors file"), std::string::npos) << message;
+        EXPECT_NE(message.find("'" + file.string() + "' is not a valid safetensors file"), std::string::npos)
+            << message;
         EXPECT_NE(message.find(fragment), std::string::npos) << "missing '" << fragment << "' in: " << message;
         EXPECT_NE(message.find("download or export it again"), std::string::npos) << message;
     }
@@ -94,7 +95,9 @@ TEST_F(Safetensors, WrittenFilesReadBackBitForBitWithAnAlignedHeader) {
     const fs::path file = dir / "written.safetensors";
     {
         SafetensorsWriter out(file,
-                              {{"w.weight", DType::f32, {2, 3}}, {"b16", DType::bf16, {3}}, {"ids", DType::i32, {2, 1}},
+                              {{"w.weight", DType::f32, {2, 3}},
+                               {"b16", DType::bf16, {3}},
+                               {"ids", DType::i32, {2, 1}},
                                {"empty", DType::f16, {0, 4}}},
                               {{"format", "pt"}, {"note", "a \"quoted\" value"}});
         out.write_next(f32.data(), f32.size() * 4);
@@ -132,9 +135,16 @@ TEST_F(Safetensors, WrittenFilesReadBackBitForBitWithAnAlignedHeader) {
 TEST_F(Safetensors, HalfPrecisionWidensToTheValueItEncodes) {
     // IEEE binary16: 1, -2, the smallest and largest subnormal, the smallest normal, the largest
     // finite, infinities, -0 and a NaN.
-    const std::vector<std::uint16_t> bits = {0x3C00, 0xC000, 0x0001, 0x03FF, 0x0400, 0x7BFF, 0x7C00, 0xFC00, 0x8000, 0x7E00};
-    const std::vector<float> values = {1.0f, -2.0f, 0x1p-24f, 1023 * 0x1p-24f, 0x1p-14f, 65504.0f,
-                                       std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+    const std::vector<std::uint16_t> bits = {0x3C00, 0xC000, 0x0001, 0x03FF, 0x0400,
+                                             0x7BFF, 0x7C00, 0xFC00, 0x8000, 0x7E00};
+    const std::vector<float> values = {1.0f,
+                                       -2.0f,
+                                       0x1p-24f,
+                                       1023 * 0x1p-24f,
+                                       0x1p-14f,
+                                       65504.0f,
+                                       std::numeric_limits<float>::infinity(),
+                                       -std::numeric_limits<float>::infinity(),
                                        -0.0f};
     const fs::path file = dir / "f16.safetensors";
     {
@@ -181,12 +191,14 @@ TEST_F(Safetensors, MalformedFilesAreRefusedNamingTheProblem) {
                    "tensor 'b' is F32 of shape [3], 12 bytes, but its data_offsets span 8");
     expect_refused("outside.st", R"({"b":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", eight,
                    "its tensors need 16 bytes of data, the file holds 8 after the header");
-    expect_refused("overlap.st",
-                   R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-                   eight + "1234", "tensor 'b' (bytes 4..) overlaps 'a' (..bytes 8)");
-    expect_refused("gap.st",
-                   R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-                   eight + "1234", "4 bytes before tensor 'b' belong to no tensor");
+    expect_refused(
+        "overlap.st",
+        R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+        eight + "1234", "tensor 'b' (bytes 4..) overlaps 'a' (..bytes 8)");
+    expect_refused(
+        "gap.st",
+        R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+        eight + "1234", "4 bytes before tensor 'b' belong to no tensor");
     expect_refused("trailing.st", "{" + b + "}", eight + "xyz", "its last 3 bytes belong to no tensor");
     expect_refused("twice.st", "{" + b + "," + b + "}", eight, "its header names 'b' twice");
     expect_refused("field_twice.st", R"({"b":{"dtype":"F32","dtype":"F16","shape":[2],"data_offsets":[0,8]}})", eight,
@@ -197,8 +209,8 @@ TEST_F(Safetensors, MalformedFilesAreRefusedNamingTheProblem) {
                    "tensor 'b' has an unknown field 'x'");
     expect_refused("missing.st", R"({"b":{"dtype":"F32","data_offsets":[0,8]}})", eight,
                    "tensor 'b' lacks one of dtype, shape, data_offsets");
-    expect_refused("overflow.st", R"({"b":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", eight,
-                   "tensor 'b''s size overflows 64 bits");
+    expect_refused("overflow.st", R"({"b":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+                   eight, "tensor 'b''s size overflows 64 bits");
 }
 
 TEST_F(Safetensors, AnEmptyFileIsValidAndOtherDtypesAreNotReadAsFloats) {

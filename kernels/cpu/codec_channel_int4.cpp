@@ -39,7 +39,8 @@ void quantize_row(const float* x, const float* s, std::size_t cols, std::uint8_t
         store_code_bytes(row_codes + j / 2, codes16(_mm512_loadu_ps(x + j), _mm512_loadu_ps(s + j)), 8);
     if (j < cols) {  // masked-off lanes load scale 0 and so code 0
         const __mmask16 lanes = first_lanes(cols - j);
-        store_code_bytes(row_codes + j / 2, codes16(_mm512_maskz_loadu_ps(lanes, x + j), _mm512_maskz_loadu_ps(lanes, s + j)),
+        store_code_bytes(row_codes + j / 2,
+                         codes16(_mm512_maskz_loadu_ps(lanes, x + j), _mm512_maskz_loadu_ps(lanes, s + j)),
                          (cols - j + 1) / 2);
     }
 #else

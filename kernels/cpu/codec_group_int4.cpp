@@ -66,7 +66,8 @@ void dequantize_sym(const std::uint8_t* row_codes, std::size_t first, std::size_
         const __m512 vs = _mm512_set1_ps(s);
         std::size_t i = 0;
         for (; i + 16 <= n; i += 16)
-            _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(unpack_nibbles(load_code_bytes(in + i / 2, 8))), vs));
+            _mm512_storeu_ps(out + i,
+                             _mm512_mul_ps(_mm512_cvtepi32_ps(unpack_nibbles(load_code_bytes(in + i / 2, 8))), vs));
         if (i < n) {
             const __m512i q = unpack_nibbles(load_code_bytes(in + i / 2, (n - i + 1) / 2));
             _mm512_mask_storeu_ps(out + i, first_lanes(n - i), _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs));
@@ -86,10 +87,12 @@ void quantize_group(const float* x, std::size_t n, float* scale, std::uint8_t* r
 
 // A whole row of `cols` elements in groups of G.
 void quantize_row(const float* x, std::size_t cols, std::size_t G, float* scales, std::uint8_t* row_codes) {
-    for (std::size_t g = 0, j = 0; j < cols; ++g, j += G) quantize_group(x + j, std::min(G, cols - j), scales + g, row_codes, j);
+    for (std::size_t g = 0, j = 0; j < cols; ++g, j += G)
+        quantize_group(x + j, std::min(G, cols - j), scales + g, row_codes, j);
 }
 void dequantize_row(const std::uint8_t* row_codes, const float* scales, std::size_t cols, std::size_t G, float* out) {
-    for (std::size_t g = 0, j = 0; j < cols; ++g, j += G) dequantize_sym(row_codes, j, std::min(G, cols - j), scales[g], out + j);
+    for (std::size_t g = 0, j = 0; j < cols; ++g, j += G)
+        dequantize_sym(row_codes, j, std::min(G, cols - j), scales[g], out + j);
 }
 
 // ---- Outlier channel selection. ----
@@ -100,7 +103,7 @@ void dequantize_row(const std::uint8_t* row_codes, const float* scales, std::siz
 std::size_t select_outliers(const float* src, std::size_t rows, std::size_t cols, float z, std::size_t cap,
                             double* sums, std::int32_t* idx) {
     if (cap == 0 || cols == 0) return 0;
-    // Sh_j over column ranges: each thread streams its slice of every row.
+        // Sh_j over column ranges: each thread streams its slice of every row.
 #pragma omp parallel
     {
         std::size_t begin, end;
@@ -182,7 +185,8 @@ std::size_t compress_group_int4(const float* src, std::size_t rows, std::size_t 
     std::uint8_t* codes = blob + L.codes;
     const std::size_t G = params.group_size, groups = ceil_div(cols, G), row_bytes = ceil_div(cols, 2);
 #pragma omp parallel for schedule(static)
-    for (std::size_t i = 0; i < rows; ++i) quantize_row(src + i * cols, cols, G, scales + i * groups, codes + i * row_bytes);
+    for (std::size_t i = 0; i < rows; ++i)
+        quantize_row(src + i * cols, cols, G, scales + i * groups, codes + i * row_bytes);
     zero_padding(scales, 4 * rows * groups);
     zero_padding(codes, rows * row_bytes);
     return L.total;
@@ -197,7 +201,8 @@ void decompress_group_int4(const void* blob_ptr, std::size_t rows, std::size_t c
     const std::uint8_t* codes = blob + L.codes;
     const std::size_t G = h.group_size, groups = ceil_div(cols, G), row_bytes = ceil_div(cols, 2);
 #pragma omp parallel for schedule(static)
-    for (std::size_t i = 0; i < rows; ++i) dequantize_row(codes + i * row_bytes, scales + i * groups, cols, G, dst + i * cols);
+    for (std::size_t i = 0; i < rows; ++i)
+        dequantize_row(codes + i * row_bytes, scales + i * groups, cols, G, dst + i * cols);
 }
 
 // ---- outlier_int4 ----
@@ -209,8 +214,9 @@ std::size_t compress_outlier_int4(const float* src, std::size_t rows, std::size_
         throw std::invalid_argument("outlier_int4 compress needs codec_scratch_bytes() of scratch");
     double* sums = static_cast<double*>(scratch);
     auto* idx = reinterpret_cast<std::int32_t*>(static_cast<std::uint8_t*>(scratch) + align64(8 * cols));
-    const std::size_t k = rows == 0 ? 0 : select_outliers(src, rows, cols, params.outlier_z,
-                                                          outlier_channel_cap(cols, params), sums, idx);
+    const std::size_t k =
+        rows == 0 ? 0
+                  : select_outliers(src, rows, cols, params.outlier_z, outlier_channel_cap(cols, params), sums, idx);
     write_header(dst, Codec::outlier_int4, rows, cols, params, k);
     const CodecLayout L = codec_layout(Codec::outlier_int4, rows, cols, params, k);
     auto* blob = static_cast<std::uint8_t*>(dst);

@@ -106,7 +106,7 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
             continue;
         }
         const double b = static_cast<double>(t.bytes) / unit;
-        m.const_bytes += b;  // kept unless a column below says otherwise
+        m.const_bytes += b;                               // kept unless a column below says otherwise
         lp::Row at_most_one{{}, {}, lp::RowType::le, 1};  // sum of comp + drop <= 1
         for (std::size_t o = 0; o < t.compress_options.size(); ++o) {
             if (!decision_allowed(t, {Policy::compress, static_cast<int>(o)}) ||
@@ -217,7 +217,8 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
     auto total_bytes = [&](const std::vector<BlockPlan>& plans) {
         std::size_t total = 0;
         for (std::size_t c = 0; c < classes.size(); ++c)
-            total += static_cast<std::size_t>(classes[c].layer_count) * evaluate_block(classes[c].problem, plans[c]).bytes;
+            total +=
+                static_cast<std::size_t>(classes[c].layer_count) * evaluate_block(classes[c].problem, plans[c]).bytes;
         return total;
     };
 
@@ -232,7 +233,7 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
             const auto out = model.solve(call.deadline, o, x, r.lp_solves);
             if (out == lp::Model::Outcome::failed || out == lp::Model::Outcome::infeasible) {
                 note = out == lp::Model::Outcome::failed ? "lp_solve found no plan within the time limit"
-                                                     : "lp_solve reported infeasible although a plan fits";
+                                                         : "lp_solve reported infeasible although a plan fits";
                 break;
             }
             std::vector<BlockPlan> plans;
@@ -246,7 +247,8 @@ PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std:
             set_plans(plans);
             r.status = out == lp::Model::Outcome::optimal ? PlanResult::optimal : PlanResult::suboptimal;
             if (out == lp::Model::Outcome::suboptimal)
-                note = call.deadline.fired ? "time limit reached; best plan found so far" : "lp_solve did not prove optimality";
+                note = call.deadline.fired ? "time limit reached; best plan found so far"
+                                           : "lp_solve did not prove optimality";
             solved = true;
         }
     } else {

@@ -18,8 +18,8 @@ struct BlockModel {
     std::vector<double> time;   // per column: ms contributed when it is 1
     std::vector<double> bytes;  // per column: memory units contributed when it is 1 (may be negative)
     std::vector<lp::Row> rows;
-    double const_bytes = 0;  // memory units independent of the columns
-    std::vector<int> keep_col, drop_col;     // -1: absent
+    double const_bytes = 0;                   // memory units independent of the columns
+    std::vector<int> keep_col, drop_col;      // -1: absent
     std::vector<std::vector<int>> comp_cols;  // per tensor, one column per compress option (-1: absent)
 };
 

@@ -114,7 +114,9 @@ BlockPlan smallest_plan(const BlockProblem& problem) {
     return plan;
 }
 
-std::size_t min_block_bytes(const BlockProblem& problem) { return evaluate_block(problem, smallest_plan(problem)).bytes; }
+std::size_t min_block_bytes(const BlockProblem& problem) {
+    return evaluate_block(problem, smallest_plan(problem)).bytes;
+}
 
 std::size_t max_block_bytes(const BlockProblem& problem) {
     std::size_t total = 0;

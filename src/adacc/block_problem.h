@@ -57,7 +57,7 @@ struct PlanTensor {
     std::vector<CompressOption> compress_options;  // empty: cannot be compressed
     double recompute_ms = 0;                       // forward time of its producing op (paid when that op re-runs)
     std::vector<int> inputs;                       // indices (< this one's) of the tensors its producing op reads
-    bool must_keep = false;            // block input (checkpoint anchor), tiny statistics
+    bool must_keep = false;                        // block input (checkpoint anchor), tiny statistics
     bool can_recompute = true;
     // Not on the tape at all (an intermediate backward does not read, e.g. attproj): never kept or
     // compressed; its op re-runs only when a recompute chain needs it. bytes/compression ignored.

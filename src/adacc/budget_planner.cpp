@@ -121,8 +121,8 @@ CodecParams codec_params_for(const Profile& profile, const GPTConfig& config) {
     for (const auto& t : profile.tensors) {
         const CodecMeasurement* outlier = t.find(Codec::outlier_int4);
         if (outlier == nullptr) continue;
-        const double cols = static_cast<double>(graph.tensor(t.kind).numel) /
-                            static_cast<double>(tensor_rows(config, t.kind, 1, T));
+        const double cols =
+            static_cast<double>(graph.tensor(t.kind).numel) / static_cast<double>(tensor_rows(config, t.kind, 1, T));
         most = std::max(most, std::round(outlier->outlier_fraction * cols));
     }
     params.max_outlier_channels = std::max(4, static_cast<int>(2 * most));

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "src/engine/model_observer.h"
 #include "src/adacc/policy_monitor.h"
+#include "src/engine/model_observer.h"
 
 namespace adacc {
 

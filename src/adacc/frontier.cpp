@@ -31,8 +31,8 @@ FrontierPoint smallest_point(const BlockProblem& problem) {
 
 }  // namespace
 
-std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size_t max_bytes,
-                                          const PlannerOptions& o, lp::Deadline& deadline, bool& exact, int& solves) {
+std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size_t max_bytes, const PlannerOptions& o,
+                                          lp::Deadline& deadline, bool& exact, int& solves) {
     exact = true;
     std::vector<FrontierPoint> points;
     const std::size_t min_b = min_block_bytes(problem);
@@ -44,7 +44,9 @@ std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size
         return points;
     }
     std::size_t cap = std::min(max_bytes, max_block_bytes(problem));
-    auto rhs_for = [&](std::size_t cap_bytes) { return std::floor(static_cast<double>(cap_bytes) / unit) - m.const_bytes; };
+    auto rhs_for = [&](std::size_t cap_bytes) {
+        return std::floor(static_cast<double>(cap_bytes) / unit) - m.const_bytes;
+    };
     lp::Model model(m.cols, m.rows, m.time, m.bytes, rhs_for(cap));
     std::vector<double> x;
     while (true) {

@@ -16,8 +16,8 @@ namespace adacc::milp {
 // The Pareto sweep for one block (see frontier.cpp): its non-dominated plans with bytes <=
 // max_bytes, by decreasing bytes. Counts lp_solve runs in `solves`; `exact` false when the
 // deadline or an unproven solve left it incomplete.
-std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size_t max_bytes,
-                                          const PlannerOptions& o, lp::Deadline& deadline, bool& exact, int& solves);
+std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size_t max_bytes, const PlannerOptions& o,
+                                          lp::Deadline& deadline, bool& exact, int& solves);
 
 // Independent parts of a block: tensors coupled through transients (a transient's op re-runs
 // when any consumer's does) belong together; nothing else couples two tensors' costs (a needed

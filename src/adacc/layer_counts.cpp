@@ -136,7 +136,8 @@ IpBounds ip_bounds(const std::vector<IpGroup>& g, std::size_t spare, double incu
     for (const IpGroup& grp : g)
         for (std::size_t p = 0; p + 1 < grp.cost.size(); ++p)
             if (grp.bytes[p] > grp.bytes.back())
-                hi = std::max(hi, (grp.cost.back() - grp.cost[p]) / static_cast<double>(grp.bytes[p] - grp.bytes.back()));
+                hi = std::max(hi,
+                              (grp.cost.back() - grp.cost[p]) / static_cast<double>(grp.bytes[p] - grp.bytes.back()));
     double lo = 0;
     hi *= 2;
     for (int it = 0; it < 200 && hi > lo; ++it) {
@@ -327,8 +328,9 @@ PlanResult MilpPlanner::solve_global(const std::vector<LayerClass>& classes, std
         model.set_memory_rhs(rhs);
         const auto out = model.solve(deadline, o, x, r.lp_solves);
         if (out == lp::Model::Outcome::failed || out == lp::Model::Outcome::infeasible) {
-            note = out == lp::Model::Outcome::failed ? "lp_solve found no layer assignment within the time limit"
-                                                 : "lp_solve reported the layer assignment infeasible although one fits";
+            note = out == lp::Model::Outcome::failed
+                       ? "lp_solve found no layer assignment within the time limit"
+                       : "lp_solve reported the layer assignment infeasible although one fits";
             break;
         }
         const IpCounts n = counts_of(x);

@@ -55,7 +55,8 @@ PlanResult infeasible_result(std::size_t static_bytes, std::size_t transient_byt
 void check_classes(const std::vector<LayerClass>& classes) {
     for (std::size_t c = 0; c < classes.size(); ++c) {
         if (classes[c].layer_count < 0)
-            throw std::invalid_argument("plan problem: layer class " + std::to_string(c) + " has a negative layer_count");
+            throw std::invalid_argument("plan problem: layer class " + std::to_string(c) +
+                                        " has a negative layer_count");
         validate_problem(classes[c].problem);
     }
 }
@@ -64,8 +65,8 @@ void check_classes(const std::vector<LayerClass>& classes) {
 namespace milp {
 
 PlanCall start_plan_call(const PlannerOptions& options, PlanGranularity granularity,
-                         const std::vector<LayerClass>& classes, std::size_t static_bytes,
-                         std::size_t transient_bytes, std::size_t budget_bytes) {
+                         const std::vector<LayerClass>& classes, std::size_t static_bytes, std::size_t transient_bytes,
+                         std::size_t budget_bytes) {
     PlanCall call;
     call.start = lp::Clock::now();
     check_classes(classes);

@@ -15,8 +15,8 @@ namespace adacc::milp {
 
 struct PlanCall {
     lp::Clock::time_point start;
-    PlannerOptions options;   // the planner's, with the granularity of this solve
-    lp::Deadline deadline;    // start + options.time_limit_s
+    PlannerOptions options;           // the planner's, with the granularity of this solve
+    lp::Deadline deadline;            // start + options.time_limit_s
     std::size_t min_activations = 0;  // the smallest tape bytes over all layers
     std::size_t available = 0;        // budget - static - transient (when feasible)
     // feasible: budget, min_possible_bytes and per_class (one entry per class) filled in;
@@ -27,8 +27,8 @@ struct PlanCall {
 // Throws std::invalid_argument on a malformed class (see validate_problem) or a negative
 // layer_count.
 PlanCall start_plan_call(const PlannerOptions& options, PlanGranularity granularity,
-                         const std::vector<LayerClass>& classes, std::size_t static_bytes,
-                         std::size_t transient_bytes, std::size_t budget_bytes);
+                         const std::vector<LayerClass>& classes, std::size_t static_bytes, std::size_t transient_bytes,
+                         std::size_t budget_bytes);
 
 // Fills the result's totals, per-layer decisions, solve time and summary message from its
 // per_class; `note` (may be empty) ends the message.

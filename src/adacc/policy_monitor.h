@@ -18,13 +18,13 @@
 namespace adacc {
 
 struct MonitorOptions {
-    int max_interval = 64;              // cap of the backoff (steps between samples)
+    int max_interval = 64;                // cap of the backoff (steps between samples)
     double stable_outlier_delta = 0.005;  // a move smaller than this (absolute) counts as stable
     double stable_relative_delta = 0.05;  // for error and size (relative)
-    double outlier_tolerance = 0.02;    // re-plan when a fraction moves this far from the plan's
-    double error_tolerance = 0.5;       // ... error grows by this factor (relative, 0.5 = +50%)
-    double size_tolerance = 0.25;       // ... compressed size grows by this factor
-    double max_codec_error = HUGE_VAL;  // ... or an error exceeds this (memory.max_codec_error)
+    double outlier_tolerance = 0.02;      // re-plan when a fraction moves this far from the plan's
+    double error_tolerance = 0.5;         // ... error grows by this factor (relative, 0.5 = +50%)
+    double size_tolerance = 0.25;         // ... compressed size grows by this factor
+    double max_codec_error = HUGE_VAL;    // ... or an error exceeds this (memory.max_codec_error)
     int min_steps_between_replans = 20;
 };
 
@@ -50,8 +50,8 @@ public:
 
     // Records a sample taken at `step`, updates the backoff, and returns the reason to re-plan
     // (empty when the plan still fits or the last switch is too recent).
-    std::optional<std::string> observe(int step, const std::vector<CodecSample>& sample,
-                                       std::size_t predicted_bytes, std::size_t budget_bytes);
+    std::optional<std::string> observe(int step, const std::vector<CodecSample>& sample, std::size_t predicted_bytes,
+                                       std::size_t budget_bytes);
 
 private:
     bool moved(const std::vector<CodecSample>& sample) const;

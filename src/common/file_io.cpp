@@ -1,14 +1,14 @@
 #include "src/common/file_io.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <string>
 #include <string_view>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <vector>
 
 #include "src/common/errors.h"
@@ -105,7 +105,7 @@ std::optional<std::filesystem::path> atomic_write_target(const std::filesystem::
 
 AtomicFileWriter::AtomicFileWriter(std::filesystem::path final_path, ExistingTarget existing)
     : final_path_(existing == ExistingTarget::write_through_symlink ? through_symlink(final_path)
-                                                                     : std::move(final_path)) {
+                                                                    : std::move(final_path)) {
     require_regular_or_absent(final_path_);
     std::string name = final_path_.string() + "." + std::string(kUniqueChars, 'X') + std::string(kTempSuffix);
     fd_ = ::mkostemps(name.data(), static_cast<int>(kTempSuffix.size()), O_CLOEXEC);
@@ -133,13 +133,12 @@ void AtomicFileWriter::fail(const char* what) const {
                     " (check free disk space and permissions)");
 }
 
-void AtomicFileWriter::write(const void* data, std::size_t bytes) {
-    write_at(size_, data, bytes);
-}
+void AtomicFileWriter::write(const void* data, std::size_t bytes) { write_at(size_, data, bytes); }
 
 void AtomicFileWriter::pad_to(std::uint64_t alignment) {
     static const std::vector<char> zeros(4096, 0);
-    while (size_ % alignment != 0) write(zeros.data(), std::min<std::uint64_t>(alignment - size_ % alignment, zeros.size()));
+    while (size_ % alignment != 0)
+        write(zeros.data(), std::min<std::uint64_t>(alignment - size_ % alignment, zeros.size()));
 }
 
 void AtomicFileWriter::write_at(std::uint64_t offset, const void* data, std::size_t bytes) {

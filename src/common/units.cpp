@@ -23,14 +23,25 @@ struct SizeUnit {
 };
 constexpr std::uint64_t kKiB = 1024;
 constexpr SizeUnit kSizeUnits[] = {
-    {"", 1},           {"b", 1},
-    {"k", kKiB},       {"kib", kKiB},       {"kb", 1000},
-    {"m", kKiB * kKiB}, {"mib", kKiB * kKiB}, {"mb", 1000 * 1000},
-    {"g", kKiB * kKiB * kKiB}, {"gib", kKiB * kKiB * kKiB}, {"gb", 1000ull * 1000 * 1000},
-    {"t", kKiB * kKiB * kKiB * kKiB}, {"tib", kKiB * kKiB * kKiB * kKiB}, {"tb", 1000ull * 1000 * 1000 * 1000},
-    {"p", kKiB * kKiB * kKiB * kKiB * kKiB}, {"pib", kKiB * kKiB * kKiB * kKiB * kKiB},
+    {"", 1},
+    {"b", 1},
+    {"k", kKiB},
+    {"kib", kKiB},
+    {"kb", 1000},
+    {"m", kKiB* kKiB},
+    {"mib", kKiB* kKiB},
+    {"mb", 1000 * 1000},
+    {"g", kKiB* kKiB* kKiB},
+    {"gib", kKiB* kKiB* kKiB},
+    {"gb", 1000ull * 1000 * 1000},
+    {"t", kKiB* kKiB* kKiB* kKiB},
+    {"tib", kKiB* kKiB* kKiB* kKiB},
+    {"tb", 1000ull * 1000 * 1000 * 1000},
+    {"p", kKiB* kKiB* kKiB* kKiB* kKiB},
+    {"pib", kKiB* kKiB* kKiB* kKiB* kKiB},
     {"pb", 1000ull * 1000 * 1000 * 1000 * 1000},
-    {"e", kKiB * kKiB * kKiB * kKiB * kKiB * kKiB}, {"eib", kKiB * kKiB * kKiB * kKiB * kKiB * kKiB},
+    {"e", kKiB* kKiB* kKiB* kKiB* kKiB* kKiB},
+    {"eib", kKiB* kKiB* kKiB* kKiB* kKiB* kKiB},
     {"eb", 1000ull * 1000 * 1000 * 1000 * 1000 * 1000},
 };
 
@@ -42,7 +53,8 @@ SizeParse try_parse_size(std::string_view text) {
     const auto trimmed = trim_blanks(text);
     const auto number_end = trimmed.find_first_not_of("0123456789.");
     const auto number = trimmed.substr(0, number_end);
-    std::string unit(trim_blanks(number_end == std::string_view::npos ? std::string_view{} : trimmed.substr(number_end)));
+    std::string unit(
+        trim_blanks(number_end == std::string_view::npos ? std::string_view{} : trimmed.substr(number_end)));
     std::ranges::transform(unit, unit.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
 
     const auto* found = std::ranges::find_if(kSizeUnits, [&](const SizeUnit& u) { return u.suffix == unit; });

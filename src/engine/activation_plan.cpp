@@ -58,7 +58,9 @@ std::vector<Codec> candidate_codecs(TensorKind kind, CodecCandidates candidates)
 }
 
 ActivationPlan::ActivationPlan(const BlockGraph& block, int n_layer)
-    : n_layer_(n_layer), plannable_(kNumTensorKinds, false), is_mask_(kNumTensorKinds, false),
+    : n_layer_(n_layer),
+      plannable_(kNumTensorKinds, false),
+      is_mask_(kNumTensorKinds, false),
       policies_(static_cast<std::size_t>(n_layer) * kNumTensorKinds) {
     for (const auto& t : block.tensors()) {
         plannable_[static_cast<int>(t.kind)] = t.saved && !t.tiny && t.kind != TensorKind::x;
@@ -70,7 +72,8 @@ void ActivationPlan::set(int layer, TensorKind kind, TensorPolicy policy) {
     if (!plannable_[static_cast<int>(kind)]) return;
     if (policy.policy == Policy::compress && (policy.codec == Codec::bitpack) != is_mask_[static_cast<int>(kind)])
         throw std::invalid_argument(std::string("codec ") + codec_name(policy.codec) + " cannot compress tensor " +
-                                    tensor_kind_name(kind) + " (masks take bitpack, fp32 and bf16 tensors an INT4 codec)");
+                                    tensor_kind_name(kind) +
+                                    " (masks take bitpack, fp32 and bf16 tensors an INT4 codec)");
     policies_[index(layer, kind)] = policy;
 }
 

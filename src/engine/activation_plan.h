@@ -10,11 +10,10 @@
 
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
-#include "src/engine/policy.h"
 #include "src/engine/memory_mode.h"
+#include "src/engine/policy.h"
 
 namespace adacc {
-
 
 struct TensorPolicy {
     Policy policy = Policy::keep;
@@ -64,7 +63,7 @@ private:
     }
     int n_layer_;
     std::vector<bool> plannable_;  // per kind: saved, not x, not tiny
-    std::vector<bool> is_mask_;  // per kind: a byte mask (bitpack only) rather than activations (INT4 codecs)
+    std::vector<bool> is_mask_;    // per kind: a byte mask (bitpack only) rather than activations (INT4 codecs)
     std::vector<TensorPolicy> policies_;
 };
 

@@ -22,15 +22,16 @@ struct TapeSlot {
     int layer = 0;
     TensorKind kind = TensorKind::x;
     Policy policy = Policy::keep;
-    std::size_t offset = 0;      // from the tape's start, multiple of 64
-    std::size_t bytes = 0;       // bytes reserved (0 for recompute; a compressed blob's bound)
-    std::size_t full_bytes = 0;  // the tensor's uncompressed size
+    std::size_t offset = 0;          // from the tape's start, multiple of 64
+    std::size_t bytes = 0;           // bytes reserved (0 for recompute; a compressed blob's bound)
+    std::size_t full_bytes = 0;      // the tensor's uncompressed size
     std::size_t measured_bytes = 0;  // compressed: the blob's exact size once measured, else 0
 };
 
 struct TapeUsage {
     std::size_t used = 0;  // aligned bytes, including padding between slots
-    std::array<std::size_t, 3> by_policy{};  // reserved slot bytes (unaligned) per Policy; recompute: full bytes not stored
+    std::array<std::size_t, 3>
+        by_policy{};  // reserved slot bytes (unaligned) per Policy; recompute: full bytes not stored
     // Compressed slots whose exact size was measured: how many, their exact and reserved bytes.
     std::size_t measured_slots = 0, measured_bytes = 0, measured_reserved = 0;
 };

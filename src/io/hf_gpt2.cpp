@@ -66,7 +66,8 @@ void write_text(const fs::path& file, const std::string& text) {
 class HfConfig {
 public:
     explicit HfConfig(fs::path file) : file_(std::move(file)), json_(read_json(file_)) {
-        if (!json_.is_object()) throw UserError(quoted(file_) + " is not a JSON object: download the model folder again");
+        if (!json_.is_object())
+            throw UserError(quoted(file_) + " is not a JSON object: download the model folder again");
     }
     json value(const char* key, const json& fallback) const {
         const auto found = json_.find(key);
@@ -116,7 +117,8 @@ void check_activation(const HfConfig& config) {
 void check_block(const HfConfig& config, int n_embd) {
     const json& n_inner = config.value("n_inner", nullptr);
     if (!n_inner.is_null() && n_inner != 4 * n_embd)
-        config.refuse("n_inner", n_inner, "adacc's MLP is 4 x n_embd = " + std::to_string(4 * n_embd) + " wide (n_inner null)");
+        config.refuse("n_inner", n_inner,
+                      "adacc's MLP is 4 x n_embd = " + std::to_string(4 * n_embd) + " wide (n_inner null)");
     const json& epsilon = config.value("layer_norm_epsilon", kLayerNormEpsilon);
     if (!epsilon.is_number() || std::abs(epsilon.get<double>() - kLayerNormEpsilon) > 1e-6 * kLayerNormEpsilon)
         config.refuse("layer_norm_epsilon", epsilon, "adacc's layernorms use 1e-5");
@@ -136,12 +138,12 @@ struct HfParam {
 };
 constexpr HfParam kEmbeddings[] = {{"wte.weight", ParamId::wte, false}, {"wpe.weight", ParamId::wpe, false}};
 constexpr HfParam kLayerParams[] = {
-    {"ln_1.weight", ParamId::ln1w, false},         {"ln_1.bias", ParamId::ln1b, false},
-    {"attn.c_attn.weight", ParamId::qkvw, true},   {"attn.c_attn.bias", ParamId::qkvb, false},
+    {"ln_1.weight", ParamId::ln1w, false},           {"ln_1.bias", ParamId::ln1b, false},
+    {"attn.c_attn.weight", ParamId::qkvw, true},     {"attn.c_attn.bias", ParamId::qkvb, false},
     {"attn.c_proj.weight", ParamId::attprojw, true}, {"attn.c_proj.bias", ParamId::attprojb, false},
-    {"ln_2.weight", ParamId::ln2w, false},         {"ln_2.bias", ParamId::ln2b, false},
-    {"mlp.c_fc.weight", ParamId::fcw, true},       {"mlp.c_fc.bias", ParamId::fcb, false},
-    {"mlp.c_proj.weight", ParamId::fcprojw, true}, {"mlp.c_proj.bias", ParamId::fcprojb, false},
+    {"ln_2.weight", ParamId::ln2w, false},           {"ln_2.bias", ParamId::ln2b, false},
+    {"mlp.c_fc.weight", ParamId::fcw, true},         {"mlp.c_fc.bias", ParamId::fcb, false},
+    {"mlp.c_proj.weight", ParamId::fcprojw, true},   {"mlp.c_proj.bias", ParamId::fcprojb, false},
 };
 constexpr HfParam kFinalNorm[] = {{"ln_f.weight", ParamId::lnfw, false}, {"ln_f.bias", ParamId::lnfb, false}};
 
@@ -192,7 +194,8 @@ void place(const HfTensor& t, const float* values, const ParameterLayout& layout
 }
 
 // The reverse: `t` as the folder stores it, in `buffer` when it must be transposed.
-const float* extract(const HfTensor& t, const ParameterLayout& layout, const float* params, std::vector<float>& buffer) {
+const float* extract(const HfTensor& t, const ParameterLayout& layout, const float* params,
+                     std::vector<float>& buffer) {
     const float* src = layout.at(params, t.id, t.layer);
     if (!t.conv1d) return src;  // wte's first vocab_size rows are contiguous, the padding after them
     const std::size_t in = t.shape[0], out = t.shape[1];
@@ -203,9 +206,9 @@ const float* extract(const HfTensor& t, const ParameterLayout& layout, const flo
 }
 
 std::string describe_config(const GPTConfig& c) {
-    return "n_layer=" + std::to_string(c.n_layer) + ", n_embd=" + std::to_string(c.n_embd) + ", n_head=" +
-           std::to_string(c.n_head) + ", n_positions=" + std::to_string(c.max_seq_len) + ", vocab_size=" +
-           std::to_string(c.vocab_size);
+    return "n_layer=" + std::to_string(c.n_layer) + ", n_embd=" + std::to_string(c.n_embd) +
+           ", n_head=" + std::to_string(c.n_head) + ", n_positions=" + std::to_string(c.max_seq_len) +
+           ", vocab_size=" + std::to_string(c.vocab_size);
 }
 
 // ---- the weight files --------------------------------------------------------------------------
@@ -264,7 +267,8 @@ private:
         for (const auto& [name, shard] : index["weight_map"].items()) {
             const FoundTensor* found = find(name);
             if (!found || found->file != shards.at(shard.get<std::string>()))
-                throw UserError(quoted(index_file) + " puts '" + name + "' in " + shard.dump() + ", which does not hold it" + fix);
+                throw UserError(quoted(index_file) + " puts '" + name + "' in " + shard.dump() +
+                                ", which does not hold it" + fix);
         }
         for (const auto& [name, found] : tensors_)
             if (!index["weight_map"].contains(name))
@@ -330,8 +334,9 @@ void check_tied_head(const HfWeights& weights, const FoundTensor& wte, const fs:
     const FoundTensor* head = weights.find(kHeadName);
     if (!head) return;
     if (head->tensor->shape != wte.tensor->shape)
-        throw UserError("tensor 'lm_head.weight' in " + quoted(head->file->path()) + " is " + shape_text(head->tensor->shape) +
-                        ", but the head tied to the token embedding is " + shape_text(wte.tensor->shape) + "; " + kGpt2Fix);
+        throw UserError("tensor 'lm_head.weight' in " + quoted(head->file->path()) + " is " +
+                        shape_text(head->tensor->shape) + ", but the head tied to the token embedding is " +
+                        shape_text(wte.tensor->shape) + "; " + kGpt2Fix);
     std::vector<float> head_values(head->tensor->numel()), wte_values(wte.tensor->numel());
     head->file->read_f32(*head->tensor, head_values.data());
     wte.file->read_f32(*wte.tensor, wte_values.data());
@@ -369,9 +374,12 @@ void write_tokenizer(const fs::path& dir, const fs::path& vocab_dir, const Gpt2T
     copy_file_atomically(from.merges, to.merges);
     const std::uint32_t eot = tokenizer.eot_token();
     const std::string eot_text = tokenizer.decode({&eot, 1});
-    const json tokenizer_config = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", config.max_seq_len},
-                                   {"bos_token", eot_text},              {"eos_token", eot_text},
-                                   {"unk_token", eot_text},              {"add_prefix_space", false}};
+    const json tokenizer_config = {{"tokenizer_class", "GPT2Tokenizer"},
+                                   {"model_max_length", config.max_seq_len},
+                                   {"bos_token", eot_text},
+                                   {"eos_token", eot_text},
+                                   {"unk_token", eot_text},
+                                   {"add_prefix_space", false}};
     write_text(dir / kTokenizerConfigFile, tokenizer_config.dump(2) + "\n");
 }
 
@@ -406,11 +414,10 @@ json config_json(const GPTConfig& config, const std::optional<Gpt2Tokenizer>& to
 struct HfFolder {
     GPTConfig config;
     HfWeights weights;
-    std::vector<HfTensor> tensors;       // the model's, in state-dict order
+    std::vector<HfTensor> tensors;          // the model's, in state-dict order
     std::vector<const FoundTensor*> found;  // each one's place in the files
 
-    explicit HfFolder(const fs::path& dir)
-        : config(read_config(dir)), weights(dir), tensors(hf_tensors(config)) {
+    explicit HfFolder(const fs::path& dir) : config(read_config(dir)), weights(dir), tensors(hf_tensors(config)) {
         const std::string prefix = weights.find(std::string(kPrefix) + "wte.weight") ? kPrefix : "";
         std::set<std::string> used;
         for (const auto& t : tensors) {
@@ -426,7 +433,8 @@ struct HfFolder {
 
 GPTConfig HfFolder::read_config(const fs::path& dir) {
     if (!is_hf_model_dir(dir))
-        throw UserError(quoted(dir) + " is not a Hugging Face model folder: it has no config.json; pass the folder "
+        throw UserError(quoted(dir) +
+                        " is not a Hugging Face model folder: it has no config.json; pass the folder "
                         "a Hub download (e.g. `huggingface-cli download openai-community/gpt2 --local-dir DIR`) or "
                         "`adacc export --hf-model DIR` wrote");
     const HfConfig hf(dir / kConfigFile);
@@ -477,8 +485,9 @@ void save_hf_gpt2(const fs::path& dir, const GPTConfig& config, const float* par
     if (!vocab_dir.empty()) {
         tokenizer = Gpt2Tokenizer::load(vocab_dir);
         if (tokenizer->vocab_size() != static_cast<std::uint32_t>(config.vocab_size))
-            throw UserError("the vocabulary in " + quoted(vocab_dir) + " has " + std::to_string(tokenizer->vocab_size()) +
-                            " tokens, but the model's vocab_size is " + std::to_string(config.vocab_size) +
+            throw UserError("the vocabulary in " + quoted(vocab_dir) + " has " +
+                            std::to_string(tokenizer->vocab_size()) + " tokens, but the model's vocab_size is " +
+                            std::to_string(config.vocab_size) +
                             ": pass the vocabulary the model was trained with, or export without --vocab");
     }
     std::error_code error;

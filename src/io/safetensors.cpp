@@ -74,7 +74,6 @@ json parse_header(const std::string& text, const fs::path& file) {
     }
     if (!repeated.empty()) refuse(file, "its header names '" + repeated + "' twice");
     return header;  // an object: the text starts with '{'
-
 }
 
 std::uint64_t unsigned_value(const json& value, const std::string& what, const fs::path& file) {
@@ -114,14 +113,15 @@ SafetensorsTensor parse_entry(const std::string& name, const json& entry, const 
     if (!offsets.is_array() || offsets.size() != 2) refuse(file, what + "'s data_offsets are not [begin, end]");
     const std::uint64_t begin = unsigned_value(offsets[0], what + "'s begin", file);
     const std::uint64_t end = unsigned_value(offsets[1], what + "'s end", file);
-    if (end < begin) refuse(file, what + " ends (" + std::to_string(end) + ") before it begins (" + std::to_string(begin) + ")");
+    if (end < begin)
+        refuse(file, what + " ends (" + std::to_string(end) + ") before it begins (" + std::to_string(begin) + ")");
     tensor.offset = begin;
     tensor.bytes = end - begin;
     const std::uint64_t expected = checked_product(numel, dtype_size(tensor.dtype), what + "'s byte size", file);
     if (tensor.bytes != expected)
         refuse(file, what + " is " + std::string(safetensors_dtype_name(tensor.dtype)) + " of shape " +
-                         shape_text(tensor.shape) + ", " + std::to_string(expected) + " bytes, but its data_offsets span " +
-                         std::to_string(tensor.bytes));
+                         shape_text(tensor.shape) + ", " + std::to_string(expected) +
+                         " bytes, but its data_offsets span " + std::to_string(tensor.bytes));
     return tensor;
 }
 
@@ -129,7 +129,8 @@ std::map<std::string, std::string> parse_metadata(const json& metadata, const fs
     if (!metadata.is_object()) refuse(file, std::string(kMetadataKey) + " is not an object");
     std::map<std::string, std::string> values;
     for (const auto& [key, value] : metadata.items()) {
-        if (!value.is_string()) refuse(file, std::string(kMetadataKey) + " '" + key + "' is " + value.dump() + ", not a string");
+        if (!value.is_string())
+            refuse(file, std::string(kMetadataKey) + " '" + key + "' is " + value.dump() + ", not a string");
         values[key] = value.get<std::string>();
     }
     return values;
@@ -141,8 +142,8 @@ void check_tiling(const std::vector<SafetensorsTensor>& tensors, std::uint64_t d
     const SafetensorsTensor* previous = nullptr;
     for (const auto& t : tensors) {
         if (t.offset < end)
-            refuse(file, "tensor '" + t.name + "' (bytes " + std::to_string(t.offset) + "..) overlaps '" + previous->name +
-                             "' (..bytes " + std::to_string(end) + ")");
+            refuse(file, "tensor '" + t.name + "' (bytes " + std::to_string(t.offset) + "..) overlaps '" +
+                             previous->name + "' (..bytes " + std::to_string(end) + ")");
         if (t.offset > end)
             refuse(file, std::to_string(t.offset - end) + " bytes before tensor '" + t.name + "' belong to no tensor");
         end = t.offset + t.bytes;
@@ -151,8 +152,7 @@ void check_tiling(const std::vector<SafetensorsTensor>& tensors, std::uint64_t d
     if (end > data_bytes)
         refuse(file, "its tensors need " + std::to_string(end) + " bytes of data, the file holds " +
                          std::to_string(data_bytes) + " after the header (truncated?)");
-    if (end < data_bytes)
-        refuse(file, "its last " + std::to_string(data_bytes - end) + " bytes belong to no tensor");
+    if (end < data_bytes) refuse(file, "its last " + std::to_string(data_bytes - end) + " bytes belong to no tensor");
 }
 
 }  // namespace
@@ -187,14 +187,17 @@ SafetensorsFile::SafetensorsFile(const fs::path& file) : path_(file), file_(file
         refuse(file, "it has " + std::to_string(file_.size()) + " bytes, fewer than the 8 of the header's length");
     if (header_bytes > file_.size() - kLengthBytes || header_bytes > kMaxHeaderBytes)
         refuse(file, "its header's length is " + std::to_string(header_bytes) + " bytes, but the file has " +
-                         std::to_string(file_.size()) + " (and headers are at most " + std::to_string(kMaxHeaderBytes) + ")");
+                         std::to_string(file_.size()) + " (and headers are at most " + std::to_string(kMaxHeaderBytes) +
+                         ")");
     std::string text(header_bytes, '\0');
     if (!file_.read_at(kLengthBytes, text.data(), text.size())) refuse(file, "it ended while reading its header");
     if (text.empty() || text.front() != '{') refuse(file, "its header does not start with '{'");
     const json header = parse_header(text, file);
     for (const auto& [name, entry] : header.items()) {
-        if (name == kMetadataKey) metadata_ = parse_metadata(entry, file);
-        else tensors_.push_back(parse_entry(name, entry, file));
+        if (name == kMetadataKey)
+            metadata_ = parse_metadata(entry, file);
+        else
+            tensors_.push_back(parse_entry(name, entry, file));
     }
     std::sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) {
         return a.offset != b.offset ? a.offset < b.offset : a.bytes < b.bytes;
@@ -225,8 +228,10 @@ void SafetensorsFile::read_f32(const SafetensorsTensor& tensor, float* dst) cons
                         "model.to(torch.float32) and save_pretrained)");
     std::vector<std::uint16_t> halves(n);
     read(tensor, halves.data());
-    if (tensor.dtype == DType::f16) std::transform(halves.begin(), halves.end(), dst, f16_to_float);
-    else std::transform(halves.begin(), halves.end(), dst, [](std::uint16_t b) { return to_float(bf16{b}); });
+    if (tensor.dtype == DType::f16)
+        std::transform(halves.begin(), halves.end(), dst, f16_to_float);
+    else
+        std::transform(halves.begin(), halves.end(), dst, [](std::uint16_t b) { return to_float(bf16{b}); });
 }
 
 SafetensorsWriter::SafetensorsWriter(const fs::path& file, std::vector<SafetensorsSpec> tensors,
@@ -258,8 +263,8 @@ void SafetensorsWriter::write_next(const void* data, std::size_t bytes) {
     std::uint64_t expected = dtype_size(spec.dtype);
     for (const auto d : spec.shape) expected *= d;
     if (bytes != expected)
-        throw std::logic_error("safetensors: tensor '" + spec.name + "' given " + std::to_string(bytes) + " bytes, declared " +
-                               std::to_string(expected));
+        throw std::logic_error("safetensors: tensor '" + spec.name + "' given " + std::to_string(bytes) +
+                               " bytes, declared " + std::to_string(expected));
     out_.write(data, bytes);
     ++written_;
 }

@@ -242,9 +242,12 @@ std::string kernel_base_name(const char* expression) {
     std::string name;
     int depth = 0;
     for (const char* c = expression; *c; ++c) {
-        if (*c == '<') ++depth;
-        else if (*c == '>') --depth;
-        else if (depth == 0 && *c != ' ' && *c != '(' && *c != ')') name += *c;
+        if (*c == '<')
+            ++depth;
+        else if (*c == '>')
+            --depth;
+        else if (depth == 0 && *c != ' ' && *c != '(' && *c != ')')
+            name += *c;
     }
     return name;
 }
