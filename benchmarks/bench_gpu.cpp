@@ -4,14 +4,20 @@
 // fixed memory mode at one batch. MFU counts FLOPs per token as llm.c does, 6 N + 6 L C T (N
 // parameters, L layers, C channels; attention's T-dependent part included once per layer), against
 // the GPU's dense peak for the precision the kernels use. One table on stdout, JSON with --json.
+// --per-op instead: where each preset's step goes, per op family and per kernel (KernelTiming:
+// CUDA events around every kernel), with each family's FLOPs and bytes per step and the fraction
+// of the GPU's roofline its time reaches.
 //   bench_gpu [--presets gpt-117m,gpt-345m] [--seq 1024] [--steps 6] [--warmup 2] [--json FILE]
+//             [--per-op]
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "src/cli/command_line.h"
@@ -19,6 +25,7 @@
 #include "src/common/units.h"
 #include "src/cuda/cuda_device.h"
 #include "src/engine/gpt_model.h"
+#include "src/engine/kernel_timing.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/optimizer.h"
 
@@ -27,20 +34,22 @@ namespace {
 using namespace adacc;
 
 // Dense (no sparsity) tensor-core peaks in TFLOP/s by GPU, from NVIDIA's datasheets: bf16, and
-// fp32 without TF32 (the precision the kernels use today; see README).
+// fp32 without TF32 (the precision the kernels use today; see README); and the memory bandwidth
+// in GB/s (the per-op table's roofline).
 struct GpuPeak {
     const char* name_part;
-    double bf16_tflops, fp32_tflops;
+    double bf16_tflops, fp32_tflops, memory_gbps;
 };
 constexpr GpuPeak kPeaks[] = {
-    {"H200", 989.0, 67.0}, {"H100 SXM", 989.0, 67.0}, {"H100 PCIe", 756.0, 51.0}, {"H100", 989.0, 67.0},
-    {"A100", 312.0, 19.5}, {"L40S", 362.0, 91.6},     {"A10", 125.0, 31.2},
+    {"H200", 989.0, 67.0, 4800.0}, {"H100 SXM", 989.0, 67.0, 3350.0}, {"H100 PCIe", 756.0, 51.0, 2000.0},
+    {"H100", 989.0, 67.0, 3350.0}, {"A100", 312.0, 19.5, 2039.0},     {"L40S", 362.0, 91.6, 864.0},
+    {"A10", 125.0, 31.2, 600.0},
 };
 
 GpuPeak peak_for(const std::string& gpu) {
     for (const GpuPeak& p : kPeaks)
         if (gpu.find(p.name_part) != std::string::npos) return p;
-    return {"unknown", 0.0, 0.0};
+    return {"unknown", 0.0, 0.0, 0.0};
 }
 
 double llmc_flops_per_token(const GPTConfig& c, std::size_t params, int T) {
@@ -53,9 +62,12 @@ struct StepTiming {
 };
 
 // Steps as TrainingStep runs them: everything queued, the loss and norm read back once at the end.
-StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType dtype, int steps, int warmup) {
+// With `per_kernel`, the timed steps run under a KernelTiming and their kernels' times add up there.
+StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType dtype, int steps, int warmup,
+                      KernelTimes* per_kernel = nullptr) {
     GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, mode), {}, ModelUse::training, {Device::cuda, dtype});
     Backend& backend = model.backend();
+    std::unique_ptr<KernelTiming> kernel_timing;
     model.init_weights(1337);
     std::mt19937 gen(1);
     std::vector<int> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
@@ -66,6 +78,7 @@ StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType
     StepTiming timing;
     for (int step = 1; step <= warmup + steps; ++step) {
         backend.synchronize();
+        if (per_kernel && step == warmup + 1) kernel_timing = std::make_unique<KernelTiming>(backend);
         const auto t0 = std::chrono::steady_clock::now();
         model.forward_step(tokens.data(), targets.data(), B, T, DropoutContext{}, 1.0f / (B * T), double(B) * T, false);
         model.backward(tokens.data(), B, T, false);
@@ -74,9 +87,129 @@ StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType
         timing.loss = model.read_step().loss;
         if (step > warmup) ms.push_back(ms_since(t0));
     }
+    if (kernel_timing) *per_kernel = kernel_timing->take();
     std::sort(ms.begin(), ms.end());
     timing.median_ms = ms[ms.size() / 2];
     return timing;
+}
+
+// ---- the per-op table (--per-op) ----
+
+// Each kernel's op family, by its name (kernels/ops.inc names a kernel after its op).
+const char* family_of(const std::string& kernel) {
+    const std::pair<const char*, const char*> prefixes[] = {
+        {"matmul", "matmul"},
+        {"attention", "attention"},
+        {"layernorm", "layernorm"},
+        {"gelu", "gelu"},
+        {"residual", "residual+dropout"},
+        {"dropout", "residual+dropout"},
+        {"encoder", "encoder"},
+        {"fused_classifier", "classifier"},
+        {"loss_accumulate", "optimizer+loss"},
+        {"global_norm", "optimizer+loss"},
+        {"adamw", "optimizer+loss"},
+        {"codec", "codecs"},
+    };
+    for (const auto& [prefix, family] : prefixes)
+        if (kernel.rfind(prefix, 0) == 0) return family;
+    return "other";
+}
+
+// What a family must do in one step of mode none, without dropout: the FLOPs of its matrix
+// products (0 where a family is memory-bound and its arithmetic does not bound it) and the bytes
+// it must move at least, each operand read once and each result written once. N = B T tokens,
+// e = the activations' bytes per element, P parameters; weights are e bytes (their working copy),
+// weight gradients fp32 read and written (they accumulate). Attention's FLOPs are the causal
+// half's, as llm.c's 6LCT counts them; the materialized one also writes and reads its B H T x T
+// scores. Estimates of the least work, against which a kernel's time is judged, not a count of
+// what the kernels do.
+struct FamilyCost {
+    double flops = 0, bytes = 0;
+};
+std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T, DType dtype, std::size_t params) {
+    const double N = double(B) * T, C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab_size(), H = c.n_head;
+    const double e = static_cast<double>(dtype_size(dtype)), P = static_cast<double>(params);
+    const double scores = double(B) * H * T * T;  // one B x H x T x T matrix's elements
+    std::map<std::string, FamilyCost> cost;
+    // Per layer: qkv (C -> 3C), attention projection (C -> C), fc (C -> 4C), fc projection (4C -> C):
+    // sum of in x out = 12 C^2, of outputs 9C, of inputs 7C. Then the classifier (C -> Vp).
+    const double matmul_fwd_flops = 2 * N * 12 * C * C * L + 2 * N * C * Vp;
+    const double matmul_fwd_bytes = L * e * (16 * N * C + 12 * C * C) + e * (N * C + C * Vp + N * Vp);
+    const double matmul_bwd_bytes =
+        L * (e * (23 * N * C + 12 * C * C) + 8 * 12 * C * C) + e * (N * Vp + 2 * N * C + C * Vp) + 8 * C * Vp;
+    cost["matmul"] = {3 * matmul_fwd_flops, matmul_fwd_bytes + matmul_bwd_bytes};
+    const bool materialized = c.attention == AttentionImpl::materialized;
+    cost["attention"] = {6 * N * T * C * L,
+                         L * (e * 12 * N * C + (materialized ? e * 7 * scores : 8 * double(B) * H * T))};
+    cost["layernorm"] = {0, (2 * L + 1) * (e * 6 * N * C + 16 * N)};
+    cost["gelu"] = {0, L * e * 4 * N * C * 5};
+    cost["residual+dropout"] = {0, 2 * L * e * N * C * 5};
+    cost["encoder"] = {0, e * 2 * N * C + 8 * N * C};
+    cost["classifier"] = {0, e * 2 * N * Vp};
+    cost["optimizer+loss"] = {0, P * (4 + 28 + e)};
+    return cost;
+}
+
+// One preset's step, kernel by kernel, grouped by family: ms per step, the share of the step,
+// FLOPs and bytes per step, and the roofline fraction: the least time the family's FLOPs and
+// bytes need at the GPU's peaks over the time it took.
+nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B, int T, DType dtype,
+                            const GpuPeak& peak, int steps, int warmup) {
+    KernelTimes kernels;
+    const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, dtype, steps, warmup, &kernels);
+    const double peak_flops = (dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops) * 1e12;
+    const double peak_bytes = peak.memory_gbps * 1e9;
+    const std::map<std::string, FamilyCost> costs = family_costs(cfg, B, T, dtype, ParameterLayout(cfg).total());
+    std::map<std::string, double> family_ms;
+    for (int k = 0; k < kNumKernels; ++k)
+        if (kernels.calls[k] > 0) family_ms[family_of(kKernelNames[k])] += kernels.ms[k] / steps;
+    const double kernels_ms = kernels.total_ms() / steps;
+    std::printf(
+        "\n%s, batch %d x seq %d, %s, mode none, %s attention: step %.1f ms (median of %d, kernels timed), "
+        "its kernels %.1f ms\n",
+        name.c_str(), B, T, std::string(dtype_name(dtype)).c_str(), attention_impl_name(cfg.attention), t.median_ms,
+        steps, kernels_ms);
+    std::printf("%-18s %9s %7s %11s %10s %9s %8s %9s\n", "family", "ms/step", "share", "GFLOP/step", "GB/step",
+                "TFLOP/s", "GB/s", "roofline");
+    nlohmann::json out = {{"model", name},
+                          {"batch", B},
+                          {"seq", T},
+                          {"step_ms", t.median_ms},
+                          {"kernels_ms", kernels_ms},
+                          {"families", nlohmann::json::array()},
+                          {"kernels", nlohmann::json::array()}};
+    for (const auto& [family, ms] : family_ms) {
+        const auto it = costs.find(family);
+        const FamilyCost cost = it == costs.end() ? FamilyCost{} : it->second;
+        const double seconds = ms / 1e3;
+        const double least =
+            std::max(peak_flops > 0 ? cost.flops / peak_flops : 0.0, peak_bytes > 0 ? cost.bytes / peak_bytes : 0.0);
+        const double roofline = seconds > 0 ? least / seconds : 0.0;
+        std::printf("%-18s %9.2f %6.1f%% %11.1f %10.2f %9.1f %8.0f %8.1f%%\n", family.c_str(), ms,
+                    100 * ms / t.median_ms, cost.flops / 1e9, cost.bytes / 1e9,
+                    seconds > 0 ? cost.flops / seconds / 1e12 : 0.0, seconds > 0 ? cost.bytes / seconds / 1e9 : 0.0,
+                    100 * roofline);
+        out["families"].push_back({{"family", family},
+                                   {"ms_per_step", ms},
+                                   {"flops_per_step", cost.flops},
+                                   {"bytes_per_step", cost.bytes},
+                                   {"roofline_fraction", roofline}});
+    }
+    std::printf("%-18s %9.2f %6.1f%%   (copies, memsets, launch gaps: the step less its kernels)\n", "rest",
+                t.median_ms - kernels_ms, 100 * (t.median_ms - kernels_ms) / t.median_ms);
+    std::printf("  by kernel (ms per step, calls per step):");
+    int shown = 0;
+    for (int k = 0; k < kNumKernels; ++k) {
+        if (kernels.calls[k] == 0) continue;
+        std::printf("%s %s %.2f (%ld)", shown++ % 4 == 0 ? "\n   " : ";", kKernelNames[k], kernels.ms[k] / steps,
+                    kernels.calls[k] / steps);
+        out["kernels"].push_back({{"kernel", kKernelNames[k]},
+                                  {"ms_per_step", kernels.ms[k] / steps},
+                                  {"calls_per_step", kernels.calls[k] / steps}});
+    }
+    std::printf("\n");
+    return out;
 }
 
 int largest_power_of_two_batch(const GPTConfig& cfg, int T, MemoryMode mode, DType dtype) {
@@ -95,12 +228,14 @@ int main(int argc, char** argv) {
     std::vector<std::string> presets{"gpt-117m", "gpt-345m"};
     int T = 1024, steps = 6, warmup = 2;
     std::string json_file, dtype_name = "bf16";
+    bool per_op = false;
     app.option("--presets", presets, "model presets").comma_separated();
     app.option("--seq", T, "sequence length");
     app.option("--steps", steps, "measured steps").in_range(1, 1000);
     app.option("--warmup", warmup, "steps before measuring").in_range(0, 1000);
     app.option("--json", json_file, "also write the results here");
     app.option("--dtype", dtype_name, "model dtype: bf16 (default) or fp32").one_of({"bf16", "fp32"});
+    app.flag("--per-op", per_op, "where each preset's step goes: ms, FLOPs, bytes and roofline per op family");
     if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
     try {
         const CudaDeviceInfo gpu = cuda_device_info();
@@ -121,6 +256,26 @@ int main(int argc, char** argv) {
                               {"seq_len", T},
                               {"runs", nlohmann::json::array()},
                               {"modes", nlohmann::json::array()}};
+        if (per_op) {
+            std::printf(
+                "GPU %s (sm_%d), %s; roofline: the least time a family's FLOPs (at %.0f TFLOP/s) and bytes "
+                "(at %.0f GB/s) need, over its time\n",
+                gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(),
+                dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops, peak.memory_gbps);
+            out["per_op"] = nlohmann::json::array();
+            for (const std::string& name : presets) {
+                const auto cfg = gpt_preset(name);
+                if (!cfg) throw UserError("unknown preset " + name);
+                const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none, dtype);
+                if (B == 0) {
+                    std::printf("%-10s does not fit even at batch 1\n", name.c_str());
+                    continue;
+                }
+                out["per_op"].push_back(per_op_table(name, *cfg, B, T, dtype, peak, steps, warmup));
+            }
+            if (!json_file.empty()) std::ofstream(json_file) << out.dump(2) << '\n';
+            return 0;
+        }
         std::printf(
             "GPU %s (sm_%d), %s; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 %.1f, "
             "bf16 %.0f TFLOP/s)\n\n",

@@ -4,7 +4,7 @@
 #   call 1  the CUDA tests on the device (test_cuda_device: every kernel against its CPU twin, the
 #           whole-model training steps against the CPU backend, recompute bit-identity,
 #           checkpoints); bench_gpu (gpt-117m and gpt-345m at T=1024: step ms, tokens/s, MFU, then
-#           the fixed memory modes at one batch); the per-op table (bench_gpu --per-op, once built);
+#           the fixed memory modes at one batch); the per-op table (bench_gpu --per-op);
 #           Hugging Face GPT-2 export and import against transformers (scripts/hf_gpt2_check.py,
 #           on the CPU: this machine's python3 has torch and transformers).
 #   call 2  compute-sanitizer memcheck and racecheck on the kernel tests; the largest batch per mode
@@ -448,20 +448,13 @@ step_bench_gpu() {
   highlight bench_gpu "$(body "$log" | head -20)"
 }
 
-# bench_gpu --per-op (each op's time per step, for the same presets) is not built yet: run it once
-# bench_gpu --help mentions it, with the bench's options; until then a skip line says so.
+# Where each preset's step goes (bench_gpu --per-op): ms per step per op family beside its FLOPs,
+# bytes and roofline fraction, then per kernel, from CUDA events around every kernel.
 step_per_op_table() {
-  local log="$WORK/per_op_table.txt" probe
-  probe="$(scaled 5)"
-  run_timed "$log" "$probe" "$BIN/bench_gpu" --help
-  if ! grep -q -- '--per-op' "$log"; then
-    STATUS=SKIP NOTE="bench_gpu --per-op is not built yet (bench_gpu --help does not mention it)"
-    return
-  fi
-  run_timed "$log" "$(rest "$1" "$probe")" "${LINEBUF[@]}" "$BIN/bench_gpu" --per-op "${BENCH_ARGS[@]}" \
-    --json "$WORK/per_op_table.json"
+  local log="$WORK/per_op_table.txt"
+  run_timed "$log" "$1" "${LINEBUF[@]}" "$BIN/bench_gpu" --per-op "${BENCH_ARGS[@]}" --json "$WORK/per_op_table.json"
   judge "$log"
-  highlight per_op_table "$(body "$log" | grep -v -- '--' | head -40)"
+  highlight per_op_table "$(body "$log" | head -60)"
 }
 
 # adacc's Hugging Face GPT-2 folders against transformers' GPT2LMHeadModel: an exported tiny model

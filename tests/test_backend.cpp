@@ -7,6 +7,7 @@
 // to the CPU backend's, and a step must copy no more than the tokens in and the losses out.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -18,6 +19,7 @@
 #include "src/adacc/codec_sampler.h"
 #include "src/common/errors.h"
 #include "src/engine/gpt_model.h"
+#include "src/engine/kernel_timing.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/optimizer.h"
 #include "tests/test_support.h"
@@ -243,6 +245,62 @@ TEST(Backend, AKernelTheBackendDeclinesIsRefusedNamingItsOpAndTheFix) {
     // A kernel outside the blocks is checked too.
     remote.declined = Kernel::fused_classifier;
     EXPECT_NE(refusal(cfg, remote, DType::f32).find("kernel fused_classifier (the embedding"), std::string::npos);
+}
+
+// KernelTiming (bench_gpu --per-op's source) times every kernel a step runs without changing a
+// bit of it, counts each call once, and puts the backend's table back when it goes. The counts
+// are the model's: per layer two layernorms and four matmuls, plus the final layernorm and the
+// classifier's matmul; one encoder pass each way.
+TEST(Backend, KernelTimingCountsEveryKernelOfAStepAndChangesNothing) {
+    const int B = 2, T = 16, N = B * T;
+    GPTConfig cfg = tiny_config();
+    cfg.dropout = 0.0f;
+    const int L = cfg.n_layer;
+    RemoteBackend remote;
+    const KernelTable untimed = remote.kernels();
+    auto step = [&](KernelTiming* timing, KernelTimes* times, double* wall_ms) {
+        GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, MemoryMode::none), {}, ModelUse::training, remote,
+                       remote.device());
+        model.init_weights(5);
+        const auto tokens = random_tokens(N, cfg.vocab_size, 1), targets = random_tokens(N, cfg.vocab_size, 2);
+        if (timing) timing->take();  // the start-up's kernels (weight copies) are not the step's
+        const auto t0 = std::chrono::steady_clock::now();
+        model.forward_step(tokens.data(), targets.data(), B, T, DropoutContext{}, 1.0f / N, N, false);
+        model.backward(tokens.data(), B, T, false);
+        queue_gradient_norm(model);
+        queue_adamw_step(model, OptimizerOptions{}, 1e-3f, 1);
+        const StepReadout readout = model.read_step();
+        if (wall_ms)
+            *wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (timing) *times = timing->take();
+        return readout;
+    };
+    const StepReadout plain = step(nullptr, nullptr, nullptr);
+    KernelTimes times;
+    double wall_ms = 0;
+    StepReadout timed;
+    {
+        KernelTiming timing(remote);
+        EXPECT_THROW(KernelTiming second(cpu_backend()), std::logic_error);
+        timed = step(&timing, &times, &wall_ms);
+    }
+    EXPECT_EQ(timed.loss, plain.loss);
+    EXPECT_EQ(timed.grad_norm, plain.grad_norm);
+    EXPECT_EQ(std::memcmp(&remote.kernels(), &untimed, sizeof untimed), 0) << "the table is put back";
+    auto calls = [&](Kernel k) { return times.calls[static_cast<int>(k)]; };
+    EXPECT_EQ(calls(Kernel::encoder_forward), 1);
+    EXPECT_EQ(calls(Kernel::encoder_backward), 1);
+    EXPECT_EQ(calls(Kernel::layernorm_forward), 2 * L + 1);
+    EXPECT_EQ(calls(Kernel::layernorm_backward), 2 * L + 1);
+    EXPECT_EQ(calls(Kernel::matmul_forward), 4 * L + 1);
+    EXPECT_EQ(calls(Kernel::matmul_backward), 4 * L + 1);
+    EXPECT_EQ(calls(Kernel::gelu_forward), L);
+    EXPECT_EQ(calls(Kernel::fused_classifier), 1);
+    EXPECT_GE(calls(Kernel::adamw_update), 1);
+    EXPECT_EQ(calls(Kernel::codec_compress), 0) << "mode none compresses nothing";
+    for (int k = 0; k < kNumKernels; ++k) EXPECT_GE(times.ms[k], 0.0) << kKernelNames[k];
+    EXPECT_GT(times.total_ms(), 0.0);
+    EXPECT_LE(times.total_ms(), wall_ms) << "the kernels' times are parts of the step's";
 }
 
 }  // namespace

@@ -72,6 +72,7 @@ public:
     const KernelContext& context() const { return context_; }
 
 protected:
+    friend class KernelTiming;  // swaps kernels_'s pointers for timed ones while it lives (kernel_timing.h)
     KernelTable kernels_;
     KernelContext context_;
 };
