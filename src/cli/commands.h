@@ -19,6 +19,7 @@ void add_eval_command(Command& program);      // src/cli/eval.cpp
 void add_config_command(Command& program);    // src/cli/config.cpp
 void add_plan_command(Command& program);      // src/cli/plan.cpp
 void add_export_command(Command& program);    // src/cli/export.cpp
+void add_gradients_command(Command& program);  // src/cli/gradients.cpp
 
 // The model a command reads, as --checkpoint DIR|FILE, --llmc-model FILE or --hf-model DIR (one of
 // them; src/train/weights_file.h opens them): src/cli/weights_options.cpp. Used by sample and eval.

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
     adacc::add_config_command(program);
     adacc::add_plan_command(program);
     adacc::add_export_command(program);
+    adacc::add_gradients_command(program);
     // Data parallelism is training's: any other command would run N times over.
     if (adacc::process_group().world_size > 1 && (argc < 2 || std::string(argv[1]) != "train"))
         adacc::abort_process_group("error: only `adacc train` runs as several processes; start this command without "

@@ -20,11 +20,14 @@ void first_batch(const RunConfig& config, std::vector<int>& inputs, std::vector<
 }
 
 // The parameter gradients (the whole gradient arena) of one forward and backward of `model` at
-// its weights on (inputs, targets), dropout off, the loss averaged over the batch's tokens.
+// its weights on (inputs, targets), dropout off, the loss averaged over the batch's tokens; the
+// loss itself into *loss when asked.
 std::vector<float> gradients_on(GPTModel& model, int B, int T, const std::vector<int>& inputs,
-                                const std::vector<int>& targets) {
+                                const std::vector<int>& targets, float* loss = nullptr) {
     const DropoutContext no_dropout{0, 1, 0, /*training=*/false};
-    model.forward(inputs.data(), targets.data(), B, T, no_dropout, 1.0f / static_cast<float>(B * T));
+    const float mean_loss =
+        model.forward(inputs.data(), targets.data(), B, T, no_dropout, 1.0f / static_cast<float>(B * T));
+    if (loss) *loss = mean_loss;
     model.backward(inputs.data(), B, T, /*accumulate=*/false);
     std::vector<float> grads(model.num_params());
     model.read_arena(ModelArena::gradients, 0, grads.size(), grads.data());
@@ -39,13 +42,24 @@ std::unique_ptr<GPTModel> make_model(const RunConfig& config, const ComputeTarge
 
 }  // namespace
 
+FirstBatchGradients first_batch_gradients(const RunConfig& config, const ComputeTarget& target,
+                                          const ActivationPlan& plan, const CodecParams& codec_params,
+                                          const WeightsFile* weights) {
+    const std::unique_ptr<GPTModel> model = make_model(config, target, plan, codec_params);
+    if (weights)
+        load_weights(*weights, *model);
+    else
+        init_run_weights(*model, config.training.seed, config.stress);
+    FirstBatchGradients out;
+    first_batch(config, out.inputs, out.targets);
+    out.gradients =
+        gradients_on(*model, config.training.batch_size, config.training.seq_len, out.inputs, out.targets, &out.loss);
+    return out;
+}
+
 std::vector<float> gradients_at_init(const RunConfig& config, const ComputeTarget& target, const ActivationPlan& plan,
                                      const CodecParams& codec_params) {
-    const std::unique_ptr<GPTModel> model = make_model(config, target, plan, codec_params);
-    init_run_weights(*model, config.training.seed, config.stress);
-    std::vector<int> inputs, targets;
-    first_batch(config, inputs, targets);
-    return gradients_on(*model, config.training.batch_size, config.training.seq_len, inputs, targets);
+    return first_batch_gradients(config, target, plan, codec_params).gradients;
 }
 
 FidelityProbe::FidelityProbe(const RunConfig& config, const ComputeTarget& target)

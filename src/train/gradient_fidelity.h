@@ -14,6 +14,7 @@
 #include "src/config/run_config.h"
 #include "src/engine/activation_plan.h"
 #include "src/engine/gpt_model.h"
+#include "src/train/weights_file.h"
 
 namespace adacc {
 
@@ -29,8 +30,24 @@ struct GradientFidelity {
     std::vector<std::pair<std::string, Fidelity>> tensors;  // per parameter tensor, in layout order
 };
 
-// The parameter gradients (the whole gradient arena) of that one step under `plan`, at
-// training.batch_size x seq_len on `target`'s device and dtype.
+// One forward and backward on the run's first training batch (training.batch_size x seq_len, the
+// batch training's first micro-batch reads), dropout off: the batch, the loss (the mean over its
+// B x T tokens) and the parameter gradients (the whole gradient arena, in the parameter layout's
+// order, llm.c's).
+struct FirstBatchGradients {
+    std::vector<int> inputs, targets;  // B x T each, row-major
+    float loss = 0;
+    std::vector<float> gradients;
+};
+
+// That step under `plan` on `target`'s device and dtype, at the run's initial weights
+// (training.seed and [stress]) or, given `weights`, at the file's (its shape checked against
+// the config's).
+FirstBatchGradients first_batch_gradients(const RunConfig& config, const ComputeTarget& target,
+                                          const ActivationPlan& plan, const CodecParams& codec_params,
+                                          const WeightsFile* weights = nullptr);
+
+// Its gradients at the run's initial weights (`adacc compare`'s fidelity).
 std::vector<float> gradients_at_init(const RunConfig& config, const ComputeTarget& target, const ActivationPlan& plan,
                                      const CodecParams& codec_params);
 
