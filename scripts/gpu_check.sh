@@ -6,7 +6,10 @@
 #           checkpoints); bench_gpu (gpt-117m and gpt-345m at T=1024: step ms, tokens/s, MFU, then
 #           the fixed memory modes at one batch); the per-op table (bench_gpu --per-op);
 #           Hugging Face GPT-2 export and import against transformers (scripts/hf_gpt2_check.py,
-#           on the CPU: this machine's python3 has torch and transformers).
+#           on the CPU: this machine's python3 has torch and transformers); adacc's PyTorch peer
+#           (scripts/torch_reference.py, on the GPU): gpt-117m's loss and gradients on one batch,
+#           adacc fp32 and bf16 against torch, then gpt-117m and gpt-345m at T=1024, batch 16,
+#           tokens/s of adacc and of torch (bf16 autocast, SDPA, torch.compile) and their ratio.
 #   call 2  compute-sanitizer memcheck and racecheck on the kernel tests; the largest batch per mode
 #           by exact accounting (adacc memory); the planned modes training at gpt-345m (adacc compare:
 #           none, full, quant, recompute-opt, adacc; R = (t_full - t_adacc) / (t_full - t_none));
@@ -41,7 +44,8 @@ set -uo pipefail
 # gets 8 minutes; every step may also take 5 s to die after its timeout (timeout -k 5), which the
 # device call's timeout_s (540) leaves room for.
 MAX_CALL_S=480
-PLAN_1="preflight:15 device_tests:150 bench_gpu:150 per_op_table:125 hf_gpt2:40"
+# Call 1's first H200 run: device_tests took 4 s, bench_gpu 18 s, hf_gpt2 26 s; per_op_table skipped.
+PLAN_1="preflight:15 device_tests:60 bench_gpu:60 per_op_table:125 hf_gpt2:40 torch_peer:180"
 PLAN_2="preflight:15 memcheck:75 racecheck:75 max_batch_345m:20 max_batch_4.7b:40 compare_345m:135 adacc_4.7b:120"
 
 plan_of() { case "$1" in 1) echo "$PLAN_1" ;; 2) echo "$PLAN_2" ;; esac; }
@@ -68,7 +72,8 @@ print_plan() {
 
 usage() {
   echo "usage: gpu_check.sh 1 | 2 | --plan" >&2
-  echo "  1       preflight, CUDA tests on the device, bench_gpu, per-op table, Hugging Face GPT-2 vs transformers" >&2
+  echo "  1       preflight, CUDA tests on the device, bench_gpu, per-op table, Hugging Face GPT-2 vs transformers," >&2
+  echo "          adacc vs its PyTorch peer (gradients, tokens/s)" >&2
   echo "  2       preflight, compute-sanitizer memcheck + racecheck, largest batches, planned modes at gpt-345m, gpt-4.7b adacc" >&2
   echo "  --plan  each call's step timeouts and their sum; exit 1 if a call's sum is over $MAX_CALL_S s" >&2
   exit 2
@@ -434,7 +439,7 @@ step_racecheck() { sanitize racecheck "$1"; }
 
 # Each preset at the largest power-of-two batch that fits, then the four fixed modes at gpt-117m's
 # batch: six runs of 1 warm-up + 3 measured steps, 24 steps of at most a few hundred ms each on an
-# H200, with room for slow kernels and the runs' setup within 150 s.
+# H200, with room for slow kernels and the runs' setup within 60 s (the first H200 run took 18 s).
 # shellcheck disable=SC2054  # the commas are bench_gpu's list syntax
 BENCH_ARGS=(--presets gpt-117m,gpt-345m --seq 1024 --steps 3 --warmup 1)
 
@@ -470,6 +475,28 @@ step_hf_gpt2() {
   fi
   judge "$log"
   highlight hf_gpt2 "$(grep -E '^hf_gpt2' "$log")"
+}
+
+# adacc against its PyTorch peer, torch on the GPU (the machine's python3 has torch): adacc's
+# `gradients` of gpt-117m at B=4, T=1024 (--device cuda, fp32 and bf16) against torch's fp32 (TF32
+# off) and bf16 autocast, each tensor's relative L2 within the tolerances torch_reference.py
+# derives, and a swapped tensor caught; then gpt-117m and gpt-345m at T=1024, batch 16: adacc
+# (compare --modes none, bf16) and torch (bf16 autocast, SDPA, torch.compile per block, fused
+# AdamW), 5 timed steps after 2 warm-up (torch's first compiles: ~30-60 s a preset, counted in
+# its warm-up, not its tokens/s), tokens/s side by side and adacc / torch. The script skips a
+# preset with less than 60 s left of --budget-s; what ran is printed as it goes.
+step_torch_peer() {
+  local log="$WORK/torch_peer.txt"
+  run_timed "$log" "$1" env LD_LIBRARY_PATH="$PYTHON_LIBRARY_PATH" "${LINEBUF[@]}" python3 "$HERE/torch_reference.py" \
+    check --device cuda --speed --speed-presets gpt-117m,gpt-345m --speed-batch 16 --seq 1024 \
+    --adacc "$BIN/adacc" --adacc-library-path "${LD_LIBRARY_PATH:-}" --work "$TMP_ROOT/torch_peer" \
+    --budget-s "$(rest "$1" 10)"
+  if grep -q '^torch_peer: skipped' "$log"; then
+    STATUS=SKIP NOTE="$(grep -m1 '^torch_peer: skipped' "$log" | cut -c1-120)"
+    return
+  fi
+  judge "$log"
+  highlight torch_peer "$(grep -E '^torch_peer ' "$log" | grep -v 'per tensor:$')"
 }
 
 # The largest batch per mode by exact accounting. The accounting is the same on any machine (README's

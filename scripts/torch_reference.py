@@ -227,8 +227,11 @@ class Gpt:
     def compile(self):
         import torch
         # One graph for every layer (the same shapes: the layers' parameters are its inputs) and
-        # one for the head: compile time does not grow with the depth.
-        self.block, self.head = torch.compile(block), torch.compile(head)
+        # one for the head: compile time does not grow with the depth. Static shapes, and the
+        # previous preset's graphs forgotten: after a shape change Dynamo would otherwise compile
+        # a dynamic-shape graph.
+        torch._dynamo.reset()
+        self.block, self.head = torch.compile(block, dynamic=False), torch.compile(head, dynamic=False)
 
     def parameters(self):
         return list(self.top.values()) + [p for layer in self.layers for p in layer.values()]
