@@ -6,10 +6,15 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 
 #include "data/token_shard.h"
+#include "src/config/config.h"
+#include "src/engine/memory_report.h"
+#include "src/io/gradients_file.h"
+#include "src/train/gradient_fidelity.h"
 #include "tests/test_support.h"
 
 namespace adacc {
@@ -171,6 +176,54 @@ TEST_F(Cli, SampleFromModelWithForeignVocab) {
     if (!std::filesystem::exists(vocab)) GTEST_SKIP() << "../shared/data/gpt2_tokenizer not present";
     expect_user_error("sample --checkpoint " + (dir / "run").string() + " --vocab " + vocab.string() + " --prompt hi",
                       {"vocab_size", "97"});
+}
+
+// `adacc gradients` writes what first_batch_gradients computes (the fidelity probe's batch, loss
+// and gradients), laid out as README's Formats says: the peer (scripts/torch_reference.py) reads
+// it by that description. Both run the CPU kernels on the same machine in the same order, so the
+// floats are equal, not close.
+TEST_F(Cli, GradientsFileHoldsTheFirstBatchItsLossAndGradients) {
+    const std::string cfg = config();
+    const auto file = dir / "grads.bin";
+    const Result r = run_adacc("gradients --config " + cfg + " --output " + file.string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("keep-all, dropout off"), std::string::npos) << r.output;
+    const RunConfig c = load_config(cfg);
+    const int B = c.training.batch_size, T = c.training.seq_len;
+    const FirstBatchGradients expected =
+        first_batch_gradients(c, {}, plan_for_mode(c.model, B, T, MemoryMode::none), {});
+
+    const std::string bytes = test::read_bytes(file);
+    const std::size_t tokens = static_cast<std::size_t>(B) * T, params = expected.gradients.size();
+    ASSERT_EQ(bytes.size(), 256 * 4 + 2 * tokens * 4 + params * 4);
+    std::array<std::int32_t, 256> header;
+    std::memcpy(header.data(), bytes.data(), sizeof(header));
+    const std::array<std::int32_t, 12> want = {kGradientsFileMagic, kGradientsFileVersion, B, T, 16, 97, 1, 2, 16,
+                                               c.model.padded_vocab_size(), 0, 0};
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(header[i], want[i]) << "header word " << i;
+    float loss;
+    std::memcpy(&loss, &header[12], sizeof(float));
+    EXPECT_EQ(loss, expected.loss);
+    EXPECT_GT(loss, 0.0f);
+    for (std::size_t i = 13; i < header.size(); ++i) EXPECT_EQ(header[i], 0) << "header word " << i;
+    std::vector<std::int32_t> inputs(tokens), targets(tokens);
+    std::vector<float> grads(params);
+    std::memcpy(inputs.data(), bytes.data() + 1024, tokens * 4);
+    std::memcpy(targets.data(), bytes.data() + 1024 + tokens * 4, tokens * 4);
+    std::memcpy(grads.data(), bytes.data() + 1024 + 2 * tokens * 4, params * 4);
+    EXPECT_EQ(std::vector<int>(inputs.begin(), inputs.end()), expected.inputs);
+    EXPECT_EQ(std::vector<int>(targets.begin(), targets.end()), expected.targets);
+    EXPECT_EQ(grads, expected.gradients);
+    // Sequential data: the targets are the inputs shifted by one token.
+    for (int t = 0; t + 1 < T; ++t) EXPECT_EQ(targets[t], inputs[t + 1]);
+}
+
+TEST_F(Cli, GradientsAtWeightsOfAnotherShapeSaysWhichFieldsDiffer) {
+    ASSERT_EQ(run_adacc("train --config " + config()).status, 0);
+    expect_user_error("gradients --config " + config() + " --set model.n_embd=32 --init-from " +
+                          (dir / "run").string() + " --output " + (dir / "g.bin").string(),
+                      {"n_embd"});
+    EXPECT_FALSE(std::filesystem::exists(dir / "g.bin"));
 }
 
 }  // namespace
