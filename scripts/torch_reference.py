@@ -482,7 +482,9 @@ def check(args):
     preset, B, T, train_steps = ("gpt-117m", 4, 1024, 5) if cuda else ("gpt-tiny", 4, 64, 20)
     shape = adacc.shape(preset)
     shard = os.path.join(args.work, "tokens.bin")
-    write_shard(shard, max(40000, 2 * B * (T + 1) * (train_steps + 1)), 1337, shape["V"])
+    # Enough tokens for every batch the runs read, so no run starts a second epoch.
+    needed = max(B * T * (train_steps + 1), args.speed_batch * args.seq * (args.steps + args.warmup) if args.speed else 0)
+    write_shard(shard, needed + 1, 1337, shape["V"])
     config, run_dir = os.path.join(args.work, "numerics.toml"), os.path.join(args.work, "run")
     write_config(config, preset, B, T, train_steps, shard, run_dir)
     device_args = ["--device", args.device]
