@@ -9,16 +9,16 @@
 
 namespace adacc {
 
-void add_train_command(Command& program);     // src/cli/train.cpp
-void add_prepare_command(Command& program);   // src/cli/prepare.cpp
-void add_tokenize_command(Command& program);  // src/cli/tokenize.cpp
-void add_sample_command(Command& program);    // src/cli/sample.cpp
-void add_memory_command(Command& program);    // src/cli/memory.cpp
-void add_compare_command(Command& program);   // src/cli/compare.cpp
-void add_eval_command(Command& program);      // src/cli/eval.cpp
-void add_config_command(Command& program);    // src/cli/config.cpp
-void add_plan_command(Command& program);      // src/cli/plan.cpp
-void add_export_command(Command& program);    // src/cli/export.cpp
+void add_train_command(Command& program);      // src/cli/train.cpp
+void add_prepare_command(Command& program);    // src/cli/prepare.cpp
+void add_tokenize_command(Command& program);   // src/cli/tokenize.cpp
+void add_sample_command(Command& program);     // src/cli/sample.cpp
+void add_memory_command(Command& program);     // src/cli/memory.cpp
+void add_compare_command(Command& program);    // src/cli/compare.cpp
+void add_eval_command(Command& program);       // src/cli/eval.cpp
+void add_config_command(Command& program);     // src/cli/config.cpp
+void add_plan_command(Command& program);       // src/cli/plan.cpp
+void add_export_command(Command& program);     // src/cli/export.cpp
 void add_gradients_command(Command& program);  // src/cli/gradients.cpp
 
 // The model a command reads, as --checkpoint DIR|FILE, --llmc-model FILE or --hf-model DIR (one of

@@ -50,12 +50,13 @@ void run_gradients(GradientsArgs& args) {
     record.targets = &result.targets;
     record.gradients = &result.gradients;
     const std::uint64_t bytes = save_gradients_file(args.output, record);
-    const std::string from =
-        weights ? describe_weights(*weights) : "the initial weights of training.seed " + std::to_string(config.training.seed);
-    std::printf("wrote %s: loss %.6f and %zu parameter gradients (%s) of one forward and backward on the first batch "
-                "of data.train, B=%d T=%d, %s %s, keep-all, dropout off, from %s\n",
-                args.output.c_str(), result.loss, result.gradients.size(), format_bytes(bytes).c_str(), B, T,
-                device_name(target.device), model_dtype_name(target.activation), from.c_str());
+    const std::string from = weights ? describe_weights(*weights)
+                                     : "the initial weights of training.seed " + std::to_string(config.training.seed);
+    std::printf(
+        "wrote %s: loss %.6f and %zu parameter gradients (%s) of one forward and backward on the first batch "
+        "of data.train, B=%d T=%d, %s %s, keep-all, dropout off, from %s\n",
+        args.output.c_str(), result.loss, result.gradients.size(), format_bytes(bytes).c_str(), B, T,
+        device_name(target.device), model_dtype_name(target.activation), from.c_str());
 }
 
 }  // namespace

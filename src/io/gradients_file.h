@@ -30,8 +30,8 @@ struct GradientsRecord {
     Device device = Device::cpu;
     DType activation = DType::f32;
     float loss = 0;
-    const std::vector<int>* inputs = nullptr;     // B x T
-    const std::vector<int>* targets = nullptr;    // B x T
+    const std::vector<int>* inputs = nullptr;       // B x T
+    const std::vector<int>* targets = nullptr;      // B x T
     const std::vector<float>* gradients = nullptr;  // ParameterLayout(shape).total()
 };
 
