@@ -237,7 +237,6 @@ class Gpt:
         return list(self.top.values()) + [p for layer in self.layers for p in layer.values()]
 
     def loss(self, inputs, targets):
-        import torch
         T = inputs.size(1)
         x = self.top["wte"][inputs] + self.top["wpe"][:T]
         for layer in self.layers:
