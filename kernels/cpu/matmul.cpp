@@ -3,6 +3,7 @@
 // training step must not allocate (EIGEN_DONT_PARALLELIZE and a raised
 // EIGEN_STACK_ALLOCATION_LIMIT are set in CMakeLists.txt, so packing lives on the stack).
 #include <Eigen/Core>
+#include <algorithm>
 #include <omp.h>
 
 #include "kernels/cpu/ops.h"
@@ -29,6 +30,18 @@ Range thread_range(int n) {
     return {begin, std::min(n, begin + chunk)};
 }
 
+// Output columns per Eigen GEMM call in matmul_forward. Eigen packs the right-hand side's whole
+// k x n panel (here C x columns), and a panel over EIGEN_STACK_ALLOCATION_LIMIT goes to the heap:
+// the classifier's C x Vp/threads took 73 MiB per thread at gpt-117m, memory no accounting
+// counted. Columns in blocks whose panel fits the limit keep packing on the stack. Each output's
+// sum runs over the same k blocks in the same order (Eigen's kc depends on k, not n), so the
+// results are the same bits.
+int column_block(int C) {
+    constexpr long kPackBytes = EIGEN_STACK_ALLOCATION_LIMIT;
+    const long fits = kPackBytes / (static_cast<long>(sizeof(float)) * C);
+    return static_cast<int>(std::max<long>(16, fits / 16 * 16));
+}
+
 }  // namespace
 
 void matmul_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, ConstAct weight_act, ConstAct bias_act,
@@ -37,19 +50,21 @@ void matmul_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, Con
     const float* inp = inp_act.as<float>();
     const float* weight = weight_act.as<float>();
     const float* bias = bias_act.as<float>();
-    // Split over output channels: each thread multiplies all rows by its slice of W.
+    // Split over output channels: each thread multiplies all rows by its slice of W, in blocks of
+    // columns whose packed panel stays on the stack.
+    const int block = column_block(C);
 #pragma omp parallel num_threads(team(ctx))
     {
         const Range r = thread_range(OC);
-        if (r.end > r.begin) {
-            const int cols = r.end - r.begin;
-            ConstMatrixView x(inp, N, C);
-            ConstMatrixView w(weight + static_cast<long>(r.begin) * C, cols, C);
-            StridedView y(out + r.begin, N, cols, Stride(OC));
+        ConstMatrixView x(inp, N, C);
+        for (int begin = r.begin; begin < r.end; begin += block) {
+            const int cols = std::min(block, r.end - begin);
+            ConstMatrixView w(weight + static_cast<long>(begin) * C, cols, C);
+            StridedView y(out + begin, N, cols, Stride(OC));
             y.noalias() = x * w.transpose();
             if (bias)
                 for (int i = 0; i < N; ++i)
-                    for (int j = 0; j < cols; ++j) y(i, j) += bias[r.begin + j];
+                    for (int j = 0; j < cols; ++j) y(i, j) += bias[begin + j];
         }
     }
 }
