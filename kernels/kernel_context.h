@@ -23,6 +23,9 @@ struct KernelContext {
     // CUDA: the backend's scratch for fixed-order two-pass reductions (kernels/cuda/device_sizes.h).
     void* reduction_scratch = nullptr;
     std::size_t reduction_scratch_bytes = 0;
+    // CUDA: cuDNN's handle, graph cache and workspace (kernels/cuda/attention_cudnn.h:DnnContext),
+    // null where cuDNN did not load (and on the CPU): only the attention_cudnn kernels read it.
+    void* dnn = nullptr;
 };
 
 }  // namespace adacc

@@ -30,7 +30,7 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
         std::size_t numel;
         bool saved, tiny;
     };
-    const bool d = has_dropout_, fused = cfg.attention == AttentionImpl::fused;
+    const bool d = has_dropout_, fused = is_flash_attention(cfg.attention);  // fused or cudnn
     const std::size_t matrix = fused ? 0 : TT;                  // the attention matrices' elements
     const DType A = activation, S = DType::f32, M = DType::u8;  // activations, layernorm statistics, masks
     const Spec specs[] = {
@@ -83,8 +83,9 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
     layernorm("ln1", K::x, K::ln1, K::ln1_mean, K::ln1_rstd, ParamId::ln1w, ParamId::ln1b);
     matmul("qkv", K::ln1, K::qkv, ParamId::qkvw, ParamId::qkvb, Ci, 3 * Ci);
     if (fused) {
-        ops_.push_back(
-            {"attention", OpKind::attention_fused, {K::qkv}, {K::atty, K::att_lse}, {}, {}, 0, 0, attn_flops});
+        // cudnn is the fused op's description with cuDNN's kernels: the same tensors, the same plan.
+        const OpKind kind = cfg.attention == AttentionImpl::cudnn ? OpKind::attention_cudnn : OpKind::attention_fused;
+        ops_.push_back({"attention", kind, {K::qkv}, {K::atty, K::att_lse}, {}, {}, 0, 0, attn_flops});
         ops_.back().rng_kind = K::att_mask;
     } else {
         ops_.push_back({"att_softmax", OpKind::attention_softmax, {K::qkv}, {K::att}, {}, {}, 0, 0, attn_flops / 2});

@@ -65,8 +65,9 @@ enum class OpKind : std::uint8_t {
     attention_fused,    // inputs {qkv}; outputs {atty, att_lse} (dropout from the RNG, no mask tensor)
     residual_dropout,   // inputs {residual, branch, mask?}; outputs {sum}
     gelu,               // inputs {x}; outputs {y}
+    attention_cudnn,    // attention_fused's inputs and outputs, cuDNN's kernels (dropout from its Philox)
 };
-constexpr int kNumOpKinds = static_cast<int>(OpKind::gelu) + 1;
+constexpr int kNumOpKinds = static_cast<int>(OpKind::attention_cudnn) + 1;
 
 struct TensorInfo {
     TensorKind kind;
@@ -103,7 +104,7 @@ struct OpInfo {
 class BlockGraph {
 public:
     // Dropout masks exist only when config.dropout > 0; without dropout they are absent from
-    // the op and tensor lists (nothing to save, nothing to plan). With config.attention = fused
+    // the op and tensor lists (nothing to save, nothing to plan). With config.attention = fused (or cudnn)
     // the attention matrices (att, att_mask) are absent the same way and att_lse is saved. Activations are of type
     // `activation` (the model's dtype); layernorm statistics are fp32 and masks bytes in every dtype.
     BlockGraph(const GPTConfig& config, int B, int T, DType activation = DType::f32);

@@ -22,7 +22,7 @@ bool same_shape(const GPTConfig& a, const GPTConfig& b) {
 }
 
 namespace {
-constexpr const char* kAttentionNames[] = {"materialized", "fused"};
+constexpr const char* kAttentionNames[] = {"materialized", "fused", "cudnn"};
 }
 
 const char* attention_impl_name(AttentionImpl impl) { return kAttentionNames[static_cast<int>(impl)]; }
@@ -30,7 +30,7 @@ const char* attention_impl_name(AttentionImpl impl) { return kAttentionNames[sta
 std::vector<std::string> attention_impl_names() { return {std::begin(kAttentionNames), std::end(kAttentionNames)}; }
 
 std::optional<AttentionImpl> parse_attention_impl(const std::string& name) {
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < static_cast<int>(std::size(kAttentionNames)); ++i)
         if (name == kAttentionNames[i]) return static_cast<AttentionImpl>(i);
     return std::nullopt;
 }

@@ -16,8 +16,12 @@ inline constexpr std::int64_t kMaxParameters = std::int64_t{1} << 50;
 
 // How the block computes causal attention (model.attention): `materialized` forms the B x H x T x T
 // probabilities (saved, compressed or recomputed by the plan); `fused` never does — forward keeps
-// one logsumexp per row and backward recomputes the probabilities (FlashAttention's algorithm).
-enum class AttentionImpl : std::uint8_t { materialized, fused };
+// one logsumexp per row and backward recomputes the probabilities (FlashAttention's algorithm);
+// `cudnn` is the same algorithm and the same block (atty and att_lse saved, no T x T tensor) through
+// cuDNN's fused SDPA graphs, on CUDA with cuDNN 9 only (kernels/cuda/attention_cudnn.cpp).
+enum class AttentionImpl : std::uint8_t { materialized, fused, cudnn };
+// fused and cudnn: no attention matrices, att_lse saved (the block graph and planner treat them alike).
+constexpr bool is_flash_attention(AttentionImpl impl) { return impl != AttentionImpl::materialized; }
 const char* attention_impl_name(AttentionImpl impl);
 std::vector<std::string> attention_impl_names();
 std::optional<AttentionImpl> parse_attention_impl(const std::string& name);

@@ -90,6 +90,17 @@ void attention_fused_wiring(OpInfo& op) {
     op.grad_writes = {op.inputs[0]};
 }
 
+// attention_cudnn: attention_fused's op through cuDNN's SDPA graphs; dropout is cuDNN's Philox draw
+// seeded with att_mask's key, so a recomputed forward draws the same mask. Wiring as fused.
+void attention_cudnn_forward(const OpCall& c) {
+    c.k.attention_cudnn_forward(c.ctx, c.out[0], c.out[1].as<float>(), c.in[0], c.B, c.T, c.C, c.NH, c.dropout_p,
+                                c.dropout_key);
+}
+void attention_cudnn_backward(const OpCall& c) {
+    c.k.attention_cudnn_backward(c.ctx, c.din[0], c.dout[0], c.in[0], c.out[0], c.out[1].as<float>(), c.B, c.T, c.C,
+                                 c.NH, c.dropout_p, c.dropout_key);
+}
+
 // residual_dropout: inputs {residual, branch, mask?}; outputs {sum = residual + dropout(branch)}.
 // The residual's gradient is the sum's own buffer; only the branch's is computed.
 void residual_dropout_forward(const OpCall& c) {
@@ -137,6 +148,11 @@ const OpSpec kOpTable[] = {
      residual_dropout_backward,
      residual_dropout_wiring},
     {{Kn::gelu_forward, Kn::gelu_backward}, gelu_forward, gelu_backward, gelu_wiring},
+    {{Kn::attention_cudnn_forward, Kn::attention_cudnn_backward},
+     attention_cudnn_forward,
+     attention_cudnn_backward,
+     attention_fused_wiring,
+     true},
 };
 static_assert(std::size(kOpTable) == kNumOpKinds, "one op table entry per OpKind, in the enum's order");
 

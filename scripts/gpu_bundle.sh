@@ -17,6 +17,10 @@ cd "$(dirname "$0")/.."
 DIR="${1:-gpu_bundle}"
 BUILD="build-gpu-bundle"
 command -v nvcc >/dev/null || { echo "gpu_bundle: nvcc not found: install the CUDA toolkit (or put it on PATH)" >&2; exit 1; }
+# cuDNN's frontend headers, so the bundle has model.attention = "cudnn" (libcudnn.so.9 is the GPU
+# machine's own, opened at run time); without them it builds without it, and says so.
+bash scripts/fetch_cudnn_frontend.sh ||
+  echo "gpu_bundle: WARNING: no cuDNN frontend headers: the bundle has no model.attention = \"cudnn\"" >&2
 # Without MPI: the check runs single processes, and a bare GPU machine has no Open MPI to launch more.
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DADACC_CUDA=ON -DADACC_NATIVE=OFF -DADACC_MPI=OFF \
   -DCMAKE_CXX_FLAGS="-march=x86-64-v3" >/dev/null

@@ -5,7 +5,8 @@
 # scripts/plot_compare.py (the quickstart's PNGs, `adacc compare --plot`; when python3 on PATH is
 # not Debian's, e.g. pyenv, they run themselves with /usr/bin/python3).
 # libopenmpi-dev, openmpi-bin: data parallelism across processes (`mpirun -np N adacc train`).
-# ccache: scripts/build.sh compiles through it when present.
+# ccache: scripts/build.sh compiles through it when present. Last, scripts/fetch_cudnn_frontend.sh
+# (cuDNN's header-only C++ frontend, from PyPI, for the CUDA backend's model.attention = "cudnn").
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -29,6 +30,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   rm -f "$log"
 fi
+# cuDNN's frontend headers (model.attention = "cudnn" on CUDA; third_party/, ignored by git): optional,
+# so a failure only warns (the CUDA backend then builds without cuDNN's attention).
+bash "$(dirname "$0")/fetch_cudnn_frontend.sh" ||
+  echo "warning: no cuDNN frontend headers (see above): the CUDA backend builds without model.attention = \"cudnn\"" >&2
 for py in python3 /usr/bin/python3; do
   if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import matplotlib' 2>/dev/null; then exit 0; fi
 done

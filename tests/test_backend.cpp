@@ -303,5 +303,28 @@ TEST(Backend, KernelTimingCountsEveryKernelOfAStepAndChangesNothing) {
     EXPECT_LE(times.total_ms(), wall_ms) << "the kernels' times are parts of the step's";
 }
 
+// model.attention = "cudnn" is fused's block with cuDNN's kernels, which the CPU does not run: the
+// refusal names the fix, fused. The block is fused's tensor for tensor.
+TEST(Backend, TheCpuRefusesCudnnAttentionNamingFused) {
+    GPTConfig cfg = tiny_config();
+    cfg.attention = AttentionImpl::cudnn;
+    EXPECT_FALSE(cpu_backend().supports(Kernel::attention_cudnn_forward, DType::f32));
+    const std::string message = refusal(cfg, cpu_backend(), DType::f32);
+    EXPECT_NE(message.find("kernel attention_cudnn_forward"), std::string::npos) << message;
+    EXPECT_NE(message.find("model.attention = \"fused\""), std::string::npos) << message;
+    GPTConfig fused = cfg;
+    fused.attention = AttentionImpl::fused;
+    const BlockGraph a(cfg, 2, 8), b(fused, 2, 8);
+    ASSERT_EQ(a.ops().size(), b.ops().size());
+    for (std::size_t i = 0; i < a.ops().size(); ++i) {
+        EXPECT_EQ(a.ops()[i].inputs, b.ops()[i].inputs) << a.ops()[i].name;
+        EXPECT_EQ(a.ops()[i].outputs, b.ops()[i].outputs) << a.ops()[i].name;
+    }
+    for (int k = 0; k < kNumTensorKinds; ++k) {
+        EXPECT_EQ(a.tensor(TensorKind(k)).numel, b.tensor(TensorKind(k)).numel) << k;
+        EXPECT_EQ(a.tensor(TensorKind(k)).saved, b.tensor(TensorKind(k)).saved) << k;
+    }
+}
+
 }  // namespace
 }  // namespace adacc

@@ -10,6 +10,7 @@
 #include "src/common/errors.h"
 #include "src/common/units.h"
 #include "src/config/config.h"
+#include "src/cuda/cuda_device.h"
 #include "src/engine/memory_mode.h"
 #include "tests/test_support.h"
 
@@ -512,6 +513,47 @@ TEST(Size, FormatsInBinaryUnits) {
     EXPECT_EQ(format_bytes(1536ull << 20), "1.50 GiB");
     EXPECT_EQ(format_bytes(24ull << 30), "24.00 GiB");
     EXPECT_EQ(format_bytes(5ull << 40), "5.00 TiB");
+}
+
+// kBaseToml's run with `model_keys` added to its [model] section, on `device`.
+std::string run_on(const std::string& device, const std::string& model_keys = "") {
+    return "[model]\npreset = \"gpt-micro\"\n" + model_keys + "[training]\nbatch_size = 2\nseq_len = 16\nsteps = 3\n" +
+           "device = \"" + device + "\"\n";
+}
+
+// model.attention: unset, it follows the device (materialized on the CPU; on CUDA in bf16 cudnn
+// when cuDNN loads, else materialized); set, it is kept; cudnn is refused where it cannot run, with
+// the fix.
+TEST(Config, AttentionUnsetIsMaterializedOnTheCpu) {
+    const auto config = config_from_toml_string(run_on("cpu"), "t.toml");
+    EXPECT_EQ(config.model.attention, AttentionImpl::materialized);
+    EXPECT_NE(to_toml(config).find("attention = \"materialized\""), std::string::npos);  // stored as chosen
+}
+
+TEST(Config, AttentionUnsetOnCudaIsCudnnWhenCudnnLoads) {
+    const auto config = config_from_toml_string(run_on("cuda"), "t.toml");
+    EXPECT_EQ(config.model.attention, cudnn_problem().empty() ? AttentionImpl::cudnn : AttentionImpl::materialized)
+        << cudnn_problem();
+    // fp32 on CUDA: cuDNN's attention does not run it, so materialized.
+    const auto fp32 = config_from_toml_string(run_on("cuda", "dtype = \"fp32\"\n"), "t.toml");
+    EXPECT_EQ(fp32.model.attention, AttentionImpl::materialized);
+}
+
+TEST(Config, AttentionGivenIsKept) {
+    const auto config = config_from_toml_string(run_on("cuda", "attention = \"fused\"\n"), "t.toml");
+    EXPECT_EQ(config.model.attention, AttentionImpl::fused);
+}
+
+TEST(Config, CudnnAttentionOnTheCpuIsRefusedNamingFused) {
+    const std::string message = toml_error(run_on("cpu", "attention = \"cudnn\"\n"));
+    EXPECT_NE(message.find("runs on CUDA only"), std::string::npos) << message;
+    EXPECT_NE(message.find("model.attention = \"fused\""), std::string::npos) << message;
+}
+
+TEST(Config, CudnnAttentionInFp32IsRefusedNamingBf16) {
+    const std::string message = toml_error(run_on("cuda", "attention = \"cudnn\"\ndtype = \"fp32\"\n"));
+    EXPECT_NE(message.find("bf16"), std::string::npos) << message;
+    EXPECT_NE(message.find("fused"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "src/common/errors.h"
 #include "src/common/units.h"
+#include "src/cuda/cuda_device.h"
 #include "src/engine/activation_plan.h"
 #include "src/engine/device.h"
 #include "src/engine/memory_mode.h"
@@ -326,11 +327,13 @@ KeySpec attention_key() {
         [](const RunConfig& config) { return ConfigValue{std::string(attention_impl_name(config.model.attention))}; },
         [](RunConfig& config, const ConfigValue& value) -> std::optional<std::string> {
             config.model.attention = *parse_attention_impl(std::get<std::string>(value));
+            config.attention_given = true;
             return std::nullopt;
         },
         one_of(attention_impl_names()),
-        "causal attention: materialized (the T x T probabilities, planned like any tensor) or fused (never "
-        "stored: one logsumexp per row, recomputed in backward)",
+        "causal attention: materialized (the T x T probabilities, planned like any tensor), fused (never "
+        "stored: one logsumexp per row, recomputed in backward) or cudnn (fused, by cuDNN: CUDA and bf16 only); "
+        "unset: cudnn on CUDA when cuDNN loads, else materialized",
     };
 }
 
@@ -801,7 +804,45 @@ void validate_config(const RunConfig& config, std::string_view source_name, cons
     if (const auto problem = config.model.validate())
         throw UserError("invalid " + where + ": " + *problem + "; fix the [model] section or pick a preset");
     if (const auto problem = activation_size_problem(config)) throw UserError("invalid " + where + ": " + *problem);
-    compute_target(config);  // a dtype the device does not run is refused here, naming both
+    const ComputeTarget target = compute_target(config);  // a dtype the device does not run is refused here
+    if (config.model.attention == AttentionImpl::cudnn && target.device != Device::cuda)
+        throw SettingError("model.attention",
+                           "model.attention = \"cudnn\" is cuDNN's attention, which runs on CUDA only; on the CPU use "
+                           "model.attention = \"fused\" (the same algorithm), or --device cuda");
+    if (config.model.attention == AttentionImpl::cudnn && target.activation != DType::bf16)
+        throw SettingError("model.attention",
+                           "model.attention = \"cudnn\": cuDNN's fused attention runs bf16 activations only, and "
+                           "model.dtype is " + std::string(model_dtype_name(target.activation)) +
+                               "; use model.dtype = \"bf16\" (or \"auto\"), or model.attention = \"fused\"");
+}
+
+void resolve_default_attention(RunConfig& config) {
+    if (config.attention_given) return;
+    config.attention_given = true;  // written out as chosen, so a resumed run keeps it
+    Device device = Device::cpu;
+    try {
+        device = parse_device(config.training.device);
+    } catch (const SettingError&) {
+        return;  // validate_config names the bad device
+    }
+    if (device != Device::cuda) return;  // materialized, GPTConfig's default
+    std::string why;
+    try {
+        if (resolve_model_dtype(config.dtype, device) != DType::bf16) why = "cuDNN's attention runs bf16 only";
+    } catch (const SettingError&) {
+        return;  // validate_config names the bad dtype
+    }
+    if (why.empty()) why = cudnn_problem();
+    if (why.empty()) {
+        config.model.attention = AttentionImpl::cudnn;
+        return;
+    }
+    // Once per process: a command may load its config more than once.
+    static bool said = false;
+    if (!said)
+        std::fprintf(stderr, "model.attention: materialized, not cudnn (%s); set model.attention to choose\n",
+                     why.c_str());
+    said = true;
 }
 
 ComputeTarget compute_target(const RunConfig& config, int world_size) {
@@ -841,6 +882,7 @@ PlannedRun planned_run(const RunConfig& config, const ComputeTarget& target) {
 RunConfig config_from_toml_string(std::string_view text, std::string_view source_name) {
     RunConfig config;
     apply_toml(config, text, source_name);
+    resolve_default_attention(config);
     validate_config(config, source_name);
     return config;
 }
@@ -859,6 +901,7 @@ RunConfig load_config(const std::filesystem::path& file, const std::vector<std::
     RunConfig config;
     apply_toml(config, text.str(), file.string());
     for (const auto& assignment : overrides) apply_override(config, assignment);
+    resolve_default_attention(config);
     validate_config(config, file.string(), overrides);
     return config;
 }

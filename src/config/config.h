@@ -44,6 +44,10 @@ void apply_override(RunConfig& config, std::string_view assignment);
 // its value and the allowed range or values; `source_name` (a file, or empty) says where to fix it.
 // A key one of `overrides` set ("section.key=value", --set and the flags that stand for one) is
 // the command line's to fix: a SettingError, which the command line turns into that flag's advice.
+// Picks model.attention when the config did not: on CUDA with bf16, cudnn when cuDNN loads
+// (src/cuda/cuda_device.h: cudnn_problem), else materialized with one line to stderr saying why; on
+// the CPU materialized. load_config and config_from_toml_string call it before validating.
+void resolve_default_attention(RunConfig& config);
 void validate_config(const RunConfig& config, std::string_view source_name = {},
                      const std::vector<std::string>& overrides = {});
 // ---------------------------------------------------------------------------------------------

@@ -84,6 +84,10 @@ struct RunConfig {
     // model.dtype (src/engine/device.h: auto, fp32, bf16). Outside GPTConfig: checkpoints hold the
     // fp32 master weights whatever the dtype, so a model trains in one and evaluates in another.
     std::string dtype = "auto";
+    // Whether model.attention was given (by the file, --set or a checkpoint's config); if not,
+    // resolve_default_attention (src/config/config.h) picks it for the device: cudnn on CUDA when
+    // cuDNN loads, else materialized.
+    bool attention_given = false;
     TrainingSection training;
     OptimizerOptions optimizer;
     LrSchedule lr;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/blas_context.h"
 #include "kernels/cuda/device_sizes.h"
 #include "kernels/cuda/ops.h"
@@ -96,9 +97,14 @@ public:
         context_.blas = &blas_;
         context_.reduction_scratch = reduction_scratch_;
         context_.reduction_scratch_bytes = cuda::kReductionScratchBytes;
+        // cuDNN's attention when libcudnn.so.9 loads; its handle and graphs come with the first call.
+        cudnn_problem_ = cudnn_problem();
+        if (cudnn_problem_.empty()) dnn_ = cuda::make_dnn_context();
+        context_.dnn = dnn_;
     }
     ~CudaBackend() override {
         cudaStreamSynchronize(stream_);
+        cuda::destroy_dnn_context(dnn_);
         cudaFree(reduction_scratch_);
         cudaFree(blas_.workspace);
         cublasLtDestroy(blas_.handle);
@@ -132,9 +138,19 @@ public:
     }
     void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
     bool host_addressable() const override { return false; }
-    // Every kernel of kernels/cuda/ is templated on fp32 and bf16 activations (with_activation_type).
-    bool supports(Kernel, DType activation) const override {
+    // Every kernel of kernels/cuda/ is templated on fp32 and bf16 activations (with_activation_type),
+    // but cuDNN's attention, which needs cuDNN loaded and runs bf16 only (its SDPA has no fp32).
+    bool supports(Kernel kernel, DType activation) const override {
+        if (is_cudnn_kernel(kernel)) return dnn_ && activation == DType::bf16;
         return activation == DType::f32 || activation == DType::bf16;
+    }
+    std::string unsupported_note(Kernel kernel, DType activation) const override {
+        if (!is_cudnn_kernel(kernel)) return {};
+        if (!dnn_)
+            return "model.attention = \"cudnn\" needs cuDNN 9, which is unavailable (" + cudnn_problem_ +
+                   "); use model.attention = \"fused\" (the same algorithm, adacc's kernel) or fix that";
+        return "cuDNN's fused attention runs bf16 activations only: use model.dtype = \"bf16\" (or \"auto\"), or "
+               "model.attention = \"fused\"";
     }
     std::size_t free_memory() const override {
         std::size_t free = 0, total = 0;
@@ -153,8 +169,13 @@ public:
 #endif
 
 private:
+    static bool is_cudnn_kernel(Kernel kernel) {
+        return kernel == Kernel::attention_cudnn_forward || kernel == Kernel::attention_cudnn_backward;
+    }
     cudaStream_t stream_ = nullptr;
     cuda::BlasContext blas_;
+    std::string cudnn_problem_;            // why cuDNN's attention is unavailable, when it is
+    cuda::DnnContext* dnn_ = nullptr;      // null without cuDNN
     void* reduction_scratch_ = nullptr;
 };
 

@@ -18,4 +18,8 @@ struct CudaDeviceInfo {
 
 CudaDeviceInfo cuda_device_info();
 
+// Empty when cuDNN 9 loads (libcudnn.so.9, opened with dlopen: src/cuda/cudnn_library.cpp), so
+// model.attention = "cudnn" can run; else why not, with the fix. Opens it on the first call.
+std::string cudnn_problem();
+
 }  // namespace adacc

@@ -18,6 +18,8 @@ CudaDeviceInfo cuda_device_info() {
     return info;
 }
 
+std::string cudnn_problem() { return kNoCuda; }
+
 Backend& cuda_backend() { throw UserError(std::string("--device cuda: ") + kNoCuda); }
 
 }  // namespace adacc

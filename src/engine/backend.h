@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,9 @@ public:
     // (Driver::require_supported), so an op a backend lacks is refused up front with a UserError
     // naming it, not met mid-step as a kernel's logic_error.
     virtual bool supports(Kernel kernel, DType activation) const = 0;
+    // Why not, with the fix, where supports() says no and the backend knows more than which kernel
+    // and dtype (a library that did not load); empty otherwise. The driver appends it to its refusal.
+    virtual std::string unsupported_note(Kernel kernel, DType activation) const { return {}; }
 
     const KernelTable& kernels() const { return kernels_; }
     const KernelContext& context() const { return context_; }

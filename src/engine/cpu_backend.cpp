@@ -37,6 +37,10 @@ private:
     std::vector<double> ms_;
 };
 
+bool is_cudnn_kernel(Kernel kernel) {
+    return kernel == Kernel::attention_cudnn_forward || kernel == Kernel::attention_cudnn_backward;
+}
+
 class CpuBackend final : public Backend {
 public:
     CpuBackend() {
@@ -59,8 +63,17 @@ public:
     void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
     void synchronize() override {}
     bool host_addressable() const override { return true; }
-    // Every CPU kernel computes on fp32 activations and reads them as such (bf16 is CUDA's).
-    bool supports(Kernel, DType activation) const override { return activation == DType::f32; }
+    // Every CPU kernel computes on fp32 activations and reads them as such (bf16 is CUDA's). The
+    // attention_cudnn kernels are cuDNN's on CUDA; here they would be the fused ones under another
+    // name, with another dropout mask than CUDA's, so a model asks for "fused" instead.
+    bool supports(Kernel kernel, DType activation) const override {
+        return activation == DType::f32 && !is_cudnn_kernel(kernel);
+    }
+    std::string unsupported_note(Kernel kernel, DType) const override {
+        if (!is_cudnn_kernel(kernel)) return {};
+        return "model.attention = \"cudnn\" is cuDNN's attention, which runs on CUDA only: on the CPU use "
+               "model.attention = \"fused\" (the same algorithm) or --device cuda";
+    }
     std::size_t free_memory() const override { return host_memory_bytes(); }
     std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) override {
         return std::make_unique<SteadyClockTimer>(max_intervals);

@@ -12,7 +12,8 @@ set(ADACC_SIMT_SOURCES
   ${CMAKE_SOURCE_DIR}/tests/simt/simt_scheduler.cpp
   ${CMAKE_SOURCE_DIR}/tests/simt/simt_runtime.cpp
   ${CMAKE_SOURCE_DIR}/tests/simt/simt_cublaslt.cpp
-  ${CMAKE_SOURCE_DIR}/src/cuda/cuda_backend.cpp)
+  ${CMAKE_SOURCE_DIR}/src/cuda/cuda_backend.cpp
+  ${CMAKE_SOURCE_DIR}/src/cuda/cudnn_unavailable.cpp)
 foreach(kernel_source ${ADACC_CUDA_KERNELS})
   get_filename_component(kernel_name ${kernel_source} NAME_WE)
   set(wrapper ${CMAKE_BINARY_DIR}/simt/${kernel_name}.cu.cpp)
@@ -26,6 +27,9 @@ add_library(adacc_cuda_emulated STATIC ${ADACC_SIMT_SOURCES})
 target_include_directories(adacc_cuda_emulated PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/tests
   ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_definitions(adacc_cuda_emulated PUBLIC ADACC_SIMT_EMULATION)
+# cuDNN's kernels cannot run on the emulation: its attention is never offered there.
+target_compile_definitions(adacc_cuda_emulated PRIVATE
+  "ADACC_CUDNN_UNAVAILABLE=\"the SIMT emulation cannot run cuDNN (its kernels are binaries for the GPU)\"")
 # Kernel code written for nvcc: unused-variable noise from the toolkit headers is not ours.
 target_compile_options(adacc_cuda_emulated PRIVATE -Wno-unused-function)
 target_link_libraries(adacc_cuda_emulated PUBLIC OpenMP::OpenMP_CXX)

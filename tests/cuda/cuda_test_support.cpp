@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/blas_context.h"
 #include "kernels/cuda/device_sizes.h"
 #include "kernels/rng.h"
@@ -74,6 +75,7 @@ CudaTestContext::CudaTestContext(std::size_t scratch_bytes) {
     ctx_.blas = blas;
     check(cudaMalloc(&ctx_.reduction_scratch, cuda::kReductionScratchBytes), "cudaMalloc");
     ctx_.reduction_scratch_bytes = cuda::kReductionScratchBytes;
+    if (cudnn_problem().empty()) ctx_.dnn = cuda::make_dnn_context();  // cuDNN's attention, when it loads
     if (scratch_bytes) {
         check(cudaMalloc(&ctx_.scratch, scratch_bytes), "cudaMalloc");
         ctx_.scratch_bytes = scratch_bytes;
@@ -82,6 +84,7 @@ CudaTestContext::CudaTestContext(std::size_t scratch_bytes) {
 
 CudaTestContext::~CudaTestContext() {
     cudaDeviceSynchronize();
+    cuda::destroy_dnn_context(static_cast<cuda::DnnContext*>(ctx_.dnn));
     auto* blas = static_cast<cuda::BlasContext*>(blas_);
     cudaFree(blas->workspace);
     cublasLtDestroy(blas->handle);

@@ -391,6 +391,8 @@ const std::set<std::string> kTwinTestedElsewhere = {
     "attention_softmax_backward",
     "attention_fused_forward",
     "attention_fused_backward",  // test_cuda_attention_fused.cpp
+    "attention_cudnn_forward",
+    "attention_cudnn_backward",  // test_cuda_attention_cudnn.cpp (on a GPU with cuDNN)
     "fused_classifier",
     "loss_accumulate",  // test_cuda_classifier.cpp
     "global_norm",
