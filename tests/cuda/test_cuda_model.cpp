@@ -8,13 +8,16 @@
 // and back.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "src/common/errors.h"
 #include "src/common/units.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "src/config/run_config.h"
+#include "src/cuda/cuda_device.h"
 #include "src/engine/backend.h"
 #include "src/engine/gpt_model.h"
 #include "src/engine/memory_report.h"
@@ -260,6 +263,54 @@ TEST(CudaModel, RecomputePlansGiveTheKeepAllGradientsBitForBit) {
             EXPECT_TRUE(bit_identical(recomputed.params, none.params)) << what;
         }
     }
+}
+
+// model.attention = "cudnn" through the whole model (the driver's calls, the dropout keys, the
+// tape): recomputing the attention (full re-runs it in backward) gives the keep-everything losses,
+// gradients and parameters bit for bit, since the same key draws the same Philox mask and cuDNN's
+// forward and (deterministic) backward give the same bytes for the same inputs; and without
+// dropout its losses follow fused attention's (both are bf16 runs of one computation: each within
+// kBf16LossRel of fp32, so within twice that of each other). hs = 64: a head size every cuDNN
+// SDPA engine takes. Only on a GPU with cuDNN (skipped under emulation).
+GPTConfig cudnn_config(float dropout, AttentionImpl attention) {
+    GPTConfig cfg = micro_config(dropout);
+    cfg.n_embd = 128;
+    cfg.n_head = 2;
+    cfg.attention = attention;
+    return cfg;
+}
+
+TEST(CudaModel, CudnnAttentionRecomputesToTheKeepAllGradientsBitForBit) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    if (running_under_emulation() || !cudnn_problem().empty())
+        GTEST_SKIP() << "cuDNN's attention does not run here ("
+                     << (running_under_emulation() ? "SIMT emulation" : cudnn_problem()) << "): skipped";
+    const int B = 2, T = 16;
+    const GPTConfig cfg = cudnn_config(0.1f, AttentionImpl::cudnn);
+    const TrainOutcome none =
+        train_two_steps(cuda_backend(), cfg, plan_for_mode(cfg, B, T, MemoryMode::none), B, T, DType::bf16);
+    const TrainOutcome full =
+        train_two_steps(cuda_backend(), cfg, plan_for_mode(cfg, B, T, MemoryMode::full), B, T, DType::bf16);
+    std::printf("%s", cuda::dnn_describe(static_cast<const cuda::DnnContext*>(cuda_backend().context().dnn)).c_str());
+    EXPECT_TRUE(bit_identical(full.losses, none.losses));
+    EXPECT_TRUE(bit_identical(full.grads, none.grads));
+    EXPECT_TRUE(bit_identical(full.params, none.params));
+    for (float loss : none.losses) EXPECT_TRUE(std::isfinite(loss)) << loss;
+}
+
+TEST(CudaModel, CudnnAttentionTrainsLikeFusedAttention) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    if (running_under_emulation() || !cudnn_problem().empty())
+        GTEST_SKIP() << "cuDNN's attention does not run here ("
+                     << (running_under_emulation() ? "SIMT emulation" : cudnn_problem()) << "): skipped";
+    const int B = 2, T = 16;
+    const GPTConfig cudnn = cudnn_config(0.0f, AttentionImpl::cudnn), fused = cudnn_config(0.0f, AttentionImpl::fused);
+    const TrainOutcome a =
+        train_two_steps(cuda_backend(), cudnn, plan_for_mode(cudnn, B, T, MemoryMode::none), B, T, DType::bf16);
+    const TrainOutcome b =
+        train_two_steps(cuda_backend(), fused, plan_for_mode(fused, B, T, MemoryMode::none), B, T, DType::bf16);
+    for (std::size_t i = 0; i < a.losses.size(); ++i) std::printf("loss %zu: cudnn %.7g fused %.7g\n", i, a.losses[i], b.losses[i]);
+    EXPECT_TRUE(all_close(a.losses, b.losses, 2 * kBf16LossRel));
 }
 
 // ||got - want|| / ||want|| over a whole vector: for bf16 the meaningful figure (an element near
