@@ -136,9 +136,10 @@ Limits bounds(const Shape& s, const std::vector<float>& qkv, const std::vector<f
                 }
                 for (int j = 0; j <= t; ++j) l += std::exp(sc[j] - m);
                 // theta: the relative error of each unnormalised probability and of l on one side: the
-                // scores (e^(2D)), the exp (the larger of the two sides' constants, its argument's
-                // rounding 4u R), the T-term sum of l (gamma(T)).
-                const double theta = std::exp(2 * D + 4 * kU * 2 * R) * (1 + std::max(kDevExp, kCpuExp)) *
+                // scores (e^(2D)), the exps (the larger of the two sides' constants, once for the
+                // probability and once per rescale of the running sums as the max grows: T + 1 at
+                // most; their arguments' roundings 4u of twice the range R), the T-term sum of l.
+                const double theta = std::exp(2 * D + 4 * kU * 2 * R) * std::pow(1 + std::max(kDevExp, kCpuExp), T + 1) *
                                          (1 + gamma(T + 1)) - 1;
                 // y = sum_j P_j keep_j v_j: fp32 part 2 theta / (1 - theta) per side, both sides; cuDNN's bf16 P
                 // ub; the sum's own rounding gamma(T).
@@ -171,8 +172,10 @@ Limits bounds(const Shape& s, const std::vector<float>& qkv, const std::vector<f
                     const double ex = (gamma(hs + 1) * kp * dp_abs + gamma(hs + 1) * Dt_abs) * (1 + kU) + kU * std::fabs(x) +
                                       Dt_y;
                     // P from the saved lse, itself off by L.lse / 2 on the reference side and cuDNN's own.
+                    // (the exponent's roundings: 4u of |s|, |lse| and sigma, whichever way it is formed)
                     const double pi = (1 + std::max(kDevExp, kCpuExp)) *
-                                          std::exp(sigma[j] + L.lse[row] + 4 * kU * (std::fabs(sc[j] - lse) + sigma[j])) - 1;
+                                          std::exp(sigma[j] + L.lse[row] +
+                                                   4 * kU * (std::fabs(sc[j]) + std::fabs(lse) + sigma[j])) - 1;
                     const double ds = std::fabs(P * x * scale);
                     const double e_ds = 2 * scale * P * ((pi * (std::fabs(x) + ex) + ex) * (1 + gamma(2)) +
                                                          gamma(2) * std::fabs(x));
