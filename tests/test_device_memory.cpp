@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/device_sizes.h"
 #include "src/common/units.h"
+#include "src/cuda/cuda_device.h"
 #include "src/engine/memory_report.h"
 #include "tests/test_support.h"
 
@@ -89,7 +90,10 @@ TEST(DeviceMemory, MemoryCommandPrintsDeviceArenasWithoutAGpu) {
                   std::string::npos)
             << r.output;
         EXPECT_NE(r.output.find("backend fixed memory 48.00 MiB"), std::string::npos) << r.output;
-        const GPTConfig cfg = *gpt_preset(name);
+        // model.attention unset: cuDNN's on CUDA in bf16 when libcudnn.so.9 loads (this build opens it
+        // to decide), else materialized (src/config/config.h: resolve_default_attention).
+        GPTConfig cfg = *gpt_preset(name);
+        if (bf16 && cudnn_problem().empty()) cfg.attention = AttentionImpl::cudnn;
         for (MemoryMode mode : fixed_memory_modes()) {
             const ModelMemory m = memory_for_mode(cfg, 8, 1024, mode, {Device::cuda, dtype});
             std::istringstream lines(r.output);
