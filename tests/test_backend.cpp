@@ -324,6 +324,10 @@ TEST(Backend, TheCpuRefusesCudnnAttentionNamingFused) {
         EXPECT_EQ(a.tensor(TensorKind(k)).numel, b.tensor(TensorKind(k)).numel) << k;
         EXPECT_EQ(a.tensor(TensorKind(k)).saved, b.tensor(TensorKind(k)).saved) << k;
     }
+    // A checkpoint trained with cuDNN's attention evaluates and samples on the CPU: inference
+    // models run it with the fused kernels.
+    GPTModel inference = GPTModel::for_inference(cfg, 2, 8);
+    EXPECT_EQ(inference.config().attention, AttentionImpl::fused);
 }
 
 }  // namespace

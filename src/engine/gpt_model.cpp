@@ -41,8 +41,13 @@ GPTModel::GPTModel(const GPTConfig& config, int B, int T, const ActivationPlan& 
       driver_(backend, *layout_, arenas_) {}
 
 GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, const ComputeTarget& target) {
-    return GPTModel(config, B, T, ActivationPlan(BlockGraph(config, B, T), config.n_layer), {}, ModelUse::inference,
-                    target);
+    // A model trained with cuDNN's attention evaluates and samples with the fused kernels: without
+    // dropout they compute the same attention, on any device (the CPU has no cuDNN), and sampling's
+    // growing lengths would each need a cuDNN graph of their own.
+    GPTConfig inference = config;
+    if (inference.attention == AttentionImpl::cudnn) inference.attention = AttentionImpl::fused;
+    return GPTModel(inference, B, T, ActivationPlan(BlockGraph(inference, B, T), inference.n_layer), {},
+                    ModelUse::inference, target);
 }
 
 Act GPTModel::working_weights() const {

@@ -52,6 +52,7 @@ public:
     // Not movable: the driver points into the arenas (for_inference returns by guaranteed elision).
     GPTModel(const GPTModel&) = delete;
     GPTModel& operator=(const GPTModel&) = delete;
+    // model.attention = "cudnn" runs the fused kernels here (the same attention without dropout).
     static GPTModel for_inference(const GPTConfig& config, int B, int T, const ComputeTarget& target = {});
     // Every arena's size before allocating, as the target's backend allocates them (CUDA stages
     // token ids, 2 x B x T ints in the workspace, and holds its fixed resident memory; bf16 halves
