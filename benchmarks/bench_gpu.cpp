@@ -8,7 +8,7 @@
 // CUDA events around every kernel), with each family's FLOPs and bytes per step and the fraction
 // of the GPU's roofline its time reaches.
 //   bench_gpu [--presets gpt-117m,gpt-345m] [--seq 1024] [--steps 6] [--warmup 2] [--json FILE]
-//             [--per-op]
+//             [--attention materialized|fused|cudnn] [--per-op]
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
     adacc::Command app = command_line.program();
     std::vector<std::string> presets{"gpt-117m", "gpt-345m"};
     int T = 1024, steps = 6, warmup = 2;
-    std::string json_file, dtype_name = "bf16";
+    std::string json_file, dtype_name = "bf16", attention_name = "materialized";
     bool per_op = false;
     app.option("--presets", presets, "model presets").comma_separated();
     app.option("--seq", T, "sequence length");
@@ -235,6 +235,8 @@ int main(int argc, char** argv) {
     app.option("--warmup", warmup, "steps before measuring").in_range(0, 1000);
     app.option("--json", json_file, "also write the results here");
     app.option("--dtype", dtype_name, "model dtype: bf16 (default) or fp32").one_of({"bf16", "fp32"});
+    app.option("--attention", attention_name, "model.attention: materialized (default), fused or cudnn (bf16 only)")
+        .one_of(attention_impl_names());
     app.flag("--per-op", per_op, "where each preset's step goes: ms, FLOPs, bytes and roofline per op family");
     if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
     try {
@@ -244,12 +246,14 @@ int main(int argc, char** argv) {
             return 0;
         }
         const GpuPeak peak = peak_for(gpu.name);
+        const AttentionImpl attention = *parse_attention_impl(attention_name);
         const DType dtype = resolve_model_dtype(dtype_name, Device::cuda);
         // MFU against the dense peak of the matmuls' input type (fp32 runs true fp32, never TF32).
         const double peak_tflops = dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops;
         nlohmann::json out = {{"gpu", gpu.name},
                               {"compute_capability", gpu.compute_capability},
                               {"precision", dtype_name},
+                              {"attention", attention_name},
                               {"peak_tflops_fp32", peak.fp32_tflops},
                               {"peak_tflops_bf16", peak.bf16_tflops},
                               {"flops_per_token", "6N + 6LCT (llm.c)"},
@@ -264,8 +268,9 @@ int main(int argc, char** argv) {
                 dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops, peak.memory_gbps);
             out["per_op"] = nlohmann::json::array();
             for (const std::string& name : presets) {
-                const auto cfg = gpt_preset(name);
+                auto cfg = gpt_preset(name);
                 if (!cfg) throw UserError("unknown preset " + name);
+                cfg->attention = attention;
                 const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none, dtype);
                 if (B == 0) {
                     std::printf("%-10s does not fit even at batch 1\n", name.c_str());
@@ -277,16 +282,17 @@ int main(int argc, char** argv) {
             return 0;
         }
         std::printf(
-            "GPU %s (sm_%d), %s; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 %.1f, "
+            "GPU %s (sm_%d), %s, %s attention; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 %.1f, "
             "bf16 %.0f TFLOP/s)\n\n",
-            gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(), dtype_name.c_str(), peak.fp32_tflops,
-            peak.bf16_tflops);
+            gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(), attention_name.c_str(), dtype_name.c_str(),
+            peak.fp32_tflops, peak.bf16_tflops);
         std::printf("%-10s %6s %6s %10s %12s %9s %12s %8s\n", "model", "batch", "seq", "step_ms", "tokens/s", "TFLOP/s",
                     "MFU", "loss");
         int modes_batch = 0;
         for (const std::string& name : presets) {
-            const auto cfg = gpt_preset(name);
+            auto cfg = gpt_preset(name);
             if (!cfg) throw UserError("unknown preset " + name);
+            cfg->attention = attention;
             const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none, dtype);
             if (B == 0) {
                 std::printf("%-10s does not fit even at batch 1\n", name.c_str());
@@ -307,7 +313,8 @@ int main(int argc, char** argv) {
                                    {"mfu", mfu}});
         }
         if (modes_batch > 0) {
-            const GPTConfig cfg = *gpt_preset(presets.front());
+            GPTConfig cfg = *gpt_preset(presets.front());
+            cfg.attention = attention;
             std::printf("\n%s at batch %d x seq %d, fixed memory modes:\n%-10s %10s %12s %12s\n",
                         presets.front().c_str(), modes_batch, T, "mode", "step_ms", "tape", "total");
             for (MemoryMode mode : fixed_memory_modes()) {
