@@ -133,6 +133,23 @@ std::vector<unsigned char> random_mask(std::size_t n, std::uint64_t seed, float 
     return ::testing::AssertionFailure() << msg.str();
 }
 
+::testing::AssertionResult all_within(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                                      const std::vector<double>& abs) {
+    if (got.size() != want.size() || abs.size() != want.size())
+        return ::testing::AssertionFailure() << "sizes differ: " << got.size() << ", " << want.size() << ", "
+                                             << abs.size();
+    std::size_t bad = 0, first = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+        if (!(got[i] == want[i] || err <= abs[i] + rel * std::fabs(static_cast<double>(want[i]))) && bad++ == 0)
+            first = i;  // NaN fails
+    }
+    if (bad == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << bad << " of " << got.size() << " elements differ; first at " << first
+                                         << ": got " << got[first] << ", want " << want[first] << ", bound "
+                                         << abs[first] + rel * std::fabs(static_cast<double>(want[first]));
+}
+
 ::testing::AssertionResult all_equal_bytes(const std::vector<unsigned char>& got,
                                            const std::vector<unsigned char>& want) {
     if (got.size() != want.size())
@@ -142,5 +159,67 @@ std::vector<unsigned char> random_mask(std::size_t n, std::uint64_t seed, float 
             return ::testing::AssertionFailure() << "byte " << i << " differs: " << int(got[i]) << " vs " << int(want[i]);
     return ::testing::AssertionSuccess();
 }
+
+namespace {
+float normal(std::uint64_t key, std::uint64_t i) { return static_cast<float>(rng_normal(key, i)); }
+}  // namespace
+
+std::vector<float> codec_activations(std::size_t rows, std::size_t cols, std::uint64_t seed) {
+    const std::uint64_t key = mix64(seed);
+    std::vector<float> x(rows * cols);
+    for (std::size_t i = 0; i < rows; ++i) {
+        const float row_scale = std::exp(6.0f * rng_uniform(key, ~i) - 3.0f);
+        for (std::size_t j = 0; j < cols; ++j) {
+            float v = normal(key, i * cols + j) * row_scale;
+            if (i % 5 == 1 || (i % 5 == 2 && j < cols / 2)) v = 0.0f;
+            if (i % 5 == 3 && j % 7 == 0) v *= 40.0f;
+            x[i * cols + j] = v;
+        }
+    }
+    return x;
+}
+
+std::vector<float> codec_wide_range(std::size_t rows, std::size_t cols, std::uint64_t seed) {
+    const std::uint64_t key = mix64(seed);
+    std::vector<float> x(rows * cols);
+    for (std::size_t e = 0; e < x.size(); ++e)
+        x[e] = std::ldexp(normal(key, e), static_cast<int>(60.0f * rng_uniform(key, ~e)) - 30);
+    return x;
+}
+
+std::vector<float> codec_probabilities(std::size_t rows, std::size_t cols, std::uint64_t seed) {
+    const std::uint64_t key = mix64(seed);
+    std::vector<float> x(rows * cols, 0.0f);
+    for (std::size_t i = 0; i < rows; ++i) {
+        const std::size_t live = 1 + (i * 13) % cols;
+        double sum = 0;
+        for (std::size_t j = 0; j < live; ++j) sum += x[i * cols + j] = std::exp(2.0f * normal(key, i * cols + j));
+        for (std::size_t j = 0; j < live; ++j) x[i * cols + j] = static_cast<float>(x[i * cols + j] / sum);
+    }
+    return x;
+}
+
+std::vector<float> codec_with_outliers(std::size_t rows, std::size_t cols, const std::vector<int>& channels,
+                                       std::uint64_t seed, float factor) {
+    const std::uint64_t key = mix64(seed);
+    std::vector<float> x(rows * cols);
+    for (std::size_t e = 0; e < x.size(); ++e) x[e] = normal(key, e);
+    for (int j : channels)
+        for (std::size_t i = 0; i < rows; ++i) x[i * cols + j] *= factor;
+    return x;
+}
+
+std::vector<float> codec_flat_rows(std::size_t rows, std::size_t cols) {
+    std::vector<float> x(rows * cols);
+    for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t j = 0; j < cols; ++j) x[i * cols + j] = (j * 7 + i) % 3 ? 0.5f + i : -(0.5f + i);
+    return x;
+}
+
+const std::vector<PlantedOutliers> kPlantedOutliers = {{7, 100, 64, {0, 31, 32, 77, 99}},
+                                                       {33, 72, 16, {5, 6, 40}},
+                                                       {140, 100, 7, {1, 50, 98}},
+                                                       {1, 40, 64, {39}},
+                                                       {3, 1100, 64, {7, 500, 1099}}};
 
 }  // namespace adacc::test

@@ -93,6 +93,10 @@ std::vector<float> representable(const std::vector<float>& v) {
 // Every element within abs + rel * |want|; on failure names the first bad index and the count.
 ::testing::AssertionResult all_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
                                      double abs = 0.0);
+// Per-element bounds: |got - want| <= abs[i] + rel |want| (or got == want: infinities) for every
+// element; on failure the first bad index, its bound and the count.
+::testing::AssertionResult all_within(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                                      const std::vector<double>& abs);
 ::testing::AssertionResult all_equal_bytes(const std::vector<unsigned char>& got,
                                            const std::vector<unsigned char>& want);
 // The same for any element type, compared as its bytes (floats, bf16: bit for bit, NaNs included).
@@ -104,5 +108,29 @@ template <typename T>
     };
     return all_equal_bytes(bytes(got), bytes(want));
 }
+
+// Codec test data (fixed seeds; no negative zeros: zeros are assigned, never products).
+// Rows of varied scale; every fifth row all zero, others with a zero first half or a heavy tail.
+std::vector<float> codec_activations(std::size_t rows, std::size_t cols, std::uint64_t seed);
+// Magnitudes spread over 2^-30 .. 2^30: double sums of them round, so their order shows.
+std::vector<float> codec_wide_range(std::size_t rows, std::size_t cols, std::uint64_t seed);
+// Softmax-like rows in [0, 1] with a causal zero tail (whole groups of +0).
+std::vector<float> codec_probabilities(std::size_t rows, std::size_t cols, std::uint64_t seed);
+// Standard normal data with `channels` scaled by `factor`.
+std::vector<float> codec_with_outliers(std::size_t rows, std::size_t cols, const std::vector<int>& channels,
+                                       std::uint64_t seed, float factor = 50.0f);
+// |x_ij| = a_i in every column, signs mixed: equal channel statistics (std 0), so the outlier
+// codec chooses no channel.
+std::vector<float> codec_flat_rows(std::size_t rows, std::size_t cols);
+// Tensors with a few planted outlier channels (codec_with_outliers, seed rows + cols): the
+// outlier codec, capped at 8, must choose exactly those (ascending). Groups of the compacted rows
+// straddle them; 140 rows: two tiles of the channel sums; 1100 columns: more than one stage of
+// the serial mean / variance.
+struct PlantedOutliers {
+    std::size_t rows, cols;
+    int G;
+    std::vector<int> planted;
+};
+extern const std::vector<PlantedOutliers> kPlantedOutliers;
 
 }  // namespace adacc::test
