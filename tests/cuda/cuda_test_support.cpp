@@ -128,16 +128,16 @@ std::vector<unsigned char> random_mask(std::size_t n, std::uint64_t seed, float 
     }
     if (bad == 0) return ::testing::AssertionSuccess();
     std::ostringstream msg;
-    msg << bad << " of " << got.size() << " elements differ; first at " << first << ": got " << got[first]
-        << ", want " << want[first] << " (worst abs error " << worst << ", rel " << rel << ", abs " << abs << ")";
+    msg << bad << " of " << got.size() << " elements differ; first at " << first << ": got " << got[first] << ", want "
+        << want[first] << " (worst abs error " << worst << ", rel " << rel << ", abs " << abs << ")";
     return ::testing::AssertionFailure() << msg.str();
 }
 
 ::testing::AssertionResult all_within(const std::vector<float>& got, const std::vector<float>& want, double rel,
                                       const std::vector<double>& abs) {
     if (got.size() != want.size() || abs.size() != want.size())
-        return ::testing::AssertionFailure() << "sizes differ: " << got.size() << ", " << want.size() << ", "
-                                             << abs.size();
+        return ::testing::AssertionFailure()
+               << "sizes differ: " << got.size() << ", " << want.size() << ", " << abs.size();
     std::size_t bad = 0, first = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {
         const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
@@ -156,7 +156,8 @@ std::vector<unsigned char> random_mask(std::size_t n, std::uint64_t seed, float 
         return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
     for (std::size_t i = 0; i < got.size(); ++i)
         if (got[i] != want[i])
-            return ::testing::AssertionFailure() << "byte " << i << " differs: " << int(got[i]) << " vs " << int(want[i]);
+            return ::testing::AssertionFailure()
+                   << "byte " << i << " differs: " << int(got[i]) << " vs " << int(want[i]);
     return ::testing::AssertionSuccess();
 }
 

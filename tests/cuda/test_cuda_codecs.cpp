@@ -82,9 +82,7 @@ Vec cpu_decompress(Codec codec, const Bytes& bytes, std::size_t rows, std::size_
 
 // ---- The CUDA side. ----
 
-void fill_device(void* p, int byte, std::size_t n) {
-    ASSERT_EQ(cudaMemset(p, byte, n), cudaSuccess);
-}
+void fill_device(void* p, int byte, std::size_t n) { ASSERT_EQ(cudaMemset(p, byte, n), cudaSuccess); }
 
 // A compressed slot of codec_max_bytes on the device, pre-filled with `fill`.
 struct DeviceBlob {
@@ -117,7 +115,8 @@ template <typename T = float>
 std::vector<T> cuda_decompress(const CudaTestContext& ctx, Codec codec, const void* blob, std::size_t rows,
                                std::size_t cols) {
     DeviceArray<T> y(rows * cols);
-    fill_device(y.get(), 0xFF, std::max<std::size_t>(1, rows * cols) * sizeof(T));  // NaN: every element must be written
+    fill_device(y.get(), 0xFF,
+                std::max<std::size_t>(1, rows * cols) * sizeof(T));  // NaN: every element must be written
     cuda::codec_decompress(ctx.get(), codec, blob, rows, cols, y.get());
     return y.download();
 }
@@ -131,7 +130,7 @@ struct Shape {
     std::size_t rows, cols;
     int G;
 };
-const Shape kShapes[] = {{1, 40, 64}, {7, 72, 64}, {33, 100, 64}, {7, 100, 7}, {33, 72, 16},
+const Shape kShapes[] = {{1, 40, 64}, {7, 72, 64},  {33, 100, 64},  {7, 100, 7},  {33, 72, 16},
                          {5, 40, 1},  {3, 100, 33}, {1, 100, 4096}, {140, 72, 64}};
 
 // The device's layout of group/outlier blobs (k known only there) is codec_layout's.

@@ -46,9 +46,9 @@ TEST(CudaLayernorm, ActivationsOfDifferentDtypesAreRefused) {
     const std::size_t n = static_cast<std::size_t>(s.N) * s.C;
     DeviceArray<bf16> b16(n);
     DeviceArray<float> f32(n), w(s.C), stats(s.N);
-    EXPECT_THROW(cuda::layernorm_forward(ctx.get(), b16.get(), stats.get(), stats.get(), f32.get(), w.get(), w.get(),
-                                         s.N, s.C),
-                 std::invalid_argument);
+    EXPECT_THROW(
+        cuda::layernorm_forward(ctx.get(), b16.get(), stats.get(), stats.get(), f32.get(), w.get(), w.get(), s.N, s.C),
+        std::invalid_argument);
     EXPECT_THROW(cuda::layernorm_backward(ctx.get(), b16.get(), w.get(), w.get(), b16.get(), f32.get(), w.get(),
                                           stats.get(), stats.get(), s.N, s.C),
                  std::invalid_argument);
@@ -57,8 +57,8 @@ TEST(CudaLayernorm, ActivationsOfDifferentDtypesAreRefused) {
     EXPECT_THROW(cuda::layernorm_forward(ctx.get(), b16.get(), stats.get(), stats.get(), other16.get(), w.get(),
                                          w16.get(), s.N, s.C),
                  std::invalid_argument);
-    EXPECT_THROW(cuda::layernorm_backward(ctx.get(), b16.get(), w.get(), w.get(), other16.get(), other16.get(),
-                                          w.get(), stats.get(), stats.get(), s.N, s.C),
+    EXPECT_THROW(cuda::layernorm_backward(ctx.get(), b16.get(), w.get(), w.get(), other16.get(), other16.get(), w.get(),
+                                          stats.get(), stats.get(), s.N, s.C),
                  std::invalid_argument);
 }
 

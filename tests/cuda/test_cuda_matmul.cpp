@@ -53,8 +53,10 @@ std::vector<float> representable_as(const std::vector<float>& v, cudaDataType ty
 }
 std::vector<unsigned char> bytes_of(const std::vector<float>& v, cudaDataType type) {
     std::vector<unsigned char> bytes(v.size() * element_bytes(type));
-    if (type == CUDA_R_16BF) std::memcpy(bytes.data(), device_values<bf16>(v).data(), bytes.size());
-    else std::memcpy(bytes.data(), v.data(), bytes.size());
+    if (type == CUDA_R_16BF)
+        std::memcpy(bytes.data(), device_values<bf16>(v).data(), bytes.size());
+    else
+        std::memcpy(bytes.data(), v.data(), bytes.size());
     return bytes;
 }
 std::vector<float> floats_of(const std::vector<unsigned char>& bytes, cudaDataType type) {
@@ -120,9 +122,9 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
                    "epilogue");
         check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                    "bias");
-        check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                  sizeof(bias_type)),
-                   "bias type");
+        check_blas(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
+            "bias type");
     }
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
     const Operand* ops[3] = {&as, &bs, &ds};
@@ -174,8 +176,8 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
     const double rounded_before_bias = bf16_out && c.bias ? kBf16Rel : 0.0;
     std::vector<double> limit(mag.size());
     for (std::size_t i = 0; i < mag.size(); ++i)
-        limit[i] = exact ? 0.0
-                         : ((bf16_out ? 1 + kBf16Rel : 1.0) * (gamma(c.k + 3) + kU) + rounded_before_bias) * mag[i];
+        limit[i] =
+            exact ? 0.0 : ((bf16_out ? 1 + kBf16Rel : 1.0) * (gamma(c.k + 3) + kU) + rounded_before_bias) * mag[i];
     const double rel = exact || !bf16_out ? 0.0 : 2 * kBf16Rel / (1 - kBf16Rel);
     EXPECT_TRUE(all_within(floats_of(dd.download(), c.out), want, rel, limit))
         << "m=" << c.m << " n=" << c.n << " k=" << c.k << " ta=" << c.ta << " tb=" << c.tb << " batch=" << c.batch
@@ -275,9 +277,9 @@ TEST(CudaMatmulCublasLt, EmulationRefusesTypeCombinationsCublasLtDoesNotSupport)
     const std::int32_t bias_type = CUDA_R_32F;
     ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
               CUBLAS_STATUS_SUCCESS);
-    ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
-                                             sizeof(bias_pointer)),
-              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer, sizeof(bias_pointer)),
+        CUBLAS_STATUS_SUCCESS);
     ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
               CUBLAS_STATUS_SUCCESS);
     EXPECT_EQ(heuristic(bf, bf, f32, f32), CUBLAS_STATUS_SUCCESS);
@@ -386,12 +388,13 @@ TEST(CudaMatmul, MixedActivationTypesAreRefused) {
         }
         return std::string("nothing thrown");
     };
-    EXPECT_NE(message([&] { cuda::matmul_forward(ctx.get(), out16.get(), x16.get(), w32.get(), nullptr, N, C, OC); })
-                  .find("matmul_forward"),
+    EXPECT_NE(message([&] {
+                  cuda::matmul_forward(ctx.get(), out16.get(), x16.get(), w32.get(), nullptr, N, C, OC);
+              }).find("matmul_forward"),
               std::string::npos);
-    EXPECT_NE(message([&] { cuda::matmul_forward(ctx.get(), out32.get(), x32.get(), w32.get(), bias16.get(), N, C,
-                                                 OC); })
-                  .find("matmul_forward"),
+    EXPECT_NE(message([&] {
+                  cuda::matmul_forward(ctx.get(), out32.get(), x32.get(), w32.get(), bias16.get(), N, C, OC);
+              }).find("matmul_forward"),
               std::string::npos);
     EXPECT_NE(message([&] {
                   cuda::matmul_backward(ctx.get(), out32.get(), dweight.get(), nullptr, out16.get(), x16.get(),

@@ -438,8 +438,8 @@ std::vector<OpCase> layernorm_cases(DType a) {
         int N, C;
         std::size_t scratch_bytes;
     };
-    for (const Shape& s : {Shape{1, 40, 0}, Shape{14, 72, 0}, Shape{300, 100, 0}, Shape{5, 2000, 0},
-                           Shape{3, 6000, 0}, Shape{300, 40, 3 * 2 * 40 * sizeof(float)}}) {
+    for (const Shape& s : {Shape{1, 40, 0}, Shape{14, 72, 0}, Shape{300, 100, 0}, Shape{5, 2000, 0}, Shape{3, 6000, 0},
+                           Shape{300, 40, 3 * 2 * 40 * sizeof(float)}}) {
         const std::size_t n = static_cast<std::size_t>(s.N) * s.C;
         std::vector<Buffer> buffers = inputs(s.N, s.C, 200 + s.C);
         std::vector<float> out(n), mean(s.N), rstd(s.N);
@@ -456,8 +456,8 @@ std::vector<OpCase> layernorm_cases(DType a) {
             KernelContext c = ctx;
             if (s.scratch_bytes) c.reduction_scratch_bytes = s.scratch_bytes;
             // Buffers: 0 x, 1 weight, 2 mean, 3 rstd, 4 dout, 5 dinp, 6 dweight, 7 dbias.
-            k.layernorm_backward(c, p.act(5), p.f32(6), p.f32(7), p.act(4), p.act(0), p.act(1), p.f32(2), p.f32(3),
-                                 s.N, s.C);
+            k.layernorm_backward(c, p.act(5), p.f32(6), p.f32(7), p.act(4), p.act(0), p.act(1), p.f32(2), p.f32(3), s.N,
+                                 s.C);
         };
         b.checks = {{5, kRel, kAbs}, {6, kRel, kParamAbs}, {7, kRel, kParamAbs}};
         cases.push_back(b);
@@ -512,8 +512,8 @@ std::vector<OpCase> matmul_cases(DType a) {
             OpCase f = op_case("matmul_forward" + shape + (with_bias ? " bias" : " no bias"), a,
                                {Kernel::matmul_forward}, {x, w, bias, act_nans(ny)});
             f.run = [s, with_bias](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
-                k.matmul_forward(ctx, p.act(3), p.act(0), p.act(1), with_bias ? ConstAct(p.act(2)) : nullptr, s.N,
-                                 s.C, s.OC);
+                k.matmul_forward(ctx, p.act(3), p.act(0), p.act(1), with_bias ? ConstAct(p.act(2)) : nullptr, s.N, s.C,
+                                 s.OC);
             };
             std::vector<double> mag = abs_product(x.values, s.C, 1, w.values, 1, s.C, s.N, s.C, s.OC);  // x w^T
             if (with_bias)
@@ -535,18 +535,26 @@ std::vector<OpCase> matmul_cases(DType a) {
         for (bool accumulate : {false, true})
             for (bool with_dinp : {true, false})
                 for (bool with_dbias : {true, false}) {
-                    OpCase b = op_case("matmul_backward" + shape + " accumulate=" + std::to_string(accumulate) +
-                                           " dinp=" + std::to_string(with_dinp) + " dbias=" + std::to_string(with_dbias),
-                                       a, {Kernel::matmul_backward},
-                                       {x, w, dy, act_nans(nx), {Elem::f32, accumulate ? dw0 : nans(nw)},
-                                        {Elem::f32, accumulate ? db0 : nans(s.OC)}});
+                    OpCase b =
+                        op_case("matmul_backward" + shape + " accumulate=" + std::to_string(accumulate) +
+                                    " dinp=" + std::to_string(with_dinp) + " dbias=" + std::to_string(with_dbias),
+                                a, {Kernel::matmul_backward},
+                                {x,
+                                 w,
+                                 dy,
+                                 act_nans(nx),
+                                 {Elem::f32, accumulate ? dw0 : nans(nw)},
+                                 {Elem::f32, accumulate ? db0 : nans(s.OC)}});
                     b.run = [s, accumulate, with_dinp, with_dbias](const KernelTable& k, const KernelContext& ctx,
                                                                    const Placed& p) {
-                        k.matmul_backward(ctx, with_dinp ? p.act(3) : nullptr, p.f32(4), with_dbias ? p.f32(5) : nullptr,
-                                          p.act(2), p.act(0), p.act(1), s.N, s.C, s.OC, accumulate);
+                        k.matmul_backward(ctx, with_dinp ? p.act(3) : nullptr, p.f32(4),
+                                          with_dbias ? p.f32(5) : nullptr, p.act(2), p.act(0), p.act(1), s.N, s.C, s.OC,
+                                          accumulate);
                     };
-                    if (with_dinp) b.checks.push_back({3, rel_e, 0, fixed(order_bound(dx_mag, s.OC, rel_e))});
-                    else b.checks.push_back({3});
+                    if (with_dinp)
+                        b.checks.push_back({3, rel_e, 0, fixed(order_bound(dx_mag, s.OC, rel_e))});
+                    else
+                        b.checks.push_back({3});
                     std::vector<double> mag = dw_mag;
                     if (accumulate)
                         for (std::size_t i = 0; i < nw; ++i) mag[i] += std::fabs(dw0[i]);
@@ -607,7 +615,7 @@ std::vector<OpCase> attention_cases(DType a) {
     auto scale_bound = [](std::vector<double>& each, double rel) {
         for (double& e : each) e *= 2 * (1 + rel);
     };
-    const Heads shapes[] = {{2, 7, 72, 3}, {2, 1, 40, 2}, {1, 7, 40, 2}, {3, 5, 40, 2},
+    const Heads shapes[] = {{2, 7, 72, 3},  {2, 1, 40, 2},  {1, 7, 40, 2}, {3, 5, 40, 2},
                             {4, 33, 40, 2}, {2, 69, 72, 3}, {1, 40, 80, 1}};
     std::vector<OpCase> cases;
     for (const Heads& g : shapes) {
@@ -684,7 +692,8 @@ std::vector<OpCase> attention_cases(DType a) {
             g.rows([&](int b, int h, int t) {
                 for (int j = 0; j <= t; ++j) {
                     const double w = std::fabs(att.values[g.att(b, h, t) + j]) * keep(g.att(b, h, t) + j);
-                    for (int i = 0; i < hs; ++i) y_limit[g.y(b, t, h) + i] += w * std::fabs(q[g.q(b, j, h) + 2 * C + i]);
+                    for (int i = 0; i < hs; ++i)
+                        y_limit[g.y(b, t, h) + i] += w * std::fabs(q[g.q(b, j, h) + 2 * C + i]);
                 }
             });
             for (double& l : y_limit) l *= gamma(T + 1);
@@ -712,7 +721,8 @@ std::vector<OpCase> attention_cases(DType a) {
                     for (int i = 0; i < hs; ++i) m += std::fabs(double(d[i]) * v[i]);
                     datt_limit[at] = gamma(hs + 1) * keep(at) * m;
                     const double w = std::fabs(att.values[at]) * keep(at);
-                    for (int i = 0; i < hs; ++i) dv_limit[g.q(b, j, h) + 2 * C + i] += gamma(T + 1) * w * std::fabs(d[i]);
+                    for (int i = 0; i < hs; ++i)
+                        dv_limit[g.q(b, j, h) + 2 * C + i] += gamma(T + 1) * w * std::fabs(d[i]);
                 }
             });
             const double datt_rel = rel_of(dropout ? 2 : 1);
@@ -724,7 +734,8 @@ std::vector<OpCase> attention_cases(DType a) {
                          {5, 0, 0, [dv_limit, dv_rel, C](const std::vector<float>& dqkv) {
                               std::vector<double> limit = dv_limit;
                               for (std::size_t i = 0; i < limit.size(); ++i)
-                                  if (i % (3 * C) >= static_cast<std::size_t>(2 * C)) limit[i] += dv_rel * std::fabs(dqkv[i]);
+                                  if (i % (3 * C) >= static_cast<std::size_t>(2 * C))
+                                      limit[i] += dv_rel * std::fabs(dqkv[i]);
                               return limit;
                           }}};
             cases.push_back(vb);
@@ -737,9 +748,9 @@ std::vector<OpCase> attention_cases(DType a) {
             // z_tj q_t (T products) within sum (e |k| + gamma(T) (|z| + e) |k|) on each side; the
             // device's output rounded to bf16 once.
             std::vector<float> datt_cpu(n_att), dqkv_scratch = dqkv0.values;
-            cpu::attention_value_backward(cpu::default_context(), datt_cpu.data(), dqkv_scratch.data(), dy.values.data(),
-                                          att.values.data(), dropout ? mask_bytes.data() : nullptr, drop_p,
-                                          q.data(), B, T, C, NH);
+            cpu::attention_value_backward(cpu::default_context(), datt_cpu.data(), dqkv_scratch.data(),
+                                          dy.values.data(), att.values.data(), dropout ? mask_bytes.data() : nullptr,
+                                          drop_p, q.data(), B, T, C, NH);
             const Buffer datt = {Elem::act, as_activation(datt_cpu, a, Elem::act)};
             OpCase sb = op_case("attention_softmax_backward" + name, a, {Kernel::attention_softmax_backward},
                                 {qkv, att, datt, dqkv0});
@@ -757,8 +768,10 @@ std::vector<OpCase> attention_cases(DType a) {
                 }
                 const double omega = gamma(t + 1) * w_abs;
                 for (int j = 0; j <= t; ++j) {
-                    const double s = std::fabs(av[row + j]) * scale, z = std::fabs(av[row + j] * (dv[row + j] - w) * scale);
-                    const double e_cpu = s * ((std::fabs(dv[row + j]) + std::fabs(w)) * gamma(3) + omega * (1 + gamma(3)));
+                    const double s = std::fabs(av[row + j]) * scale,
+                                 z = std::fabs(av[row + j] * (dv[row + j] - w) * scale);
+                    const double e_cpu =
+                        s * ((std::fabs(dv[row + j]) + std::fabs(w)) * gamma(3) + omega * (1 + gamma(3)));
                     const double e_dev = e_cpu + (bf16 ? kBf16Rel * (z + e_cpu) : 0.0);
                     // Both sides' bounds on this term of dq (row t, times k_j) and of dk (row j, times q_t).
                     const double term = e_cpu + e_dev + gamma(T) * (2 * z + e_cpu + e_dev);
@@ -795,7 +808,8 @@ std::vector<OpCase> attention_cases(DType a) {
 std::vector<OpCase> attention_fused_cases(DType a) {
     constexpr double kLogRel = 2 * kU;
     const double rel_y = a == DType::bf16 ? kBf16Rel : 0.0;  // the device's store
-    const Heads shapes[] = {{2, 7, 72, 3}, {2, 1, 40, 2}, {3, 5, 16, 2}, {1, 19, 80, 1}, {2, 17, 16, 2}, {1, 37, 128, 2}};
+    const Heads shapes[] = {{2, 7, 72, 3},  {2, 1, 40, 2},  {3, 5, 16, 2},
+                            {1, 19, 80, 1}, {2, 17, 16, 2}, {1, 37, 128, 2}};
     std::vector<OpCase> cases;
     for (bool dropout : {false, true})
         for (const Heads& g : shapes) {
@@ -849,7 +863,8 @@ std::vector<OpCase> attention_fused_cases(DType a) {
                 for (int j = 0; j <= t; ++j) l += std::exp(sc[j] - m);
                 for (int j = 0; j <= t; ++j) {
                     const double pk = std::exp(sc[j] - m) / l * keep(row, j);
-                    for (int i = 0; i < hs; ++i) y_limit[g.y(b, t, h) + i] += kappa * pk * std::fabs(q[g.q(b, j, h) + 2 * C + i]);
+                    for (int i = 0; i < hs; ++i)
+                        y_limit[g.y(b, t, h) + i] += kappa * pk * std::fabs(q[g.q(b, j, h) + 2 * C + i]);
                 }
                 const double log_l = std::max(std::log((t + 1) * (1 + theta)), -std::log(1 - theta));
                 const double each = d - std::log(1 - theta) + kLogRel * log_l;
@@ -866,7 +881,8 @@ std::vector<OpCase> attention_fused_cases(DType a) {
             // within e_ds; dq = sum_j ds_j k_j, dk_j = sum_t ds_tj q_t and dv_j = sum_t (p_tj keep_tj)
             // dy_t are sums of T terms, within sum (e + gamma(T + 1) (|term| + e)) |factor|.
             std::vector<float> y(N * C), lse(rows);
-            cpu::attention_fused_forward(cpu::default_context(), y.data(), lse.data(), q.data(), B, T, C, NH, drop_p, key);
+            cpu::attention_fused_forward(cpu::default_context(), y.data(), lse.data(), q.data(), B, T, C, NH, drop_p,
+                                         key);
             const Buffer yr = {Elem::act, as_activation(y, a, Elem::act)}, dy = act_values(a, N * C, 2);
             OpCase bw = op_case("attention_fused_backward" + name, a, {Kernel::attention_fused_backward},
                                 {qkv, dy, yr, {Elem::f32, lse}, act_nans(N * 3 * C)});
@@ -894,13 +910,14 @@ std::vector<OpCase> attention_fused_cases(DType a) {
                     const double arg = sigma[j] + kU * (std::fabs(sc[j] - lse[row]) + sigma[j]);
                     const double pi = (1 + kExpRel) * std::exp(arg) - 1;
                     const double ds = std::fabs(P * x * scale);
-                    const double e_ds = scale * P * ((pi * (std::fabs(x) + ex) + ex) * (1 + gamma(2)) + gamma(2) * std::fabs(x));
+                    const double e_ds =
+                        scale * P * ((pi * (std::fabs(x) + ex) + ex) * (1 + gamma(2)) + gamma(2) * std::fabs(x));
                     const double e_a = P * kp * (pi + gamma(1) * (1 + pi));
                     const double w_ds = e_ds + gamma(T + 1) * (ds + e_ds), w_a = e_a + gamma(T + 1) * (P * kp + e_a);
                     for (int i = 0; i < hs; ++i) {
-                        limit[g.q(b, t, h) + i] += w_ds * std::fabs(kj[i]);              // dq_t
-                        limit[g.q(b, j, h) + C + i] += w_ds * std::fabs(qt[i]);          // dk_j
-                        limit[g.q(b, j, h) + 2 * C + i] += w_a * std::fabs(dyt[i]);      // dv_j
+                        limit[g.q(b, t, h) + i] += w_ds * std::fabs(kj[i]);          // dq_t
+                        limit[g.q(b, j, h) + C + i] += w_ds * std::fabs(qt[i]);      // dk_j
+                        limit[g.q(b, j, h) + 2 * C + i] += w_a * std::fabs(dyt[i]);  // dv_j
                     }
                 }
             });
@@ -930,14 +947,13 @@ std::vector<OpCase> classifier_cases(DType a) {
     };
     // One row, several, no padding, and wider than the block (512 threads): several columns per
     // thread, the running max moving.
-    const Shape shapes[] = {{1, 101, 128, 0.0f, 4.0f},  {5, 101, 128, 0.0f, 4.0f},     {1, 101, 128, 1.0f, 4.0f},
-                            {5, 101, 128, 0.2f, 4.0f},  {3, 101, 101, 0.5f, 8.0f},     {4, 2051, 2112, 0.25f, 8.0f}};
+    const Shape shapes[] = {{1, 101, 128, 0.0f, 4.0f}, {5, 101, 128, 0.0f, 4.0f}, {1, 101, 128, 1.0f, 4.0f},
+                            {5, 101, 128, 0.2f, 4.0f}, {3, 101, 101, 0.5f, 8.0f}, {4, 2051, 2112, 0.25f, 8.0f}};
     std::vector<OpCase> cases;
     for (const Shape& s : shapes) {
         std::vector<float> targets(s.N);
         for (int i = 0; i < s.N; ++i) targets[i] = static_cast<float>(i == 0 ? 0 : (i == 1 ? s.V - 1 : (i * 37) % s.V));
-        std::vector<float> logits =
-            random_floats(static_cast<std::size_t>(s.N) * s.Vp, 31 + s.V, -s.spread, s.spread);
+        std::vector<float> logits = random_floats(static_cast<std::size_t>(s.N) * s.Vp, 31 + s.V, -s.spread, s.spread);
         for (int i = 0; i < s.N; ++i)
             for (int j = s.V; j < s.Vp; ++j) logits[static_cast<std::size_t>(i) * s.Vp + j] = kPadding;
         // A row whose target dominates, so its loss is ~0 and its dlogit at the target cancels.
@@ -991,7 +1007,8 @@ std::vector<OpCase> optimizer_cases(DType a) {
     // at step 3 the norm is above the clip (scale 0.5).
     const int steps[] = {1, 2, 3, 1000};
     for (long n : {1L, 37L, 1000L, 4099L}) {
-        std::vector<Buffer> buffers = {f32_values(n, 1), f32_zeros(n), f32_zeros(n), {Elem::b16, std::vector<float>(n)}};
+        std::vector<Buffer> buffers = {
+            f32_values(n, 1), f32_zeros(n), f32_zeros(n), {Elem::b16, std::vector<float>(n)}};
         for (int t : steps) buffers.push_back({Elem::f32, random_floats(n, 10 + t, -0.1f, 0.1f)});
         for (int i = 0; i < 4; ++i) buffers.push_back({Elem::f32, {i == 2 ? 2.0f : 0.5f}});
         OpCase c = op_case("adamw_update n=" + std::to_string(n) + (working ? " with a bf16 working copy" : ""), a,
@@ -1065,7 +1082,7 @@ void add_error_checks(OpCase& c, int original, int decoded, std::size_t n) {
     c.kernels.push_back(Kernel::codec_error);
     auto compress_run = c.run;
     c.run = [compress_run, original, decoded, n, rel_l2](const KernelTable& k, const KernelContext& ctx,
-                                                          const Placed& p) {
+                                                         const Placed& p) {
         if (compress_run) compress_run(k, ctx, p);
         const CodecStats s = k.codec_error(ctx, p.act(original), p.act(decoded), n);
         p.write(rel_l2, {static_cast<float>(s.relative_l2)});
@@ -1083,12 +1100,13 @@ OpCase codec_case(DType a, Codec codec, const std::string& data, const std::vect
                        std::to_string(cols) + " G=" + std::to_string(p.group_size);
     if (codec == Codec::outlier_int4) name += " cap=" + std::to_string(p.max_outlier_channels);
     // Buffers: 0 the tensor, 1 the slot, 2 the scratch, 3 k, 4 the decoded tensor.
-    OpCase c = op_case("codec " + name, a, {Kernel::codec_compress, Kernel::codec_outlier_count, Kernel::codec_decompress},
-                       {{Elem::act, as_activation(x, a, Elem::act)},
-                        {Elem::u8, std::vector<float>(std::max<std::size_t>(max_bytes, 1), kBlobFill)},
-                        {Elem::u8, std::vector<float>(scratch)},
-                        {Elem::i32, {-1.0f}},
-                        act_nans(n)});
+    OpCase c =
+        op_case("codec " + name, a, {Kernel::codec_compress, Kernel::codec_outlier_count, Kernel::codec_decompress},
+                {{Elem::act, as_activation(x, a, Elem::act)},
+                 {Elem::u8, std::vector<float>(std::max<std::size_t>(max_bytes, 1), kBlobFill)},
+                 {Elem::u8, std::vector<float>(scratch)},
+                 {Elem::i32, {-1.0f}},
+                 act_nans(n)});
     c.run = [codec, rows, cols, p, scratch](const KernelTable& k, const KernelContext& ctx, const Placed& pl) {
         KernelContext with_scratch = ctx;
         with_scratch.scratch = scratch ? pl.data(2) : nullptr;
@@ -1120,7 +1138,7 @@ std::vector<OpCase> codec_cases(DType a) {
         std::size_t rows, cols;
         int G;
     };
-    const Shape shapes[] = {{1, 40, 64}, {7, 72, 64}, {33, 100, 64}, {7, 100, 7}, {33, 72, 16},
+    const Shape shapes[] = {{1, 40, 64}, {7, 72, 64},  {33, 100, 64},  {7, 100, 7},  {33, 72, 16},
                             {5, 40, 1},  {3, 100, 33}, {1, 100, 4096}, {140, 72, 64}};
     std::vector<OpCase> cases;
     for (const auto& [rows, cols, G] : shapes) {
@@ -1177,16 +1195,16 @@ std::vector<OpCase> codec_cases(DType a) {
     // |x_ij| = a_i in every column: equal Sh, std 0, k = 0 decided on the device.
     {
         const std::size_t rows = 7, cols = 72;
-        cases.push_back(codec_case(a, Codec::outlier_int4, "flat", codec_flat_rows(rows, cols), rows, cols,
-                                   codec_params(16)));
+        cases.push_back(
+            codec_case(a, Codec::outlier_int4, "flat", codec_flat_rows(rows, cols), rows, cols, codec_params(16)));
     }
     // Every channel an outlier (threshold below every Z, cap = cols): k = cols, no codes at all.
     {
         const std::size_t rows = 5, cols = 40;
         CodecParams every = codec_params(CodecParams{}.group_size, static_cast<int>(cols));
         every.outlier_z = -1e30f;
-        cases.push_back(codec_case(a, Codec::outlier_int4, "every channel", codec_activations(rows, cols, 9), rows,
-                                   cols, every));
+        cases.push_back(
+            codec_case(a, Codec::outlier_int4, "every channel", codec_activations(rows, cols, 9), rows, cols, every));
     }
     // cols < 16: the default cap is 0, no selection runs (no scratch).
     cases.push_back(codec_case(a, Codec::outlier_int4, "narrow", codec_activations(7, 15, 10), 7, 15, CodecParams{}));
@@ -1204,7 +1222,7 @@ std::vector<OpCase> codec_cases(DType a) {
 std::vector<OpCase> bitpack_cases(DType a) {
     std::vector<OpCase> cases;
     if (a != DType::f32) return cases;
-    const std::pair<std::size_t, std::size_t> shapes[] = {{1, 1}, {1, 7}, {1, 8},   {3, 3},   {7, 9},   {1, 63},
+    const std::pair<std::size_t, std::size_t> shapes[] = {{1, 1}, {1, 7},  {1, 8},   {3, 3},   {7, 9},    {1, 63},
                                                           {8, 8}, {5, 13}, {33, 40}, {7, 100}, {1, 4099}, {0, 5}};
     for (const auto& [rows, cols] : shapes)
         for (std::size_t offset : {0, 1}) {
@@ -1220,7 +1238,8 @@ std::vector<OpCase> bitpack_cases(DType a) {
                                 {Elem::u8, std::vector<float>(std::max<std::size_t>(max_bytes, 1), kBlobFill)},
                                 {Elem::i32, {-1.0f}},
                                 {Elem::u8, std::vector<float>(offset + n + 16, 0xEE)}});
-            c.run = [rows = rows, cols = cols, offset](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
+            c.run = [rows = rows, cols = cols, offset](const KernelTable& k, const KernelContext& ctx,
+                                                       const Placed& p) {
                 k.codec_compress(ctx, Codec::bitpack, p.u8(0) + offset, rows, cols, CodecParams{}, p.data(1));
                 p.write(2, {static_cast<float>(k.codec_outlier_count(ctx, Codec::bitpack, p.data(1)))});
                 k.codec_decompress(ctx, Codec::bitpack, p.data(1), rows, cols, p.u8(3) + offset);
