@@ -31,8 +31,8 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
         bool saved, tiny;
     };
     const bool d = has_dropout_, fused = is_flash_attention(cfg.attention);  // fused or cudnn
-    const std::size_t matrix = fused ? 0 : TT;                  // the attention matrices' elements
-    const DType A = activation, S = DType::f32, M = DType::u8;  // activations, layernorm statistics, masks
+    const std::size_t matrix = fused ? 0 : TT;                               // the attention matrices' elements
+    const DType A = activation, S = DType::f32, M = DType::u8;               // activations, layernorm statistics, masks
     const Spec specs[] = {
         {A, N * C, true, false},                  // x
         {A, N * C, true, false},                  // ln1

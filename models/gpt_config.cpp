@@ -7,8 +7,7 @@ namespace adacc {
 
 std::int64_t GPTConfig::parameter_count() const {
     const std::int64_t C = n_embd, L = n_layer;
-    return std::int64_t(padded_vocab_size()) * C + std::int64_t(max_seq_len) * C +
-           L * (12 * C * C + 13 * C) + 2 * C;
+    return std::int64_t(padded_vocab_size()) * C + std::int64_t(max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
 
 std::int64_t GPTConfig::unpadded_parameter_count() const {
@@ -54,8 +53,7 @@ std::optional<std::string> GPTConfig::validate() const {
                std::to_string(vocab_size) + ")";
     if (classifier_chunk < 0)
         return "model.classifier_chunk must be >= 0 tokens (0: auto; got " + std::to_string(classifier_chunk) + ")";
-    if (!positive(max_seq_len))
-        return "model.max_seq_len must be >= 1 (got " + std::to_string(max_seq_len) + ")";
+    if (!positive(max_seq_len)) return "model.max_seq_len must be >= 1 (got " + std::to_string(max_seq_len) + ")";
     if (!(dropout >= 0.0f && dropout < 1.0f))
         return "model.dropout must be in [0, 1) (got " + std::to_string(dropout) + ")";
     // Every size is computed in 64-bit integers: keep the parameter count (and 16 bytes per
@@ -80,14 +78,10 @@ struct NamedPreset {
 };
 // GPT-2 vocab and context for the paper sizes; the tiny ones are for tests and the quickstart.
 const NamedPreset kPresets[] = {
-    {"gpt-117m", {12, 768, 12, 50257, 1024, 0.0f}},
-    {"gpt-345m", {24, 1024, 16, 50257, 1024, 0.0f}},
-    {"gpt-762m", {36, 1280, 20, 50257, 1024, 0.0f}},
-    {"gpt-1.5b", {48, 1600, 25, 50257, 1024, 0.0f}},
-    {"gpt-4.7b", {40, 3072, 24, 50257, 1024, 0.0f}},
-    {"gpt-small-cpu", {4, 256, 4, 50257, 256, 0.0f}},
-    {"gpt-tiny", {2, 64, 4, 50257, 64, 0.0f}},
-    {"gpt-micro", {2, 16, 2, 97, 16, 0.0f}},
+    {"gpt-117m", {12, 768, 12, 50257, 1024, 0.0f}},  {"gpt-345m", {24, 1024, 16, 50257, 1024, 0.0f}},
+    {"gpt-762m", {36, 1280, 20, 50257, 1024, 0.0f}}, {"gpt-1.5b", {48, 1600, 25, 50257, 1024, 0.0f}},
+    {"gpt-4.7b", {40, 3072, 24, 50257, 1024, 0.0f}}, {"gpt-small-cpu", {4, 256, 4, 50257, 256, 0.0f}},
+    {"gpt-tiny", {2, 64, 4, 50257, 64, 0.0f}},       {"gpt-micro", {2, 16, 2, 97, 16, 0.0f}},
 };
 }  // namespace
 

@@ -32,11 +32,11 @@ constexpr std::size_t kAutoClassifierChunkBytes = 256u << 20;
 
 struct GPTConfig {
     int n_layer = 12;
-    int n_embd = 768;           // C, the hidden size
-    int n_head = 12;            // H; n_embd must be divisible by it
-    int vocab_size = 50257;     // V, real tokens
-    int max_seq_len = 1024;     // learned position embeddings cover this many positions
-    float dropout = 0.0f;       // embedding, attention and residual dropout probability
+    int n_embd = 768;        // C, the hidden size
+    int n_head = 12;         // H; n_embd must be divisible by it
+    int vocab_size = 50257;  // V, real tokens
+    int max_seq_len = 1024;  // learned position embeddings cover this many positions
+    float dropout = 0.0f;    // embedding, attention and residual dropout probability
     // Tokens per chunk of the classifier (final matmul, log-softmax, loss and dlogits), so the
     // N x Vp logits never exist whole, in training or inference; 0 = auto (classifier_rows).
     int classifier_chunk = 0;

@@ -414,8 +414,9 @@ step_device_tests() {
 # The kernel tests only. The whole-model tests (CudaModel, CudaAdacc's profiler and training runs,
 # CudaDataParallel) take racecheck minutes: on the first H200 run it spent 19 s on the profiler test
 # alone and was killed in the next. CudaNccl goes too: NCCL's own start-up probes kernels with
-# cudaFuncGetAttributes, which memcheck reports as 8 API errors that are not ours.
-KERNEL_TESTS='Cuda*:-CudaModel*:CudaKernelCoverage*:CudaAdacc*:CudaDataParallel*:CudaNccl*'
+# cudaFuncGetAttributes, which memcheck reports as 8 API errors that are not ours. cuDNN's attention
+# tests (Cudnn*) are in: their buffers are ours, whoever's kernels write them.
+KERNEL_TESTS='Cuda*:Cudnn*:-CudaModel*:CudaKernelCoverage*:CudaAdacc*:CudaDataParallel*:CudaNccl*'
 
 sanitize() {
   local tool=$1 limit=$2 log="$WORK/$1.txt" line

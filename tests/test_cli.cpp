@@ -198,8 +198,8 @@ TEST_F(Cli, GradientsFileHoldsTheFirstBatchItsLossAndGradients) {
     ASSERT_EQ(bytes.size(), 256 * 4 + 2 * tokens * 4 + params * 4);
     std::array<std::int32_t, 256> header;
     std::memcpy(header.data(), bytes.data(), sizeof(header));
-    const std::array<std::int32_t, 12> want = {kGradientsFileMagic, kGradientsFileVersion, B, T, 16, 97, 1, 2, 16,
-                                               c.model.padded_vocab_size(), 0, 0};
+    const std::array<std::int32_t, 12> want = {
+        kGradientsFileMagic, kGradientsFileVersion, B, T, 16, 97, 1, 2, 16, c.model.padded_vocab_size(), 0, 0};
     for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(header[i], want[i]) << "header word " << i;
     float loss;
     std::memcpy(&loss, &header[12], sizeof(float));

@@ -39,8 +39,8 @@ TEST(DeviceMemory, CudaArenasFollowTheFormulas) {
             EXPECT_EQ(cuda.transients, cpu.transients);
             // logits (one classifier chunk: GPTConfig::classifier_rows of the N tokens x Vp fp32), per-token losses and
             // the loss and norm scalars (one 64-byte aligned slot), plus the staged token ids and targets.
-            EXPECT_EQ(cuda.logits, cfg.classifier_rows(static_cast<int>(N), 4) * cfg.padded_vocab_size() * 4 + N * 4 + 64 +
-                                       2 * N * sizeof(int));
+            EXPECT_EQ(cuda.logits, cfg.classifier_rows(static_cast<int>(N), 4) * cfg.padded_vocab_size() * 4 + N * 4 +
+                                       64 + 2 * N * sizeof(int));
             EXPECT_EQ(cuda.backend, cuda::kBlasWorkspaceBytes + cuda::kReductionScratchBytes);
             EXPECT_EQ(cuda.total(), cpu.total() + 2 * N * sizeof(int) + cuda.backend);
         }
@@ -76,41 +76,42 @@ TEST(DeviceMemory, Bf16ArenasFollowTheFormulas) {
 TEST(DeviceMemory, MemoryCommandPrintsDeviceArenasWithoutAGpu) {
     // --device cuda alone is bf16 (model.dtype = auto); --dtype fp32 is CUDA's exact mode.
     for (const DType dtype : {DType::bf16, DType::f32})
-    for (const char* name : {"gpt-345m", "gpt-4.7b"}) {
-        const bool bf16 = dtype == DType::bf16;
-        const auto r = run_adacc(std::string("memory --device cuda --config ") + ADACC_SOURCE_DIR + "/configs/" + name +
-                                 ".toml --set training.batch_size=8 --set training.seq_len=1024" +
-                                 (bf16 ? "" : " --dtype fp32"));
-        ASSERT_EQ(r.status, 0) << r.output;
-        EXPECT_NE(r.output.find(bf16 ? "device cuda, dtype bf16: 18 bytes per parameter (fp32 weights 4 + their bf16 copy 2"
-                                     : "device cuda, dtype fp32: 16 bytes per parameter (fp32 weights 4,"),
-                  std::string::npos)
-            << r.output;
-        EXPECT_NE(r.output.find(bf16 ? "2 bytes per activation element" : "4 bytes per activation element"),
-                  std::string::npos)
-            << r.output;
-        EXPECT_NE(r.output.find("backend fixed memory 48.00 MiB"), std::string::npos) << r.output;
-        // model.attention unset: cuDNN's on CUDA in bf16 when libcudnn.so.9 loads (this build opens it
-        // to decide), else materialized (src/config/config.h: resolve_default_attention).
-        GPTConfig cfg = *gpt_preset(name);
-        if (bf16 && cudnn_problem().empty()) cfg.attention = AttentionImpl::cudnn;
-        for (MemoryMode mode : fixed_memory_modes()) {
-            const ModelMemory m = memory_for_mode(cfg, 8, 1024, mode, {Device::cuda, dtype});
-            std::istringstream lines(r.output);
-            bool found = false;
-            for (std::string line; std::getline(lines, line);) {
-                std::istringstream row(line);
-                std::string first;
-                row >> first;
-                if (first != memory_mode_name(mode)) continue;
-                found = true;
-                EXPECT_NE(line.find(format_bytes(m.total())), std::string::npos) << line;
-                EXPECT_NE(line.find(format_bytes(m.parameters + m.working_weights)), std::string::npos) << line;
-                EXPECT_NE(line.find(format_bytes(m.backend)), std::string::npos) << line;
+        for (const char* name : {"gpt-345m", "gpt-4.7b"}) {
+            const bool bf16 = dtype == DType::bf16;
+            const auto r = run_adacc(std::string("memory --device cuda --config ") + ADACC_SOURCE_DIR + "/configs/" +
+                                     name + ".toml --set training.batch_size=8 --set training.seq_len=1024" +
+                                     (bf16 ? "" : " --dtype fp32"));
+            ASSERT_EQ(r.status, 0) << r.output;
+            EXPECT_NE(r.output.find(
+                          bf16 ? "device cuda, dtype bf16: 18 bytes per parameter (fp32 weights 4 + their bf16 copy 2"
+                               : "device cuda, dtype fp32: 16 bytes per parameter (fp32 weights 4,"),
+                      std::string::npos)
+                << r.output;
+            EXPECT_NE(r.output.find(bf16 ? "2 bytes per activation element" : "4 bytes per activation element"),
+                      std::string::npos)
+                << r.output;
+            EXPECT_NE(r.output.find("backend fixed memory 48.00 MiB"), std::string::npos) << r.output;
+            // model.attention unset: cuDNN's on CUDA in bf16 when libcudnn.so.9 loads (this build opens it
+            // to decide), else materialized (src/config/config.h: resolve_default_attention).
+            GPTConfig cfg = *gpt_preset(name);
+            if (bf16 && cudnn_problem().empty()) cfg.attention = AttentionImpl::cudnn;
+            for (MemoryMode mode : fixed_memory_modes()) {
+                const ModelMemory m = memory_for_mode(cfg, 8, 1024, mode, {Device::cuda, dtype});
+                std::istringstream lines(r.output);
+                bool found = false;
+                for (std::string line; std::getline(lines, line);) {
+                    std::istringstream row(line);
+                    std::string first;
+                    row >> first;
+                    if (first != memory_mode_name(mode)) continue;
+                    found = true;
+                    EXPECT_NE(line.find(format_bytes(m.total())), std::string::npos) << line;
+                    EXPECT_NE(line.find(format_bytes(m.parameters + m.working_weights)), std::string::npos) << line;
+                    EXPECT_NE(line.find(format_bytes(m.backend)), std::string::npos) << line;
+                }
+                EXPECT_TRUE(found) << memory_mode_name(mode) << " row missing:\n" << r.output;
             }
-            EXPECT_TRUE(found) << memory_mode_name(mode) << " row missing:\n" << r.output;
         }
-    }
 }
 
 }  // namespace

@@ -2,9 +2,9 @@
 // partition of the output: its parallel path allocates packing buffers on the heap, and a
 // training step must not allocate (EIGEN_DONT_PARALLELIZE and a raised
 // EIGEN_STACK_ALLOCATION_LIMIT are set in CMakeLists.txt, so packing lives on the stack).
+#include <omp.h>
 #include <Eigen/Core>
 #include <algorithm>
-#include <omp.h>
 
 #include "kernels/cpu/ops.h"
 

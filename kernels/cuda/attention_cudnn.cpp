@@ -117,9 +117,10 @@ std::string dnn_describe(const DnnContext* dnn) {
     std::string out;
     if (!dnn) return out;
     for (const auto& [key, built] : dnn->graphs)
-        out += key.name() + ": workspace " + std::to_string(built.workspace_bytes) + " bytes" +
-               (key.backward ? (built.deterministic ? ", deterministic" : ", NOT deterministic (cuDNN has none)") : "") +
-               "\n";
+        out +=
+            key.name() + ": workspace " + std::to_string(built.workspace_bytes) + " bytes" +
+            (key.backward ? (built.deterministic ? ", deterministic" : ", NOT deterministic (cuDNN has none)") : "") +
+            "\n";
     return out;
 }
 
@@ -160,8 +161,7 @@ std::vector<std::int64_t> stats_dims(const GraphKey& k) { return {k.B, k.H, k.T,
 std::vector<std::int64_t> stats_strides(const GraphKey& k) { return {std::int64_t{k.H} * k.T, k.T, 1, 1}; }
 
 std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, const char* name, Uid uid,
-                                                     std::vector<std::int64_t> dim,
-                                                     std::vector<std::int64_t> stride) {
+                                                     std::vector<std::int64_t> dim, std::vector<std::int64_t> stride) {
     return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride));
 }
 
@@ -270,8 +270,8 @@ BuiltGraph build_backward(cudnnHandle_t handle, const GraphKey& key) {
         try {
             return build_backward_as(handle, key, false);
         } catch (const std::runtime_error& e) {
-            throw std::runtime_error(std::string(e.what()) + " (and with the deterministic algorithm: " +
-                                     deterministic_failed.what() + ")");
+            throw std::runtime_error(std::string(e.what()) +
+                                     " (and with the deterministic algorithm: " + deterministic_failed.what() + ")");
         }
     }
 }
@@ -338,18 +338,22 @@ void attention_cudnn_forward(const KernelContext& ctx, Act atty, float* lse, Con
 }
 
 void attention_cudnn_backward(const KernelContext& ctx, Act dqkv, ConstAct datty, ConstAct qkv, ConstAct atty,
-                              const float* lse, int B, int T, int C, int NH, float dropout_p,
-                              unsigned long long key) {
+                              const float* lse, int B, int T, int C, int NH, float dropout_p, unsigned long long key) {
     DnnContext& dnn = dnn_for(ctx);
     const GraphKey gk = key_for(qkv, B, T, C, NH, dropout_p, true);
     const BuiltGraph& built = graph_for(dnn, gk);
     if (gk.dropout_p > 0) set_seed(dnn, static_cast<cudaStream_t>(ctx.stream), key);
     auto* base = static_cast<bf16*>(mutable_ptr(qkv));
     bf16* dbase = dqkv.as<bf16>();
-    std::unordered_map<std::int64_t, void*> pack = {
-        {kQ, base},       {kK, base + C},         {kV, base + 2 * C}, {kO, mutable_ptr(atty)},
-        {kDO, mutable_ptr(datty)}, {kStats, const_cast<float*>(lse)}, {kDQ, dbase}, {kDK, dbase + C},
-        {kDV, dbase + 2 * C}};
+    std::unordered_map<std::int64_t, void*> pack = {{kQ, base},
+                                                    {kK, base + C},
+                                                    {kV, base + 2 * C},
+                                                    {kO, mutable_ptr(atty)},
+                                                    {kDO, mutable_ptr(datty)},
+                                                    {kStats, const_cast<float*>(lse)},
+                                                    {kDQ, dbase},
+                                                    {kDK, dbase + C},
+                                                    {kDV, dbase + 2 * C}};
     run(dnn, built, gk, pack);
 }
 

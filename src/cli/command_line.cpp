@@ -53,8 +53,7 @@ template CommandOption Command::option<int>(const std::string&, int&, const std:
 template CommandOption Command::option<float>(const std::string&, float&, const std::string&);
 template CommandOption Command::option<double>(const std::string&, double&, const std::string&);
 template CommandOption Command::option<unsigned long>(const std::string&, unsigned long&, const std::string&);
-template CommandOption Command::option<unsigned long long>(const std::string&, unsigned long long&,
-                                                           const std::string&);
+template CommandOption Command::option<unsigned long long>(const std::string&, unsigned long long&, const std::string&);
 template CommandOption Command::option<std::vector<std::string>>(const std::string&, std::vector<std::string>&,
                                                                  const std::string&);
 template CommandOption Command::option<std::vector<int>>(const std::string&, std::vector<int>&, const std::string&);

@@ -5,7 +5,8 @@
 namespace adacc {
 
 void add_device_option(Command& command, std::string& device, const char* default_text) {
-    command.option("--device", device, std::string("where the model runs: cpu, or cuda (GPU 0); default: ") + default_text)
+    command
+        .option("--device", device, std::string("where the model runs: cpu, or cuda (GPU 0); default: ") + default_text)
         .one_of(device_names())
         .type_name("DEVICE");
 }

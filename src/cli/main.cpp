@@ -10,9 +10,9 @@
 #include <string>
 
 #include "src/cli/commands.h"
-#include "src/engine/cpu_threads.h"
 #include "src/common/errors.h"
 #include "src/dist/process_group.h"
+#include "src/engine/cpu_threads.h"
 
 namespace {
 
@@ -38,9 +38,10 @@ Outcome run_command(adacc::CommandLine& command_line, int argc, char** argv) {
         return {2, std::string("error: ") + e.what() + "; check the path, its folder's permissions and free space"};
     } catch (const std::bad_alloc&) {
         // Allocations are sized by the config: a batch, sequence or model too large for the process.
-        return {2, "error: out of memory: this run needs more memory than the process may allocate (the machine, "
-                   "its cgroup or ulimit -v); lower training.batch_size, training.seq_len or the model, or use a "
-                   "memory mode that recomputes (see `adacc memory`)"};
+        return {2,
+                "error: out of memory: this run needs more memory than the process may allocate (the machine, "
+                "its cgroup or ulimit -v); lower training.batch_size, training.seq_len or the model, or use a "
+                "memory mode that recomputes (see `adacc memory`)"};
     } catch (const std::exception& e) {
         return {3, std::string("internal error: ") + e.what()};
     }
@@ -68,9 +69,10 @@ int main(int argc, char** argv) {
     adacc::add_gradients_command(program);
     // Data parallelism is training's: any other command would run N times over.
     if (adacc::process_group().world_size > 1 && (argc < 2 || std::string(argv[1]) != "train"))
-        adacc::abort_process_group("error: only `adacc train` runs as several processes; start this command without "
-                                   "mpirun / srun",
-                                   2);
+        adacc::abort_process_group(
+            "error: only `adacc train` runs as several processes; start this command without "
+            "mpirun / srun",
+            2);
     const Outcome outcome = run_command(command_line, argc, argv);
     // A failure on one rank of several ends them all (the others may be waiting for it in a
     // collective), with its message.

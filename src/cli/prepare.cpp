@@ -8,8 +8,8 @@
 #include "data/corpus_preparer.h"
 #include "data/tokenizer.h"
 #include "src/cli/commands.h"
-#include "src/common/units.h"
 #include "src/common/progress_bar.h"
+#include "src/common/units.h"
 
 namespace adacc {
 namespace {
@@ -56,17 +56,15 @@ void run_prepare(const PrepareArgs& args) {
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(args.vocab);
     const auto start = std::chrono::steady_clock::now();
     ProgressBar bar("tokenizing", 40);
-    const CorpusSummary summary =
-        prepare_corpus(tokenizer, args.corpus, [&](const CorpusProgress& progress) {
-            const double fraction =
-                progress.bytes_total ? double(progress.bytes_done) / double(progress.bytes_total) : 1.0;
-            bar.update(fraction, [&](double seconds) {
-                char text[64];
-                std::snprintf(text, sizeof text, "%3.0f%%  %.1f MB/s", 100 * fraction,
-                              seconds > 0 ? double(progress.bytes_done) / 1e6 / seconds : 0.0);
-                return std::string(text);
-            });
+    const CorpusSummary summary = prepare_corpus(tokenizer, args.corpus, [&](const CorpusProgress& progress) {
+        const double fraction = progress.bytes_total ? double(progress.bytes_done) / double(progress.bytes_total) : 1.0;
+        bar.update(fraction, [&](double seconds) {
+            char text[64];
+            std::snprintf(text, sizeof text, "%3.0f%%  %.1f MB/s", 100 * fraction,
+                          seconds > 0 ? double(progress.bytes_done) / 1e6 / seconds : 0.0);
+            return std::string(text);
         });
+    });
     bar.finish();
     const double seconds = seconds_since(start);
     print_summary(summary, args.corpus.out_dir, seconds);
@@ -82,14 +80,13 @@ void add_prepare_command(Command& program) {
         "tokens, OUT/train_NNNNNN.bin the rest. Each file is a document (fortune files: each %-separated "
         "entry), preceded by <|endoftext|>. Earlier shards in OUT are replaced once all the text is tokenized; "
         "a prepare that fails leaves OUT as it was.");
-    command.option("--input", args->corpus.inputs, "text files, directories (walked recursively) or pipes such as /dev/stdin")
+    command
+        .option("--input", args->corpus.inputs,
+                "text files, directories (walked recursively) or pipes such as /dev/stdin")
         .type_name("FILE|DIR")
         .required();
-    command.option("--out", args->corpus.out_dir, "output directory for the shards")
-        .type_name("DIR")
-        .required();
-    command.option("--vocab", args->vocab, "directory holding GPT-2's encoder.json and vocab.bpe")
-        .type_name("DIR");
+    command.option("--out", args->corpus.out_dir, "output directory for the shards").type_name("DIR").required();
+    command.option("--vocab", args->vocab, "directory holding GPT-2's encoder.json and vocab.bpe").type_name("DIR");
     command.option("--val-tokens", args->corpus.val_tokens, "tokens for the validation shard (0 = none)")
         .type_name("N")
         .show_default();

@@ -28,8 +28,7 @@ constexpr SettingFlag kSettingFlags[] = {
 std::string setting_advice(const Command& command, const std::string& setting) {
     for (const SettingFlag& f : kSettingFlags)
         if (setting == f.setting && command.takes(f.flag)) return std::string("set it with ") + f.flag + " " + f.value;
-    if (command.takes("--set"))
-        return "set it in the config or with --set " + setting + "=VALUE";
+    if (command.takes("--set")) return "set it in the config or with --set " + setting + "=VALUE";
     return "";
 }
 

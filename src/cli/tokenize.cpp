@@ -76,8 +76,7 @@ void add_tokenize_command(Command& program) {
     auto args = std::make_shared<TokenizeArgs>();
     Command command = program.subcommand(
         "tokenize", "GPT-2 BPE on stdin: text -> token ids (one line), or ids -> text with --decode");
-    command.option("--vocab", args->vocab, "directory holding GPT-2's encoder.json and vocab.bpe")
-        .type_name("DIR");
+    command.option("--vocab", args->vocab, "directory holding GPT-2's encoder.json and vocab.bpe").type_name("DIR");
     CommandOption decode = command.flag("--decode", args->decode, "read whitespace-separated ids, print the text");
     command.flag("--count", args->count, "print only the number of tokens").excludes(decode);
     command.on_run([args] { run_tokenize(*args); });

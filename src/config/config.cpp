@@ -812,7 +812,8 @@ void validate_config(const RunConfig& config, std::string_view source_name, cons
     if (config.model.attention == AttentionImpl::cudnn && target.activation != DType::bf16)
         throw SettingError("model.attention",
                            "model.attention = \"cudnn\": cuDNN's fused attention runs bf16 activations only, and "
-                           "model.dtype is " + std::string(model_dtype_name(target.activation)) +
+                           "model.dtype is " +
+                               std::string(model_dtype_name(target.activation)) +
                                "; use model.dtype = \"bf16\" (or \"auto\"), or model.attention = \"fused\"");
 }
 

@@ -174,8 +174,8 @@ private:
     }
     cudaStream_t stream_ = nullptr;
     cuda::BlasContext blas_;
-    std::string cudnn_problem_;            // why cuDNN's attention is unavailable, when it is
-    cuda::DnnContext* dnn_ = nullptr;      // null without cuDNN
+    std::string cudnn_problem_;        // why cuDNN's attention is unavailable, when it is
+    cuda::DnnContext* dnn_ = nullptr;  // null without cuDNN
     void* reduction_scratch_ = nullptr;
 };
 

@@ -110,8 +110,8 @@ ADACC_FORWARD(cudnnStatus_t, cudnnBackendGetAttribute,
                cudnnBackendAttributeType_t type, int64_t requested, int64_t* count, void* elements),
               (descriptor, name, type, requested, count, elements))
 ADACC_FORWARD(cudnnStatus_t, cudnnBackendSetAttribute,
-              (cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t name,
-               cudnnBackendAttributeType_t type, int64_t count, const void* elements),
+              (cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+               int64_t count, const void* elements),
               (descriptor, name, type, count, elements))
 }
 

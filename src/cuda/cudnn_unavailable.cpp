@@ -17,9 +17,7 @@ std::string cudnn_problem() { return ADACC_CUDNN_UNAVAILABLE; }
 namespace cuda {
 
 namespace {
-[[noreturn]] void unavailable() {
-    throw std::logic_error(std::string("attention_cudnn: ") + ADACC_CUDNN_UNAVAILABLE);
-}
+[[noreturn]] void unavailable() { throw std::logic_error(std::string("attention_cudnn: ") + ADACC_CUDNN_UNAVAILABLE); }
 }  // namespace
 
 DnnContext* make_dnn_context() { return nullptr; }
@@ -31,8 +29,8 @@ void attention_cudnn_forward(const KernelContext&, Act, float*, ConstAct, int, i
                              unsigned long long) {
     unavailable();
 }
-void attention_cudnn_backward(const KernelContext&, Act, ConstAct, ConstAct, ConstAct, const float*, int, int, int,
-                              int, float, unsigned long long) {
+void attention_cudnn_backward(const KernelContext&, Act, ConstAct, ConstAct, ConstAct, const float*, int, int, int, int,
+                              float, unsigned long long) {
     unavailable();
 }
 

@@ -51,12 +51,11 @@ void Driver::require_supported(const ModelLayout& layout) const {
         if (backend_.supports(kernel, activation)) return;
         const std::string note = backend_.unsupported_note(kernel, activation);
         throw UserError("the " + std::string(device_name(backend_.device())) + " backend does not run kernel " +
-                        kernel_name(kernel) + " (" + user + ") on " + model_dtype_name(activation) +
-                        " activations; " +
-                        (!note.empty() ? note
-                                       : "use a model.dtype it runs (fp32 runs on every backend)" +
-                                             std::string(attention ? ", another model.attention" : "") +
-                                             " or another --device"));
+                        kernel_name(kernel) + " (" + user + ") on " + model_dtype_name(activation) + " activations; " +
+                        (!note.empty()
+                             ? note
+                             : "use a model.dtype it runs (fp32 runs on every backend)" +
+                                   std::string(attention ? ", another model.attention" : "") + " or another --device"));
     };
     for (const OpInfo& op : layout.block().ops()) {
         const OpSpec& spec = op_spec(op.kind);

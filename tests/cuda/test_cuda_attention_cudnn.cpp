@@ -27,13 +27,13 @@
 namespace adacc::test {
 namespace {
 
-#define ADACC_REQUIRE_CUDNN()                                                                              \
-    do {                                                                                                   \
-        ADACC_REQUIRE_CUDA_DEVICE();                                                                       \
-        if (running_under_emulation())                                                                     \
-            GTEST_SKIP() << "cuDNN's attention cannot run under the SIMT emulation (its kernels are GPU "  \
-                            "binaries): skipped; test_cuda_device runs it on a GPU";                       \
-        const std::string cudnn = ::adacc::cudnn_problem();                                                \
+#define ADACC_REQUIRE_CUDNN()                                                                             \
+    do {                                                                                                  \
+        ADACC_REQUIRE_CUDA_DEVICE();                                                                      \
+        if (running_under_emulation())                                                                    \
+            GTEST_SKIP() << "cuDNN's attention cannot run under the SIMT emulation (its kernels are GPU " \
+                            "binaries): skipped; test_cuda_device runs it on a GPU";                      \
+        const std::string cudnn = ::adacc::cudnn_problem();                                               \
         if (!cudnn.empty()) GTEST_SKIP() << "cuDNN unavailable (" << cudnn << "): skipped";               \
     } while (0)
 
@@ -139,15 +139,17 @@ Limits bounds(const Shape& s, const std::vector<float>& qkv, const std::vector<f
                 // scores (e^(2D)), the exps (the larger of the two sides' constants, once for the
                 // probability and once per rescale of the running sums as the max grows: T + 1 at
                 // most; their arguments' roundings 4u of twice the range R), the T-term sum of l.
-                const double theta = std::exp(2 * D + 4 * kU * 2 * R) * std::pow(1 + std::max(kDevExp, kCpuExp), T + 1) *
-                                         (1 + gamma(T + 1)) - 1;
+                const double theta = std::exp(2 * D + 4 * kU * 2 * R) *
+                                         std::pow(1 + std::max(kDevExp, kCpuExp), T + 1) * (1 + gamma(T + 1)) -
+                                     1;
                 // y = sum_j P_j keep_j v_j: fp32 part 2 theta / (1 - theta) per side, both sides; cuDNN's bf16 P
                 // ub; the sum's own rounding gamma(T).
                 const double fp32 = 2 * (2 * theta / (1 - theta) + gamma(T + 1));
                 for (int j = 0; j <= t; ++j) {
                     const double P = std::exp(sc[j] - m) / l * keep(row, j);
                     for (int i = 0; i < hs; ++i)
-                        L.y[y_at(b, t, h) + i] += (kUb * (1 + theta) + fp32) * P * std::fabs(qkv[q_at(b, j, h) + 2 * C + i]);
+                        L.y[y_at(b, t, h) + i] +=
+                            (kUb * (1 + theta) + fp32) * P * std::fabs(qkv[q_at(b, j, h) + 2 * C + i]);
                 }
                 // lse = m + log l: the scores (D), l (theta), the log (lg2.approx: 2^-22 absolute in log2, so
                 // below 2^-22 ln 2 after the conversion, within kDevExp), and the final sum (u |lse|); both sides.
@@ -161,24 +163,27 @@ Limits bounds(const Shape& s, const std::vector<float>& qkv, const std::vector<f
                 for (int i = 0; i < hs; ++i) Dt += double(dyt[i]) * yt[i], Dt_abs += std::fabs(double(dyt[i]) * yt[i]);
                 // D uses the reference's y where cuDNN reads the rounded one: add their difference's effect.
                 double Dt_y = 0;
-                for (int i = 0; i < hs; ++i) Dt_y += std::fabs(double(dyt[i])) * (L.y[y_at(b, t, h) + i] + kUb * std::fabs(yt[i]));
+                for (int i = 0; i < hs; ++i)
+                    Dt_y += std::fabs(double(dyt[i])) * (L.y[y_at(b, t, h) + i] + kUb * std::fabs(yt[i]));
                 const double lse = m + std::log(l);
                 for (int j = 0; j <= t; ++j) {
                     const float *kj = &qkv[q_at(b, j, h) + C], *vj = kj + C;
                     const double kp = keep(row, j), P = std::exp(sc[j] - lse);
                     double dp = 0, dp_abs = 0;
-                    for (int i = 0; i < hs; ++i) dp += double(dyt[i]) * vj[i], dp_abs += std::fabs(double(dyt[i]) * vj[i]);
+                    for (int i = 0; i < hs; ++i)
+                        dp += double(dyt[i]) * vj[i], dp_abs += std::fabs(double(dyt[i]) * vj[i]);
                     const double x = kp * dp - Dt;
-                    const double ex = (gamma(hs + 1) * kp * dp_abs + gamma(hs + 1) * Dt_abs) * (1 + kU) + kU * std::fabs(x) +
-                                      Dt_y;
+                    const double ex =
+                        (gamma(hs + 1) * kp * dp_abs + gamma(hs + 1) * Dt_abs) * (1 + kU) + kU * std::fabs(x) + Dt_y;
                     // P from the saved lse, itself off by L.lse / 2 on the reference side and cuDNN's own.
                     // (the exponent's roundings: 4u of |s|, |lse| and sigma, whichever way it is formed)
-                    const double pi = (1 + std::max(kDevExp, kCpuExp)) *
-                                          std::exp(sigma[j] + L.lse[row] +
-                                                   4 * kU * (std::fabs(sc[j]) + std::fabs(lse) + sigma[j])) - 1;
+                    const double pi =
+                        (1 + std::max(kDevExp, kCpuExp)) *
+                            std::exp(sigma[j] + L.lse[row] + 4 * kU * (std::fabs(sc[j]) + std::fabs(lse) + sigma[j])) -
+                        1;
                     const double ds = std::fabs(P * x * scale);
-                    const double e_ds = 2 * scale * P * ((pi * (std::fabs(x) + ex) + ex) * (1 + gamma(2)) +
-                                                         gamma(2) * std::fabs(x));
+                    const double e_ds =
+                        2 * scale * P * ((pi * (std::fabs(x) + ex) + ex) * (1 + gamma(2)) + gamma(2) * std::fabs(x));
                     const double a = P * kp, e_a = 2 * a * (pi + gamma(1) * (1 + pi));
                     // cuDNN's bf16 dS and P (ub of each, errors included), then the T-term fp32 sums.
                     const double w_ds = e_ds + kUb * (ds + e_ds) + gamma(T + 1) * (ds + e_ds) * (1 + kUb);
@@ -271,7 +276,8 @@ TEST(CudnnAttention, DropoutRecomputesBitForBit) {
     if (built.find("NOT deterministic") == std::string::npos)
         EXPECT_TRUE(all_equal_bytes(b.dqkv_bits, a.dqkv_bits)) << "dqkv with the same key (deterministic backward)";
     else
-        std::printf("cuDNN has no deterministic backward for this shape: dqkv may differ in its last bits run to run\n");
+        std::printf(
+            "cuDNN has no deterministic backward for this shape: dqkv may differ in its last bits run to run\n");
     const DeviceResult c = run_cudnn(ctx, s, qkv, dy, y_in, ref.lse, p, other);
     EXPECT_FALSE(all_equal_bytes(c.y_bits, a.y_bits)) << "another key draws the same dropout mask";
 }
@@ -288,8 +294,8 @@ std::vector<unsigned char> probe_mask(const CudaTestContext& ctx, const Shape& s
         for (int t = 0; t < T; ++t)
             for (int h = 0; h < NH; ++h) qkv[(std::size_t(b) * T + t) * 3 * C + 2 * C + std::size_t(h) * hs + t] = 1.0f;
     const std::vector<float> dy(N * C, 0.0f);
-    const DeviceResult r = run_cudnn(ctx, s, qkv, dy, std::vector<float>(N * C, 0.0f),
-                                     std::vector<float>(N * NH, 0.0f), p, key);
+    const DeviceResult r =
+        run_cudnn(ctx, s, qkv, dy, std::vector<float>(N * C, 0.0f), std::vector<float>(N * NH, 0.0f), p, key);
     std::vector<unsigned char> mask(std::size_t(B) * NH * T * T, 0);
     std::size_t bad = 0;
     for (int b = 0; b < B; ++b)
@@ -341,8 +347,8 @@ TEST(CudnnAttention, DropoutMatchesTheCpuWithCudnnsMask) {
     const auto dy = representable<bf16>(random_floats(N * s.C, 32));
     const Reference ref = cpu_reference(s, qkv, dy, &mask, p, true);
     // Backward reads cuDNN's own forward output here (as training does): its lse and y.
-    const DeviceResult fwd = run_cudnn(ctx, s, qkv, dy, std::vector<float>(N * s.C, 0.0f),
-                                       std::vector<float>(N * s.NH, 0.0f), p, key);
+    const DeviceResult fwd =
+        run_cudnn(ctx, s, qkv, dy, std::vector<float>(N * s.C, 0.0f), std::vector<float>(N * s.NH, 0.0f), p, key);
     const DeviceResult got = run_cudnn(ctx, s, qkv, dy, fwd.y, fwd.lse, p, key);
     const float keep_f = 1.0f / (1.0f - p);
     auto keep = [&](std::size_t row, int j) { return mask[row * s.T + j] ? double(keep_f) : 0.0; };

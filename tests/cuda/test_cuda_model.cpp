@@ -13,9 +13,9 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cuda/attention_cudnn.h"
 #include "src/common/errors.h"
 #include "src/common/units.h"
-#include "kernels/cuda/attention_cudnn.h"
 #include "src/config/run_config.h"
 #include "src/cuda/cuda_device.h"
 #include "src/engine/backend.h"
@@ -309,7 +309,8 @@ TEST(CudaModel, CudnnAttentionTrainsLikeFusedAttention) {
         train_two_steps(cuda_backend(), cudnn, plan_for_mode(cudnn, B, T, MemoryMode::none), B, T, DType::bf16);
     const TrainOutcome b =
         train_two_steps(cuda_backend(), fused, plan_for_mode(fused, B, T, MemoryMode::none), B, T, DType::bf16);
-    for (std::size_t i = 0; i < a.losses.size(); ++i) std::printf("loss %zu: cudnn %.7g fused %.7g\n", i, a.losses[i], b.losses[i]);
+    for (std::size_t i = 0; i < a.losses.size(); ++i)
+        std::printf("loss %zu: cudnn %.7g fused %.7g\n", i, a.losses[i], b.losses[i]);
     EXPECT_TRUE(all_close(a.losses, b.losses, 2 * kBf16LossRel));
 }
 
