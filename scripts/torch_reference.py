@@ -520,7 +520,10 @@ def check(args):
         columns = next(line for line in lines if line.startswith("mode,")).split(",")
         fields = dict(zip(columns, next(line for line in lines if line.startswith("none,")).split(",")))
         ours = float(fields["tokens_per_s"])
-        attention = tomllib.loads(adacc.run("config", "--config", config, "--toml"))["model"]["attention"]
+        # Resolved for the device compare ran on: an unset model.attention is cudnn on CUDA when cuDNN loads.
+        attention = tomllib.loads(
+            adacc.run("config", "--config", config, "--toml", "--set", "training.device=" + args.device)
+        )["model"]["attention"]
         say("torch_peer speed %s adacc: %.1f ms/step (median of %s), %.0f tokens/s; %s, memory.mode none, "
             "%s attention" % (label, float(fields["step_ms"]), fields["timed_steps"], ours,
                               "bf16" if cuda else "fp32", attention))
