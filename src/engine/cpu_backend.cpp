@@ -58,9 +58,17 @@ public:
         return p;
     }
     void release(void* memory) override { std::free(memory); }
-    void memset(void* dst, int byte, std::size_t bytes) override { std::memset(dst, byte, bytes); }
-    void copy_to_device(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
-    void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+    // Zero bytes is nothing to do, whatever the pointers (an empty Arena's is null, which memcpy and
+    // memset may not be given), as cudaMemcpy and cudaMemset have it.
+    void memset(void* dst, int byte, std::size_t bytes) override {
+        if (bytes) std::memset(dst, byte, bytes);
+    }
+    void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+        if (bytes) std::memcpy(dst, src, bytes);
+    }
+    void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+        if (bytes) std::memcpy(dst, src, bytes);
+    }
     void synchronize() override {}
     bool host_addressable() const override { return true; }
     // Every CPU kernel computes on fp32 activations and reads them as such (bf16 is CUDA's). The
