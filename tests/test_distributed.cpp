@@ -147,25 +147,29 @@ TEST(DataParallel, AnErrorOnOneRankEndsEveryRank) {
 // nonzero, with the launcher naming the rank; the newest checkpoint is intact, and the run
 // resumes on 2 ranks bit for bit as the uninterrupted run went (on 1 rank, a 2-rank checkpoint
 // resumes within kLossRel: ATwoRankRunResumesOnOneRank).
+// The job is long enough (1500 steps of about a millisecond each on a fast machine) that the kill,
+// which looks for rank 1 in /proc once the step-10 checkpoint appears, lands mid-run.
 TEST(DataParallel, ARankKilledMidStepEndsTheJobAndTheRunResumes) {
     ADACC_REQUIRE_MPI();
     const auto dir = test::write_data_parallel_job("dp_killed");
-    const std::string sets = "--set training.steps=400 --set training.val_every=0 --set checkpoint.every=4 ";
+    const std::string sets = "--set training.steps=1500 --set training.val_every=0 --set checkpoint.every=10 ";
     ASSERT_EQ(train(dir, "uninterrupted", 2, sets).status, 0);
     const auto run = dir / "run";
-    // The job in the background; once its step-4 checkpoint is there, rank 1 is killed.
+    // The job in the background; once its step-10 checkpoint is there, rank 1 is killed.
     const auto script = dir / "kill.sh";
     std::ofstream(script) << test::mpirun(2) << test::adacc_binary() << " train --config "
                           << (dir / "job.toml").string() << " --set logging.run_dir=" << run.string() << " " << sets
                           << " > " << (dir / "job.out").string() << " 2>&1 &\njob=$!\n"
-                          << "while [ ! -e " << checkpoint_path(run, 4).string()
+                          << "while [ ! -e " << checkpoint_path(run, 10).string()
                           << " ] && kill -0 $job; do sleep 0.01; done\n"
-                          << "for d in /proc/[0-9]*; do\n"  // this job's rank 1 (not another test's)
-                          // (a process may end between the glob and the read: quietly skipped)
+                          // This job's rank 1 (not another test's): one grep over every process's
+                          // environment finds the rank-1 processes, then their command lines pick
+                          // this run's (a process may end between the glob and the read: quietly
+                          // skipped). Forking twice per process instead took seconds, longer than the job.
+                          << "for f in $(grep -lzx OMPI_COMM_WORLD_RANK=1 /proc/[0-9]*/environ 2>/dev/null); do\n"
+                          << "  d=${f%/environ}\n"
                           << "  { tr '\\0' ' ' < $d/cmdline; } 2>/dev/null | grep -q 'adacc.* train .*" << run.string()
-                          << "' &&\n"
-                          << "  { tr '\\0' '\\n' < $d/environ; } 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && "
-                             "kill -9 ${d#/proc/}\n"
+                          << "' && kill -9 ${d#/proc/}\n"
                           << "done\nkilled=$(date +%s%N)\nwait $job\nstatus=$?\n"
                           << "echo \"status $status after $(( ($(date +%s%N) - killed) / 1000000 )) ms\"\n";
     const auto killed = test::run_shell("sh " + script.string(), true, 300);
@@ -177,7 +181,7 @@ TEST(DataParallel, ARankKilledMidStepEndsTheJobAndTheRunResumes) {
     EXPECT_NE(status, 0) << job_output;
     EXPECT_LT(ms, 60000) << job_output;
     EXPECT_NE(job_output.find("rank 1"), std::string::npos) << "the launcher names the rank: " << job_output;
-    EXPECT_EQ(job_output.find("step    400/400"), std::string::npos) << "the job finished before the kill";
+    EXPECT_EQ(job_output.find("step   1500/1500"), std::string::npos) << "the job finished before the kill";
     const auto newest = newest_complete_checkpoint(run);
     ASSERT_TRUE(newest) << "no complete checkpoint after the kill";
     EXPECT_FALSE(test::checkpoint_parameters(run).empty()) << "its tensors read with their checksums";
