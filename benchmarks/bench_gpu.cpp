@@ -16,8 +16,10 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "src/cli/command_line.h"
@@ -220,6 +222,21 @@ int largest_power_of_two_batch(const GPTConfig& cfg, int T, MemoryMode mode, DTy
     return B;
 }
 
+// The preset `name` with `attention`, and the largest power-of-two batch at which it fits in mode
+// none; nullopt (after saying so) when not even batch 1 does.
+std::optional<std::pair<GPTConfig, int>> preset_at_largest_batch(const std::string& name, int T,
+                                                                 AttentionImpl attention, DType dtype) {
+    auto cfg = gpt_preset(name);
+    if (!cfg) throw UserError("unknown preset " + name);
+    cfg->attention = attention;
+    const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none, dtype);
+    if (B == 0) {
+        std::printf("%-10s does not fit even at batch 1\n", name.c_str());
+        return std::nullopt;
+    }
+    return std::make_pair(*cfg, B);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -267,17 +284,9 @@ int main(int argc, char** argv) {
                 gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(),
                 dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops, peak.memory_gbps);
             out["per_op"] = nlohmann::json::array();
-            for (const std::string& name : presets) {
-                auto cfg = gpt_preset(name);
-                if (!cfg) throw UserError("unknown preset " + name);
-                cfg->attention = attention;
-                const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none, dtype);
-                if (B == 0) {
-                    std::printf("%-10s does not fit even at batch 1\n", name.c_str());
-                    continue;
-                }
-                out["per_op"].push_back(per_op_table(name, *cfg, B, T, dtype, peak, steps, warmup));
-            }
+            for (const std::string& name : presets)
+                if (const auto run = preset_at_largest_batch(name, T, attention, dtype))
+                    out["per_op"].push_back(per_op_table(name, run->first, run->second, T, dtype, peak, steps, warmup));
             if (!json_file.empty()) std::ofstream(json_file) << out.dump(2) << '\n';
             return 0;
         }
@@ -290,18 +299,14 @@ int main(int argc, char** argv) {
                     "MFU", "loss");
         int modes_batch = 0;
         for (const std::string& name : presets) {
-            auto cfg = gpt_preset(name);
-            if (!cfg) throw UserError("unknown preset " + name);
-            cfg->attention = attention;
-            const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none, dtype);
-            if (B == 0) {
-                std::printf("%-10s does not fit even at batch 1\n", name.c_str());
-                continue;
-            }
+            const auto run = preset_at_largest_batch(name, T, attention, dtype);
+            if (!run) continue;
+            const GPTConfig& cfg = run->first;
+            const int B = run->second;
             if (modes_batch == 0) modes_batch = B;
-            const StepTiming t = time_steps(*cfg, B, T, MemoryMode::none, dtype, steps, warmup);
+            const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, dtype, steps, warmup);
             const double tokens_per_s = B * T / (t.median_ms / 1e3);
-            const double tflops = llmc_flops_per_token(*cfg, ParameterLayout(*cfg).total(), T) * tokens_per_s / 1e12;
+            const double tflops = llmc_flops_per_token(cfg, ParameterLayout(cfg).total(), T) * tokens_per_s / 1e12;
             const double mfu = peak_tflops > 0 ? tflops / peak_tflops : 0.0;
             std::printf("%-10s %6d %6d %10.1f %12.0f %9.1f %11.1f%% %8.4f\n", name.c_str(), B, T, t.median_ms,
                         tokens_per_s, tflops, 100 * mfu, t.loss);
