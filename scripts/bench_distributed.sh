@@ -22,14 +22,7 @@ fi
 command -v mpirun >/dev/null || { echo "bench_distributed: mpirun not found (scripts/install_deps.sh installs openmpi-bin)" >&2; exit 1; }
 OUT=bench_out/distributed
 rm -rf "$OUT" && mkdir -p "$OUT"
-python3 - "$OUT/tokens.bin" <<'PY'
-import random, struct, sys
-random.seed(7)
-n = 1 << 20
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack("<%dH" % n, *(random.randrange(50257) for _ in range(n))))
-PY
+python3 scripts/random_token_shard.py "$OUT/tokens.bin" $((1 << 20)) 7
 SETS=(--set "data.train=$OUT/tokens.bin" --set data.val= --set "training.steps=$STEPS" --set training.threads=1
       --set checkpoint.every=0 --set checkpoint.keep=1 --set training.grad_accum=1 --set logging.print_every=1000
       --set "training.device=$DEVICE" --set "training.zero=$ZERO")

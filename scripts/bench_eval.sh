@@ -24,14 +24,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 # One training step on a shard of random tokens: a checkpoint with (near-)random weights.
-python3 - "$WORK/tokens.bin" <<'EOF'
-import random, struct, sys
-random.seed(1)
-n = 8192  # llm.c shard: 256 x int32 header (magic 20240520, version 1, token count), uint16 tokens
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", *([20240520, 1, n] + [0] * 253)))
-    f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))
-EOF
+python3 scripts/random_token_shard.py "$WORK/tokens.bin" 8192 1
 TRAIN="$WORK/tokens.bin"
 make_model() {  # make_model NAME CONFIG [--set ...]
   local name=$1 config=$2; shift 2

@@ -19,14 +19,7 @@ read -r -a EXTRA_SETS <<<"${EXTRA:-}"
 [ -x build/adacc ] || bash scripts/build.sh build >/dev/null
 OUT=bench_out/memory_rss
 rm -rf "$OUT" && mkdir -p "$OUT"
-python3 - "$OUT/tokens.bin" <<'PY'
-import random, struct, sys
-random.seed(7)
-n = 1 << 18
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack("<%dH" % n, *(random.randrange(50257) for _ in range(n))))
-PY
+python3 scripts/random_token_shard.py "$OUT/tokens.bin" $((1 << 18)) 7
 SETS=(--set "data.train=$OUT/tokens.bin" --set data.val= --set "training.steps=$STEPS"
       --set "training.batch_size=$BATCH" --set "training.seq_len=$SEQ" --set training.grad_accum=1
       --set checkpoint.every=0 --set training.val_every=0 --set eval.every=0 "${EXTRA_SETS[@]}")

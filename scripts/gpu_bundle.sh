@@ -8,8 +8,9 @@
 #   DIR/lib/   the shared libraries they need that a bare machine may lack (libstdc++, libgomp,
 #              pcre2, toml++, ...), found with ldd; cuBLASLt and cuDNN are the GPU machine's own
 #              (its CUDA toolkit's or pip's nvidia-* wheels'), found by gpu_check.sh's preflight
-#   DIR/gpu_check.sh, DIR/hf_gpt2_check.py, DIR/torch_reference.py, DIR/configs/, DIR/COMMIT
-#              the check, its Hugging Face and PyTorch-peer steps, the model configs, the commit
+#   DIR/gpu_check.sh, DIR/hf_gpt2_check.py, DIR/torch_reference.py, DIR/random_token_shard.py,
+#   DIR/configs/, DIR/COMMIT   the check, its Hugging Face and PyTorch-peer steps, its random token
+#              shard's writer, the model configs, the commit
 # Usage: bash scripts/gpu_bundle.sh [DIR]   then on the GPU machine, one call after the other:
 #   bash DIR/gpu_check.sh 1; bash DIR/gpu_check.sh 2   (it ends by printing the device tool's calls)
 set -euo pipefail
@@ -41,7 +42,7 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" "$DIR/lib/" ;;
   esac
 done
-cp scripts/gpu_check.sh scripts/hf_gpt2_check.py scripts/torch_reference.py "$DIR/"
+cp scripts/gpu_check.sh scripts/hf_gpt2_check.py scripts/random_token_shard.py scripts/torch_reference.py "$DIR/"
 cp configs/*.toml "$DIR/configs/"
 git rev-parse HEAD > "$DIR/COMMIT" 2>/dev/null || echo unknown > "$DIR/COMMIT"
 SIZE=$(du -sb "$DIR" | cut -f1)

@@ -546,22 +546,14 @@ step_max_batch_4_7b() {
 }
 
 # Training on random tokens: speed does not depend on the text. llm.c's token shard format
-# (data/token_shard.h): 256 int32 of header, then uint16 ids. Written once per call, under /tmp.
-SHARD_PY='
-import random, struct, sys
-random.seed(1337)
-n = 1 << 20
-header = [20240520, 1, n] + [0] * 253
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", *header))
-    f.write(struct.pack("<%dH" % n, *(random.randrange(50257) for _ in range(n))))
-'
+# (data/token_shard.h), written by random_token_shard.py (beside this script, in the bundle too)
+# once per call, under /tmp.
 DATA_SETS=(--set "data.train=$SHARD" --set data.val= --set training.grad_accum=1 --set training.seq_len=1024)
 
 write_shard() {  # LOG LIMIT
   [ -s "$SHARD" ] && return 0
   if ! command -v python3 >/dev/null; then STATUS=FAIL NOTE="no python3 to write the random token shard"; return 1; fi
-  run_timed "$1" "$2" python3 -c "$SHARD_PY" "$SHARD"
+  run_timed "$1" "$2" python3 "$HERE/random_token_shard.py" "$SHARD" $((1 << 20)) 1337
   [ "$RC" -eq 0 ] && return 0
   STATUS=FAIL NOTE="writing the random token shard failed (exit $RC)"
   return 1
