@@ -64,8 +64,8 @@ TEST(AdaccPlan, FitsTheBudgetAsAllocated) {
     }
 }
 
-// On a GPU target the backend's fixed memory (cuBLASLt workspace, reduction scratch: 48 MiB, far
-// more than this model) counts against the budget: with just enough budget for compressing
+// On a GPU target the backend's fixed memory (cuBLASLt workspace, reduction scratch, the CUDA
+// context: hundreds of MiB, far more than this model) counts against the budget: with just enough budget for compressing
 // everything, the planner finds that plan (once, it planned as if the 48 MiB were free, and at
 // such budgets gave up: every answer overflowed as allocated).
 TEST(AdaccPlan, CountsTheGpuBackendsFixedMemory) {

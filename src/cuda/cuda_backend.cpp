@@ -101,6 +101,7 @@ public:
         cudnn_problem_ = cudnn_problem();
         if (cudnn_problem_.empty()) dnn_ = cuda::make_dnn_context();
         context_.dnn = dnn_;
+        fixed_overhead_ = measure_fixed_overhead();
     }
     ~CudaBackend() override {
         cudaStreamSynchronize(stream_);
@@ -152,6 +153,8 @@ public:
         return "cuDNN's fused attention runs bf16 activations only: use model.dtype = \"bf16\" (or \"auto\"), or "
                "model.attention = \"fused\"";
     }
+    // cuda_fixed_overhead's measurement (src/engine/device.h).
+    std::size_t fixed_overhead() const { return fixed_overhead_; }
     std::size_t free_memory() const override {
         std::size_t free = 0, total = 0;
         check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -169,6 +172,14 @@ public:
 #endif
 
 private:
+    // The device memory in use now, less this backend's own buffers: the context, its loaded
+    // kernels and cuBLASLt's handle (cudaMemGetInfo cannot be asked before the context exists).
+    std::size_t measure_fixed_overhead() const {
+        std::size_t free = 0, total = 0;
+        check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+        const std::size_t in_use = total - free, own = cuda::kBlasWorkspaceBytes + cuda::kReductionScratchBytes;
+        return in_use > own ? in_use - own : 0;
+    }
     static bool is_cudnn_kernel(Kernel kernel) {
         return kernel == Kernel::attention_cudnn_forward || kernel == Kernel::attention_cudnn_backward;
     }
@@ -177,6 +188,7 @@ private:
     std::string cudnn_problem_;        // why cuDNN's attention is unavailable, when it is
     cuda::DnnContext* dnn_ = nullptr;  // null without cuDNN
     void* reduction_scratch_ = nullptr;
+    std::size_t fixed_overhead_ = 0;
 };
 
 }  // namespace
@@ -202,7 +214,8 @@ CudaDeviceInfo cuda_device_info() {
     return info;
 }
 
-Backend& cuda_backend() {
+namespace {
+CudaBackend& the_cuda_backend() {
     static std::unique_ptr<CudaBackend> backend = [] {
         const CudaDeviceInfo info = cuda_device_info();
         if (!info.available)
@@ -211,6 +224,19 @@ Backend& cuda_backend() {
         return std::make_unique<CudaBackend>();
     }();
     return *backend;
+}
+}  // namespace
+
+Backend& cuda_backend() { return the_cuda_backend(); }
+
+// Measured by starting the backend where there is a GPU (the run will start it anyway), else the
+// estimate; asked once, as every total of the process must count the same.
+CudaFixedOverhead cuda_fixed_overhead() {
+    static const CudaFixedOverhead overhead = [] {
+        if (!cuda_device_info().available) return CudaFixedOverhead{kCudaContextEstimateBytes, false};
+        return CudaFixedOverhead{the_cuda_backend().fixed_overhead(), true};
+    }();
+    return overhead;
 }
 
 }  // namespace adacc

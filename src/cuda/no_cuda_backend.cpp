@@ -22,4 +22,6 @@ std::string cudnn_problem() { return kNoCuda; }
 
 Backend& cuda_backend() { throw UserError(std::string("--device cuda: ") + kNoCuda); }
 
+CudaFixedOverhead cuda_fixed_overhead() { return {kCudaContextEstimateBytes, false}; }
+
 }  // namespace adacc

@@ -1,6 +1,7 @@
 // The devices a model can run on, named once: config values, --device, tables and errors read
 // kDevices. A device's memory traits are known without its backend (so `adacc memory --device
-// cuda` sizes device arenas on a machine with no GPU, or a build with no CUDA).
+// cuda` sizes device arenas on a machine with no GPU, or a build with no CUDA), but for the CUDA
+// context's memory, which is measured where there is a GPU (cuda_fixed_overhead).
 #pragma once
 
 #include <cstddef>
@@ -56,11 +57,28 @@ struct ComputeTarget {
     int optimizer_shards;
 };
 
+// The device memory a CUDA process holds beyond what it allocates itself: the CUDA context with
+// the kernels it has loaded, and cuBLASLt's handle. Where there is a GPU it is measured once, when
+// the CUDA backend starts (src/cuda/cuda_backend.cpp: the memory in use then, less the backend's
+// own buffers; on a GPU shared with another process, that process's memory too). Elsewhere it is
+// kCudaContextEstimateBytes. Not in it: cuDNN's handle and workspace and NCCL's buffers, made by
+// their first call (docs/design.md, 'Memory: arenas and accounting').
+struct CudaFixedOverhead {
+    std::size_t bytes = 0;
+    bool measured = false;  // false: the estimate
+};
+CudaFixedOverhead cuda_fixed_overhead();
+// The estimate: what the measurement gave on an H200 (driver 580, CUDA 13, lazy module loading),
+// rounded up. README's GPU section has the measurement.
+inline constexpr std::size_t kCudaContextEstimateBytes = std::size_t{512} << 20;
+
 // What memory accounting needs to know about a target's backend.
 struct DeviceTraits {
     bool stage_tokens = false;  // token ids are copied into the workspace (the host cannot address it)
-    std::size_t resident_bytes =
-        0;                          // the backend's own fixed allocations (CUDA: cuBLASLt workspace, reduction scratch)
+    // The backend's fixed memory (CUDA: cuBLASLt's workspace, the reduction scratch and the
+    // context's fixed overhead; 0 on the CPU), and the context's part of it.
+    std::size_t resident_bytes = 0;
+    CudaFixedOverhead context;
     DType activation = DType::f32;  // element type of activations and matmul inputs
     // Bytes per parameter of the working copy that forward and backward read beside the fp32
     // masters (bf16: 2; fp32: 0, the masters are the working weights). Masters, gradients, AdamW m

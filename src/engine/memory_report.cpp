@@ -148,6 +148,20 @@ std::string format_memory_table(const GPTConfig& config, int B, int T, const std
     return format_memory_rows(rows, target);
 }
 
+namespace {
+// "; backend fixed memory X (cuBLASLt workspace, reduction scratch, the CUDA context Y measured at
+// start-up)", or nothing where the backend holds none (the CPU).
+std::string backend_words(const DeviceTraits& t) {
+    if (!t.resident_bytes) return {};
+    std::string context;
+    if (t.context.bytes)
+        context = ", the CUDA context " + format_bytes(t.context.bytes) +
+                  (t.context.measured ? " measured at start-up" : " estimated: no GPU here to measure it");
+    return "; backend fixed memory " + format_bytes(t.resident_bytes) + " (cuBLASLt workspace, reduction scratch" +
+           context + ")";
+}
+}  // namespace
+
 std::string describe_device_memory(const ComputeTarget& target) {
     const DeviceTraits t = device_traits(target);
     const std::size_t activation = dtype_size(t.activation);
@@ -168,13 +182,11 @@ std::string describe_device_memory(const ComputeTarget& target) {
                       masters ? "moments and masters" : "moments");
     }
     char line[560];
-    std::snprintf(
-        line, sizeof line,
-        "device %s, dtype %s: %zu bytes per parameter (%s, gradient 4, AdamW m 4 and v 4)%s, %zu bytes per "
-        "activation element%s%s\n",
-        device_name(target.device), model_dtype_name(t.activation), 16 + t.working_weight_bytes, weights, shards,
-        activation, t.resident_bytes ? "; backend fixed memory " : "",
-        t.resident_bytes ? (format_bytes(t.resident_bytes) + " (cuBLASLt workspace, reduction scratch)").c_str() : "");
+    std::snprintf(line, sizeof line,
+                  "device %s, dtype %s: %zu bytes per parameter (%s, gradient 4, AdamW m 4 and v 4)%s, %zu bytes per "
+                  "activation element%s\n",
+                  device_name(target.device), model_dtype_name(t.activation), 16 + t.working_weight_bytes, weights,
+                  shards, activation, backend_words(t).c_str());
     return line;
 }
 

@@ -22,7 +22,7 @@ namespace adacc {
 
 namespace {
 
-void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
+void print_model_summary(const RunConfig& cfg, const GPTModel& model, const ComputeTarget& target) {
     const GPTConfig& m = cfg.model;
     const ModelMemory& mem = model.memory();
     std::printf("model: L=%d C=%d H=%d V=%d (padded %d) maxT=%d dropout=%.2f\n", m.n_layer, m.n_embd, m.n_head,
@@ -37,6 +37,8 @@ void print_model_summary(const RunConfig& cfg, const GPTModel& model) {
         format_bytes(mem.optimizer_state).c_str(), format_bytes(mem.tape).c_str(),
         format_bytes(mem.workspace()).c_str(), format_bytes(mem.logits).c_str(), mem.backend ? ", backend " : "",
         mem.backend ? format_bytes(mem.backend).c_str() : "", format_bytes(mem.total()).c_str());
+    // What the backend's fixed memory holds, the CUDA context's measured part included.
+    if (mem.backend) std::printf("%s", describe_device_memory(target).c_str());
 }
 
 }  // namespace
@@ -81,7 +83,7 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
     train_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::train, config_.data.shuffle));
     make_model(B, T);
     step_ = std::make_unique<TrainingStep>(config_, *model_, *train_data_, regulator_.get());
-    print_model_summary(config_, *model_);
+    print_model_summary(config_, *model_, target_);
     if (!config_.data.val.empty())
         val_data_ = std::make_unique<DataLoader>(open_token_loader(config_, TokenSplit::val, /*shuffle=*/false));
     if (TrainingEvaluator::enabled(config_)) evaluator_ = std::make_unique<TrainingEvaluator>(config_, target_);
