@@ -344,39 +344,52 @@ std::vector<OpCase> residual_dropout_cases(DType a) {
 // addition per element (in bf16 the CPU's sum rounded once), and the backward adds the same
 // values in the same order (positions in increasing b*T+t for every (row, channel) of dwte,
 // increasing b for dwpe) into fp32 gradients that start nonzero (it accumulates).
-std::vector<OpCase> encoder_cases(DType a) {
-    struct Shape {
-        int B, T, C, V;
-        bool one_token;  // every position on token 4: one run of B*T positions, other rows untouched
+struct EncoderShape {
+    int B, T, C, V;
+    bool one_token = false;         // every position on token 4: one run of B*T positions, other rows untouched
+    std::size_t scratch_bytes = 0;  // a reduction scratch shrunk to this (0: the backend's)
+};
+
+std::string encoder_shape_name(const EncoderShape& s) {
+    return " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C) +
+           " V=" + std::to_string(s.V) + (s.one_token ? " one token" : "") +
+           (s.scratch_bytes ? " scratch=" + std::to_string(s.scratch_bytes) : "");
+}
+
+OpCase encoder_backward_case(DType a, const EncoderShape& s, const Buffer& tokens) {
+    const std::size_t N = static_cast<std::size_t>(s.B) * s.T, C = s.C;
+    OpCase b = op_case("encoder_backward" + encoder_shape_name(s), a, {Kernel::encoder_backward},
+                       {tokens, act_values(a, N * C, 13), f32_values(s.V * C, 14), f32_values(s.T * C, 15)});
+    b.run = [s](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
+        KernelContext c = ctx;
+        if (s.scratch_bytes) c.reduction_scratch_bytes = s.scratch_bytes;
+        k.encoder_backward(c, p.f32(2), p.f32(3), p.act(1), p.i32(0), s.B, s.T, s.C);
     };
+    b.checks = {{2}, {3}};
+    return b;
+}
+
+std::vector<OpCase> encoder_cases(DType a) {
     // T = 1; odd shapes with repeated tokens (V small); channels over two blocks (C = 300 > 256);
     // N = 260 positions: three 128-key sort tiles, runs up to ~10; N = 1100 > 1024 walk blocks,
-    // which stride over the sorted positions.
-    const Shape shapes[] = {{1, 1, 40, 5, false},   {2, 7, 40, 13, false}, {3, 5, 300, 4, false},
-                            {2, 1, 72, 101, false}, {3, 9, 72, 6, true},   {4, 65, 72, 37, false},
-                            {2, 550, 40, 50, false}};
+    // which stride over the sorted positions. A 64 KiB scratch splits 8800 positions into chunks
+    // whose sums pass through dwte (two at 12 bytes a position, more with CUB's storage).
+    const EncoderShape shapes[] = {
+        {1, 1, 40, 5},       {2, 7, 40, 13},  {3, 5, 300, 4},   {2, 1, 72, 101},
+        {3, 9, 72, 6, true}, {4, 65, 72, 37}, {2, 550, 40, 50}, {8, 1100, 40, 300, false, 64 << 10}};
     std::vector<OpCase> cases;
-    for (const Shape& s : shapes) {
+    for (const EncoderShape& s : shapes) {
         const std::size_t N = static_cast<std::size_t>(s.B) * s.T, C = s.C;
-        const std::string shape = " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
-                                  " C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) +
-                                  (s.one_token ? " one token" : "");
         const Buffer tokens =
             s.one_token ? Buffer{Elem::i32, std::vector<float>(N, 4.0f)} : token_values(N, s.V, 21 + s.C);
-        OpCase f = op_case("encoder_forward" + shape, a, {Kernel::encoder_forward},
+        OpCase f = op_case("encoder_forward" + encoder_shape_name(s), a, {Kernel::encoder_forward},
                            {tokens, act_values(a, s.V * C, 11), act_values(a, s.T * C, 12), act_zeros(N * C)});
         f.run = [s](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
             k.encoder_forward(ctx, p.act(3), p.i32(0), p.act(1), p.act(2), s.B, s.T, s.C);
         };
         f.checks = {{3}};
         cases.push_back(f);
-        OpCase b = op_case("encoder_backward" + shape, a, {Kernel::encoder_backward},
-                           {tokens, act_values(a, N * C, 13), f32_values(s.V * C, 14), f32_values(s.T * C, 15)});
-        b.run = [s](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
-            k.encoder_backward(ctx, p.f32(2), p.f32(3), p.act(1), p.i32(0), s.B, s.T, s.C);
-        };
-        b.checks = {{2}, {3}};
-        cases.push_back(b);
+        cases.push_back(encoder_backward_case(a, s, tokens));
     }
     return cases;
 }
@@ -1339,6 +1352,20 @@ TEST(CudaOps, ResidualDropoutForwardRoundsTheProductThenTheSum) {
         }
         EXPECT_TRUE(all_equal_bytes(placed.read(3, n), as_activation(want, a, Elem::act))) << dtype_name(a);
     }
+}
+
+// The GPU's sort (CUB's radix sort) at a training batch's size, B*T = 65536 positions over
+// GPT-2's vocabulary: a quarter of them on 5 tokens (runs of ~3300 positions, walked in batches),
+// the rest uniform (repeats and single positions). dwte and dwpe must still be the CPU's bit for
+// bit. The emulation sorts by O(n^2) ranking, far too slow here; its small cases are in the table.
+TEST(CudaOps, EncoderBackwardAtATrainingBatchIsTheCpusBitForBit) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    if (running_under_emulation()) GTEST_SKIP() << "the emulation's O(n^2) sort: the table's small cases test it";
+    const EncoderShape s{64, 1024, 192, 50257};
+    const std::size_t N = static_cast<std::size_t>(s.B) * s.T;
+    Buffer tokens = token_values(N, s.V, 77);
+    for (std::size_t i = 0; i < N; i += 4) tokens.values[i] = static_cast<float>(i / 4 % 5);
+    for (DType a : kBoth) run_twins(encoder_backward_case(a, s, tokens));
 }
 
 // Activations of one call must share a dtype: a mixed call is refused, not read as the wrong bits.
