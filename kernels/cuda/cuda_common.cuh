@@ -16,7 +16,7 @@
 #else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#define ADACC_DYNAMIC_SHARED(T, name) \
+#define ADACC_DYNAMIC_SHARED(T, name)                      \
     extern __shared__ unsigned char adacc_dynamic_smem_[]; \
     T* name = reinterpret_cast<T*>(adacc_dynamic_smem_)
 // ADACC_LAUNCH(kernel, grid, block, dynamic smem bytes, stream)(arguments...)
@@ -66,28 +66,80 @@ inline DType activation_type(const char* kernel, std::initializer_list<ConstAct>
     const DType type = tensors.begin()->dtype();
     for (const ConstAct& t : tensors)
         if (t && t.dtype() != type)
-            throw std::invalid_argument(std::string(kernel) + ": activations of types " + std::string(dtype_name(type)) +
-                                        " and " + std::string(dtype_name(t.dtype())) + " in one call");
+            throw std::invalid_argument(std::string(kernel) + ": activations of types " +
+                                        std::string(dtype_name(type)) + " and " + std::string(dtype_name(t.dtype())) +
+                                        " in one call");
     return type;
 }
 
 template <typename T>
 T* device_ptr(Act a) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) return reinterpret_cast<__nv_bfloat16*>(a.as<bf16>());
-    else return a.as<T>();
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        return reinterpret_cast<__nv_bfloat16*>(a.as<bf16>());
+    else
+        return a.as<T>();
 }
 template <typename T>
 const T* device_ptr(ConstAct a) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) return reinterpret_cast<const __nv_bfloat16*>(a.as<bf16>());
-    else return a.as<T>();
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        return reinterpret_cast<const __nv_bfloat16*>(a.as<bf16>());
+    else
+        return a.as<T>();
 }
 
 __device__ inline float to_f32(float x) { return x; }
 __device__ inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <typename T>
 __device__ inline T from_f32(float x) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(x);
-    else return x;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        return __float2bfloat16_rn(x);
+    else
+        return x;
+}
+
+// ---- 128-bit loads and stores ------------------------------------------------------------------
+// Memory-bound kernels move 16 bytes per load or store (8 bf16 or 4 floats), as a GPU's widest
+// instructions do: a thread owns the kPack consecutive elements [i, i + kPack). Where a pointer
+// is not 16-byte aligned, or the pack runs past n, the same elements are moved one by one; both
+// give each thread the same values, so the choice changes speed, never a result (a reduction's
+// order depends on kPack and the shape alone).
+template <typename T>
+inline constexpr int kPack = 16 / static_cast<int>(sizeof(T));
+
+template <typename T>
+struct alignas(16) Pack {
+    T v[kPack<T>];
+};
+
+// Whether every pointer given can be read or written as packs (null ones: unused, ignored).
+inline bool packs_aligned(std::initializer_list<const void*> pointers) {
+    for (const void* p : pointers)
+        if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+    return true;
+}
+
+// Elements [i, i + kPack) of p as fp32 (those at or past n read as 0): one 128-bit load when
+// `aligned` (p is 16-byte aligned and i a multiple of kPack) and the pack is whole.
+template <typename T>
+__device__ inline void load_pack(float (&out)[kPack<T>], const T* p, long i, long n, bool aligned) {
+    if (aligned && i + kPack<T> <= n) {
+        const Pack<T> pack = *reinterpret_cast<const Pack<T>*>(p + i);
+        for (int j = 0; j < kPack<T>; ++j) out[j] = to_f32(pack.v[j]);
+    } else {
+        for (int j = 0; j < kPack<T>; ++j) out[j] = i + j < n ? to_f32(p[i + j]) : 0.0f;
+    }
+}
+
+// Stores elements [i, min(i + kPack, n)) of `in`, rounded to T, as load_pack reads them.
+template <typename T>
+__device__ inline void store_pack(T* p, long i, long n, const float (&in)[kPack<T>], bool aligned) {
+    if (aligned && i + kPack<T> <= n) {
+        Pack<T> pack;
+        for (int j = 0; j < kPack<T>; ++j) pack.v[j] = from_f32<T>(in[j]);
+        *reinterpret_cast<Pack<T>*>(p + i) = pack;
+    } else {
+        for (int j = 0; j < kPack<T> && i + j < n; ++j) p[i + j] = from_f32<T>(in[j]);
+    }
 }
 
 // Sum over the 32 lanes of a warp; every lane gets the result (a fixed butterfly order).

@@ -6,7 +6,8 @@
 // products are rounded before the addition (__fmul_rn: never contracted into an FMA), as the
 // CPU's vectorised loops do, so the outputs are the CPU's bit for bit too. Activations are of
 // type T (float or bf16): loaded to fp32, computed as in fp32, rounded once on store, so a bf16
-// output is the fp32 output rounded to bf16.
+// output is the fp32 output rounded to bf16. The activations move 16 bytes at a time
+// (kernels/cuda/cuda_common.cuh: load_pack, store_pack).
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -26,24 +27,31 @@ __global__ void dropout_mask_kernel(unsigned char* mask, long n, float p, unsign
     mask[i] = rng_uniform(key, static_cast<std::uint64_t>(i)) >= p ? 1 : 0;
 }
 
-// mask null: out = residual + inp.
+// mask null: out = residual + inp. One pack of kPack elements per thread (cuda_common.cuh).
 template <typename T>
 __global__ void residual_dropout_forward_kernel(T* out, const T* residual, const T* inp, const unsigned char* mask,
-                                                float scale, long n) {
-    const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+                                                float scale, long n, bool aligned) {
+    const long i = (static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x) * kPack<T>;
     if (i >= n) return;
-    const float r = to_f32(residual[i]), x = to_f32(inp[i]);
-    if (!mask) out[i] = from_f32<T>(r + x);
-    else out[i] = from_f32<T>(r + (mask[i] ? __fmul_rn(x, scale) : 0.0f));
+    float r[kPack<T>], x[kPack<T>];
+    load_pack(r, residual, i, n, aligned);
+    load_pack(x, inp, i, n, aligned);
+    for (int j = 0; j < kPack<T> && i + j < n; ++j)
+        r[j] = !mask ? r[j] + x[j] : r[j] + (mask[i + j] ? __fmul_rn(x[j], scale) : 0.0f);
+    store_pack(out, i, n, r, aligned);
 }
 
 // out = inp * mask * scale (mask null: scale 1, every element kept). In place allowed: each
-// thread reads its element before writing it.
+// thread reads its pack before writing it.
 template <typename T>
-__global__ void dropout_scale_kernel(T* out, const T* inp, const unsigned char* mask, float scale, long n) {
-    const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+__global__ void dropout_scale_kernel(T* out, const T* inp, const unsigned char* mask, float scale, long n,
+                                     bool aligned) {
+    const long i = (static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x) * kPack<T>;
     if (i >= n) return;
-    out[i] = from_f32<T>((!mask || mask[i]) ? to_f32(inp[i]) * scale : 0.0f);
+    float x[kPack<T>];
+    load_pack(x, inp, i, n, aligned);
+    for (int j = 0; j < kPack<T> && i + j < n; ++j) x[j] = (!mask || mask[i + j]) ? x[j] * scale : 0.0f;
+    store_pack(out, i, n, x, aligned);
 }
 
 // out = inp * mask * scale on activations of one dtype, the launch behind the two kernels below.
@@ -53,8 +61,10 @@ void launch_dropout_scale(const KernelContext& ctx, const char* kernel, Act out_
     if (n == 0) return;
     with_activation_type(type, kernel, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        ADACC_LAUNCH(dropout_scale_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
-            device_ptr<T>(out_act), device_ptr<T>(inp_act), mask, scale, n);
+        T* out = device_ptr<T>(out_act);
+        const T* inp = device_ptr<T>(inp_act);
+        ADACC_LAUNCH(dropout_scale_kernel<T>, ceil_div(n, kThreads * kPack<T>), kThreads, 0, ctx.stream)
+        (out, inp, mask, scale, n, packs_aligned({out, inp}));
     });
     check_launch(kernel);
 }
@@ -74,8 +84,10 @@ void residual_dropout_forward(const KernelContext& ctx, Act out_act, ConstAct re
     const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
     with_activation_type(type, "residual_dropout_forward", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        ADACC_LAUNCH(residual_dropout_forward_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
-            device_ptr<T>(out_act), device_ptr<T>(residual_act), device_ptr<T>(inp_act), mask, scale, n);
+        T* out = device_ptr<T>(out_act);
+        const T *residual = device_ptr<T>(residual_act), *inp = device_ptr<T>(inp_act);
+        ADACC_LAUNCH(residual_dropout_forward_kernel<T>, ceil_div(n, kThreads * kPack<T>), kThreads, 0, ctx.stream)
+        (out, residual, inp, mask, scale, n, packs_aligned({out, residual, inp}));
     });
     check_launch("residual_dropout_forward");
 }

@@ -1,5 +1,6 @@
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise.
-// Activations of type T (float or bf16): loaded to fp32, computed in fp32, rounded once on store.
+// Activations of type T (float or bf16): loaded to fp32, computed in fp32, rounded once on store,
+// moved 16 bytes at a time (kernels/cuda/cuda_common.cuh: load_pack, store_pack).
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -17,24 +18,37 @@ constexpr int kThreads = 256;
 // backends round the same way where tanh saturates (the derivative's 1 - tanh^2 cancels there).
 __device__ inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
 
-template <typename T>
-__global__ void gelu_forward_kernel(T* out, const T* inp, long n) {
-    const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const float x = to_f32(inp[i]);
-    out[i] = from_f32<T>(0.5f * x * (1.0f + tanh_via_exp(kSqrt2OverPi * (x + 0.044715f * x * x * x))));
+__device__ inline float gelu(float x) {
+    return 0.5f * x * (1.0f + tanh_via_exp(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
-// dinp may alias dout: each thread reads its element before writing it.
-template <typename T>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, long n) {
-    const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const float x = to_f32(inp[i]);
+__device__ inline float gelu_derivative(float x) {
     const float th = tanh_via_exp(kSqrt2OverPi * (x + 0.044715f * x * x * x));
     const float sech2 = 1.0f - th * th;
-    const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = from_f32<T>(grad * to_f32(dout[i]));
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// One pack of kPack elements per thread (cuda_common.cuh): 128-bit loads and stores where aligned.
+template <typename T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, long n, bool aligned) {
+    const long i = (static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x) * kPack<T>;
+    if (i >= n) return;
+    float x[kPack<T>];
+    load_pack(x, inp, i, n, aligned);
+    for (int j = 0; j < kPack<T>; ++j) x[j] = gelu(x[j]);
+    store_pack(out, i, n, x, aligned);
+}
+
+// dinp may alias dout: each thread reads its pack before writing it.
+template <typename T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, long n, bool aligned) {
+    const long i = (static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x) * kPack<T>;
+    if (i >= n) return;
+    float x[kPack<T>], d[kPack<T>];
+    load_pack(x, inp, i, n, aligned);
+    load_pack(d, dout, i, n, aligned);
+    for (int j = 0; j < kPack<T>; ++j) d[j] = gelu_derivative(x[j]) * d[j];
+    store_pack(dinp, i, n, d, aligned);
 }
 
 }  // namespace
@@ -44,8 +58,10 @@ void gelu_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, long 
     if (n == 0) return;
     with_activation_type(type, "gelu_forward", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        ADACC_LAUNCH(gelu_forward_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
-            device_ptr<T>(out_act), device_ptr<T>(inp_act), n);
+        T* out = device_ptr<T>(out_act);
+        const T* inp = device_ptr<T>(inp_act);
+        ADACC_LAUNCH(gelu_forward_kernel<T>, ceil_div(n, kThreads * kPack<T>), kThreads, 0, ctx.stream)
+        (out, inp, n, packs_aligned({out, inp}));
     });
     check_launch("gelu_forward");
 }
@@ -55,8 +71,10 @@ void gelu_backward(const KernelContext& ctx, Act dinp_act, ConstAct inp_act, Con
     if (n == 0) return;
     with_activation_type(type, "gelu_backward", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        ADACC_LAUNCH(gelu_backward_kernel<T>, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
-            device_ptr<T>(dinp_act), device_ptr<T>(inp_act), device_ptr<T>(dout_act), n);
+        T* dinp = device_ptr<T>(dinp_act);
+        const T *inp = device_ptr<T>(inp_act), *dout = device_ptr<T>(dout_act);
+        ADACC_LAUNCH(gelu_backward_kernel<T>, ceil_div(n, kThreads * kPack<T>), kThreads, 0, ctx.stream)
+        (dinp, inp, dout, n, packs_aligned({dinp, inp, dout}));
     });
     check_launch("gelu_backward");
 }
