@@ -2,6 +2,7 @@
 // The row's max and sum of exp(x - max) come from one read (an online softmax: each thread keeps
 // a running max and a sum rescaled whenever the max grows), then, when dloss != 0, a second sweep
 // overwrites the logits with dlogits = (softmax - onehot) * dloss and zeroes the padded columns.
+// Both sweeps move 16 bytes at a time (kernels/cuda/cuda_common.cuh: load_pack, store_pack).
 // The reductions are fixed butterflies and one shared broadcast, so every thread uses the same
 // (max, sum) and the result does not depend on timing.
 #include <cmath>
@@ -26,7 +27,8 @@ __device__ inline void merge_softmax(float& m, float& s, float m2, float s2) {
 // Logits of type T (float or bf16), loaded to fp32; the math is fp32, the losses are fp32, and
 // the dlogits are rounded once to T when they overwrite the row.
 template <typename T>
-__global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+__global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss,
+                                        bool aligned) {
     __shared__ float partial_max[32], partial_sum[32];
     __shared__ float row_max, row_sum;
     T* row = logits + static_cast<long>(blockIdx.x) * Vp;
@@ -34,15 +36,20 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
     // Read before any thread of the block overwrites the row (after the barriers below).
     const float target_logit = threadIdx.x == 0 ? to_f32(row[target]) : 0.0f;
 
+    // Thread t owns the packs of kPack columns at t kPack, (t + blockDim) kPack, ...: each
+    // pack's max first, one rescale of the running sum when it grows, then the pack's exps.
+    constexpr int P = kPack<T>;
     float m = -INFINITY, s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        const float x = to_f32(row[j]);
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;  // first element: 0 * exp(-inf) + 1
-            m = x;
-        } else {
-            s += expf(x - m);
+    for (int j = threadIdx.x * P; j < V; j += blockDim.x * P) {
+        float x[P];
+        load_pack(x, row, j, V, aligned);
+        float top = -INFINITY;
+        for (int k = 0; k < P && j + k < V; ++k) top = fmaxf(top, x[k]);
+        if (top > m) {
+            s = m == -INFINITY ? 0.0f : s * expf(m - top);
+            m = top;
         }
+        for (int k = 0; k < P && j + k < V; ++k) s += expf(x[k] - m);
     }
     for (int offset = 16; offset > 0; offset >>= 1) {
         const float m2 = __shfl_xor_sync(0xffffffffu, m, offset), s2 = __shfl_xor_sync(0xffffffffu, s, offset);
@@ -73,13 +80,18 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) - (target_logit - maxv);
     if (dloss == 0.0f) return;
     const float scale = dloss / sum;
-    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-        float d = 0.0f;  // padded columns
-        if (j < V) {
-            d = expf(to_f32(row[j]) - maxv) * scale;
-            if (j == target) d -= dloss;
+    for (int j = threadIdx.x * P; j < Vp; j += blockDim.x * P) {
+        float d[P];
+        load_pack(d, row, j, Vp, aligned);
+        for (int k = 0; k < P; ++k) {
+            float v = 0.0f;  // padded columns
+            if (j + k < V) {
+                v = expf(d[k] - maxv) * scale;
+                if (j + k == target) v -= dloss;
+            }
+            d[k] = v;
         }
-        row[j] = from_f32<T>(d);
+        store_pack(row, j, Vp, d, aligned);
     }
 }
 
@@ -104,8 +116,10 @@ void fused_classifier(const KernelContext& ctx, Act logits_act, float* losses, c
     if (N == 0) return;
     with_activation_type(logits_act.dtype(), "fused_classifier", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        ADACC_LAUNCH(fused_classifier_kernel<T>, N, kThreads, 0, ctx.stream)(device_ptr<T>(logits_act), losses, targets,
-                                                                             V, Vp, dloss);
+        T* logits = device_ptr<T>(logits_act);
+        const bool aligned = Vp % kPack<T> == 0 && packs_aligned({logits});  // every row starts aligned
+        ADACC_LAUNCH(fused_classifier_kernel<T>, N, kThreads, 0, ctx.stream)
+        (logits, losses, targets, V, Vp, dloss, aligned);
     });
     check_launch("fused_classifier");
 }
