@@ -26,25 +26,34 @@ constexpr int kSumBlocks = 1024;
 constexpr int kSumThreads = 256;
 
 // The clipping factor is the CPU twin's (kernels/grad_clip.h), evaluated per thread from the norm
-// in memory (IEEE division on both backends, so the same float).
+// in memory (IEEE division on both backends, so the same float). One pack of 4 floats per thread
+// (kernels/cuda/cuda_common.cuh): 128-bit loads and stores of the fp32 state where aligned.
 __global__ void adamw_kernel(float* params, __nv_bfloat16* working, const float* grads, float* m, float* v, long n,
                              float lr, float beta1, float beta2, float one_minus_beta1, float one_minus_beta2,
                              float bias1, float bias2, float eps, float weight_decay, float grad_clip,
-                             const float* norm) {
-    const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+                             const float* norm, bool aligned) {
+    constexpr int P = kPack<float>;
+    const long i = (static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x) * P;
     const float total_norm = *norm;
     if (i >= n || !isfinite(total_norm)) return;
     const float grad_scale = clip_scale(grad_clip, total_norm);
-    const float g = grads[i] * grad_scale;
-    const float mi = fmaf(beta1, m[i], one_minus_beta1 * g);
-    const float vi = fmaf(beta2, v[i], one_minus_beta2 * g * g);
-    m[i] = mi;
-    v[i] = vi;
-    const float update = (mi / bias1) / (sqrtf(vi / bias2) + eps);
-    const float p = params[i];
-    const float updated = fmaf(-lr, fmaf(weight_decay, p, update), p);  // p - lr * (update + weight_decay * p)
-    params[i] = updated;
-    if (working) working[i] = __float2bfloat16_rn(updated);
+    float p[P], g[P], mi[P], vi[P];
+    load_pack(p, params, i, n, aligned);
+    load_pack(g, grads, i, n, aligned);
+    load_pack(mi, m, i, n, aligned);
+    load_pack(vi, v, i, n, aligned);
+    for (int j = 0; j < P; ++j) {
+        const float gj = g[j] * grad_scale;
+        mi[j] = fmaf(beta1, mi[j], one_minus_beta1 * gj);
+        vi[j] = fmaf(beta2, vi[j], one_minus_beta2 * gj * gj);
+        const float update = (mi[j] / bias1) / (sqrtf(vi[j] / bias2) + eps);
+        p[j] = fmaf(-lr, fmaf(weight_decay, p[j], update), p[j]);  // p - lr * (update + weight_decay * p)
+    }
+    store_pack(m, i, n, mi, aligned);
+    store_pack(v, i, n, vi, aligned);
+    store_pack(params, i, n, p, aligned);
+    if (working)
+        for (int j = 0; j < P && i + j < n; ++j) working[i + j] = __float2bfloat16_rn(p[j]);
 }
 
 // Block-wide sum in double (block size a multiple of 32); the result is valid in thread 0.
@@ -88,9 +97,9 @@ void adamw_update(const KernelContext& ctx, float* params, Act working, const fl
     const float bias1 = 1.0f - std::pow(beta1, static_cast<float>(t));
     const float bias2 = 1.0f - std::pow(beta2, static_cast<float>(t));
     __nv_bfloat16* working_bf16 = device_ptr<__nv_bfloat16>(working);
-    ADACC_LAUNCH(adamw_kernel, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(
-        params, working_bf16, grads, m, v, n, lr, beta1, beta2, 1.0f - beta1, 1.0f - beta2, bias1, bias2, eps,
-        weight_decay, grad_clip, norm);
+    ADACC_LAUNCH(adamw_kernel, ceil_div(n, kThreads * kPack<float>), kThreads, 0, ctx.stream)
+    (params, working_bf16, grads, m, v, n, lr, beta1, beta2, 1.0f - beta1, 1.0f - beta2, bias1, bias2, eps,
+     weight_decay, grad_clip, norm, packs_aligned({params, grads, m, v}));
     check_launch("adamw_update");
 }
 
