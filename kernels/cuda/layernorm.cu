@@ -5,12 +5,13 @@
 // Lane l of a row's warp owns the packs of kPack channels at l kPack, l kPack + 32 kPack, ...
 // (kernels/cuda/cuda_common.cuh), moved as 128-bit loads and stores where the rows are aligned.
 //
-// The backward reads each row once from memory (its two loops over the row's channels reread
-// it from the cache), writes dinp, and sums dweight / dbias over all rows without atomics: each
-// block owns a group of rows, accumulates its rows' contributions in shared memory (one slice per
-// warp), and writes one partial per channel into ctx.reduction_scratch; a second kernel adds the
-// groups' partials, 32 channels by 32 strided sets of groups per block, in a fixed order. Every
-// sum's order depends on N and C alone, so the result does not depend on timing or alignment.
+// The backward makes two loops over a row (its two sums, then dinp), the second rereading the
+// x and dout the first has just brought into the cache. It sums dweight / dbias over all rows
+// without atomics: each block owns a group of rows, accumulates its rows' contributions in
+// shared memory (one slice per warp), and writes one partial per channel into
+// ctx.reduction_scratch; a second kernel adds the groups' partials, 32 channels by 32 strided
+// sets of groups per block, in a fixed order. Every sum's order depends on N and C alone, so the
+// result depends neither on timing nor on alignment.
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
