@@ -33,16 +33,52 @@ constexpr int kWalkBlocks = 1024;
 // Positions of a token's run whose dout loads the dwte walk issues together.
 constexpr int kWalkBatch = 8;
 
-// One block per position (b, t), threads striding over the channels: coalesced, and no 64-bit
-// division per element. out and the embeddings are of type T (float or bf16); the sum is the
-// CPU's fp32 sum of the embeddings' values, rounded once when T is bf16.
+// Threads of a forward block: one pack (kernels/cuda/cuda_common.cuh) of channels each, up to
+// kThreads, rounded up to whole warps.
 template <typename T>
-__global__ void encoder_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int T_len, int C) {
+int pack_threads(int C) {
+    const int threads = (C + kPack<T> - 1) / kPack<T>;
+    return threads >= kThreads ? kThreads : (threads + 31) / 32 * 32;
+}
+
+// One block per position (b, t), each thread a pack of channels: coalesced, and no 64-bit
+// division per element. out and the embeddings are of type T (float or bf16); the sum is the
+// CPU's fp32 sum of the embeddings' values, rounded once when T is bf16. `aligned`: every row
+// starts 16-byte aligned (the pointers are, and C is a multiple of kPack).
+template <typename T>
+__global__ void encoder_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int T_len, int C,
+                                       bool aligned) {
+    constexpr int P = kPack<T>;
     const int bt = blockIdx.x;
     const T* e = wte + static_cast<long>(tokens[bt]) * C;
     const T* p = wpe + static_cast<long>(bt % T_len) * C;
     T* o = out + static_cast<long>(bt) * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = from_f32<T>(to_f32(e[c]) + to_f32(p[c]));
+    for (int c = threadIdx.x * P; c < C; c += blockDim.x * P) {
+        float x[P], y[P];
+        load_pack(x, e, c, C, aligned);
+        load_pack(y, p, c, C, aligned);
+        for (int j = 0; j < P; ++j) x[j] += y[j];
+        store_pack(o, c, C, x, aligned);
+    }
+}
+
+// The P fp32 values p[c .. c + P) (those at or past C: 0), as float packs where aligned; and
+// their store. P is a whole number of float packs (4 or 8).
+template <int P>
+__device__ inline void load_floats(float (&out)[P], const float* p, long c, long C, bool aligned) {
+    for (int h = 0; h < P; h += kPack<float>) {
+        float part[kPack<float>];
+        load_pack(part, p, c + h, C, aligned);
+        for (int j = 0; j < kPack<float>; ++j) out[h + j] = part[j];
+    }
+}
+template <int P>
+__device__ inline void store_floats(float* p, long c, long C, const float (&in)[P], bool aligned) {
+    for (int h = 0; h < P; h += kPack<float>) {
+        float part[kPack<float>];
+        for (int j = 0; j < kPack<float>; ++j) part[j] = in[h + j];
+        store_pack(p, c + h, C, part, aligned);
+    }
 }
 
 // The chunk's positions base, base + 1, ...: the values the sort carries along with the tokens.
@@ -84,43 +120,53 @@ __global__ void encoder_sort_positions_kernel(int* keys_out, int* values_out, co
 
 // dwte[v, c] += dout[p, c] for each position p of the chunk with token v, in increasing p, from
 // the chunk's sorted tokens and positions. Blocks stride over the sorted positions; the first
-// position of each token's run walks the whole run, one thread per channel (grid.y chunks the
-// channels), so every (row, channel) has exactly one writer. The run is read kWalkBatch positions
-// at a time, their loads in flight together, and added in order: a frequent token's long run is
-// then not one dependent load after another.
+// position of each token's run walks the whole run, one thread per pack of channels (grid.y
+// chunks the channels), so every (row, channel) has exactly one writer. The run is read
+// kWalkBatch positions at a time, their loads in flight together, and added in order: a frequent
+// token's long run is then not one dependent load after another.
 template <typename T>
-__global__ void encoder_dwte_kernel(float* dwte, const T* dout, const int* sorted, const int* order, int n, int C) {
-    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+__global__ void encoder_dwte_kernel(float* dwte, const T* dout, const int* sorted, const int* order, int n, int C,
+                                    bool aligned) {
+    constexpr int P = kPack<T>;
+    const int c = (blockIdx.y * blockDim.x + threadIdx.x) * P;
     if (c >= C) return;
     for (int s = blockIdx.x; s < n; s += gridDim.x) {
         const int v = sorted[s];
         if (s > 0 && sorted[s - 1] == v) continue;  // not the run's first position
         float* row = dwte + static_cast<long>(v) * C;
-        float acc = row[c];
+        float acc[P];
+        load_floats(acc, row, c, C, aligned);
         for (int k = s, in_run = kWalkBatch; in_run == kWalkBatch; k += kWalkBatch) {
-            float values[kWalkBatch];
+            float values[kWalkBatch][P];
             in_run = 0;  // the run is contiguous: its positions in this batch are a prefix
             for (int j = 0; j < kWalkBatch; ++j) {
                 const bool in = k + j < n && sorted[k + j] == v;
-                values[j] = in ? to_f32(dout[static_cast<long>(order[k + j]) * C + c]) : 0.0f;
+                if (in) load_pack(values[j], dout + static_cast<long>(order[k + j]) * C, c, C, aligned);
                 in_run += in;
             }
             for (int j = 0; j < kWalkBatch; ++j)
-                if (j < in_run) acc += values[j];
+                if (j < in_run)
+                    for (int q = 0; q < P; ++q) acc[q] += values[j][q];
         }
-        row[c] = acc;
+        store_floats(row, c, C, acc, aligned);
     }
 }
 
-// dwpe[t, c] += dout[b, t, c] for b = 0, 1, ..., one thread per (t, c): coalesced over c.
+// dwpe[t, c] += dout[b, t, c] for b = 0, 1, ..., one thread per pack of (t, c): coalesced.
 template <typename T>
-__global__ void encoder_dwpe_kernel(float* dwpe, const T* dout, int B, int T_len, int C) {
-    const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+__global__ void encoder_dwpe_kernel(float* dwpe, const T* dout, int B, int T_len, int C, bool aligned) {
+    constexpr int P = kPack<T>;
+    const long i = (static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x) * P;
     const long tc = static_cast<long>(T_len) * C;
     if (i >= tc) return;
-    float acc = dwpe[i];
-    for (int b = 0; b < B; ++b) acc += to_f32(dout[b * tc + i]);
-    dwpe[i] = acc;
+    float acc[P];
+    load_floats(acc, dwpe, i, tc, aligned);
+    for (int b = 0; b < B; ++b) {
+        float d[P];
+        load_pack(d, dout + b * tc, i, tc, aligned);
+        for (int j = 0; j < P; ++j) acc[j] += d[j];
+    }
+    store_floats(dwpe, i, tc, acc, aligned);
 }
 
 }  // namespace
@@ -132,8 +178,11 @@ void encoder_forward(const KernelContext& ctx, Act out_act, const int* tokens, C
     // The activation type is Elem here: T is the sequence length.
     with_activation_type(type, "encoder_forward", [&](auto tag) {
         using Elem = typename decltype(tag)::type;
-        ADACC_LAUNCH(encoder_forward_kernel<Elem>, B * T, kThreads, 0, ctx.stream)
-        (device_ptr<Elem>(out_act), tokens, device_ptr<Elem>(wte), device_ptr<Elem>(wpe), T, C);
+        Elem* out = device_ptr<Elem>(out_act);
+        const Elem *e = device_ptr<Elem>(wte), *p = device_ptr<Elem>(wpe);
+        const bool aligned = C % kPack<Elem> == 0 && packs_aligned({out, e, p});
+        ADACC_LAUNCH(encoder_forward_kernel<Elem>, B * T, pack_threads<Elem>(C), 0, ctx.stream)
+        (out, tokens, e, p, T, C, aligned);
     });
     check_launch("encoder_forward");
 }
@@ -223,15 +272,18 @@ void encoder_backward(const KernelContext& ctx, float* dwte, float* dwpe, ConstA
     with_activation_type(dout_act.dtype(), "encoder_backward", [&](auto tag) {
         using Elem = typename decltype(tag)::type;
         const Elem* dout = device_ptr<Elem>(dout_act);
+        const bool aligned = C % kPack<Elem> == 0 && packs_aligned({dout, dwte, dwpe});
+        const int threads = pack_threads<Elem>(C);
         for (int base = 0; base < N; base += chunk) {
             const int n = N - base < chunk ? N - base : chunk;
             sort_positions(ctx, buf, tokens, base, n);
-            const dim3 walk_grid(n < kWalkBlocks ? n : kWalkBlocks, ceil_div(C, kThreads));
-            ADACC_LAUNCH(encoder_dwte_kernel<Elem>, walk_grid, kThreads, 0, ctx.stream)
-            (dwte, dout, buf.sorted, buf.order, n, C);
+            const dim3 walk_grid(n < kWalkBlocks ? n : kWalkBlocks, ceil_div(C, threads * kPack<Elem>));
+            ADACC_LAUNCH(encoder_dwte_kernel<Elem>, walk_grid, threads, 0, ctx.stream)
+            (dwte, dout, buf.sorted, buf.order, n, C, aligned);
             check_launch("encoder_backward (dwte)");
         }
-        ADACC_LAUNCH(encoder_dwpe_kernel<Elem>, ceil_div(tc, kThreads), kThreads, 0, ctx.stream)(dwpe, dout, B, T, C);
+        ADACC_LAUNCH(encoder_dwpe_kernel<Elem>, ceil_div(tc, kThreads * kPack<Elem>), kThreads, 0, ctx.stream)
+        (dwpe, dout, B, T, C, aligned);
         check_launch("encoder_backward (dwpe)");
     });
 }
