@@ -129,7 +129,11 @@ const char* family_of(const std::string& kernel) {
 struct FamilyCost {
     double flops = 0, bytes = 0;
 };
-std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T, DType dtype, std::size_t params) {
+// With the MLP's GELU in the matmuls' epilogues (gelu_fused: CUDA's graph, models/gpt_block.h) the
+// matmul family also writes fch beside fch_gelu in forward and reads it in backward, and there is
+// no gelu family.
+std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T, DType dtype, std::size_t params,
+                                               bool gelu_fused) {
     const double N = double(B) * T, C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab_size(), H = c.n_head;
     const double e = static_cast<double>(dtype_size(dtype)), P = static_cast<double>(params);
     const double scores = double(B) * H * T * T;  // one B x H x T x T matrix's elements
@@ -140,12 +144,15 @@ std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T,
     const double matmul_fwd_bytes = L * e * (16 * N * C + 12 * C * C) + e * (N * C + C * Vp + N * Vp);
     const double matmul_bwd_bytes =
         L * (e * (23 * N * C + 12 * C * C) + 8 * 12 * C * C) + e * (N * Vp + 2 * N * C + C * Vp) + 8 * C * Vp;
-    cost["matmul"] = {3 * matmul_fwd_flops, matmul_fwd_bytes + matmul_bwd_bytes};
+    // GELU on its own: forward reads fch and writes fch_gelu; backward reads fch and its output's
+    // gradient and writes fch's.
+    const double gelu_bytes = L * e * 4 * N * C * 5;
+    cost["matmul"] = {3 * matmul_fwd_flops, matmul_fwd_bytes + matmul_bwd_bytes + (gelu_fused ? L * e * 8 * N * C : 0)};
     const bool materialized = c.attention == AttentionImpl::materialized;
     cost["attention"] = {6 * N * T * C * L,
                          L * (e * 12 * N * C + (materialized ? e * 7 * scores : 8 * double(B) * H * T))};
     cost["layernorm"] = {0, (2 * L + 1) * (e * 6 * N * C + 16 * N)};
-    cost["gelu"] = {0, L * e * 4 * N * C * 5};
+    if (!gelu_fused) cost["gelu"] = {0, gelu_bytes};
     cost["residual+dropout"] = {0, 2 * L * e * N * C * 5};
     cost["encoder"] = {0, e * 2 * N * C + 8 * N * C};
     cost["classifier"] = {0, e * 2 * N * Vp};
@@ -162,16 +169,20 @@ nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B
     const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, dtype, steps, warmup, &kernels);
     const double peak_flops = (dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops) * 1e12;
     const double peak_bytes = peak.memory_gbps * 1e9;
-    const std::map<std::string, FamilyCost> costs = family_costs(cfg, B, T, dtype, ParameterLayout(cfg).total());
+    const BlockGraph block(cfg, B, T, dtype, gelu_epilogue(Device::cuda));
+    const bool gelu_fused =
+        std::none_of(block.ops().begin(), block.ops().end(), [](const OpInfo& op) { return op.kind == OpKind::gelu; });
+    const std::map<std::string, FamilyCost> costs =
+        family_costs(cfg, B, T, dtype, ParameterLayout(cfg).total(), gelu_fused);
     std::map<std::string, double> family_ms;
     for (int k = 0; k < kNumKernels; ++k)
         if (kernels.calls[k] > 0) family_ms[family_of(kKernelNames[k])] += kernels.ms[k] / steps;
     const double kernels_ms = kernels.total_ms() / steps;
     std::printf(
-        "\n%s, batch %d x seq %d, %s, mode none, %s attention: step %.1f ms (median of %d, kernels timed), "
+        "\n%s, batch %d x seq %d, %s, mode none, %s attention%s: step %.1f ms (median of %d, kernels timed), "
         "its kernels %.1f ms\n",
-        name.c_str(), B, T, std::string(dtype_name(dtype)).c_str(), attention_impl_name(cfg.attention), t.median_ms,
-        steps, kernels_ms);
+        name.c_str(), B, T, std::string(dtype_name(dtype)).c_str(), attention_impl_name(cfg.attention),
+        gelu_fused ? ", GELU in the matmuls' epilogues" : "", t.median_ms, steps, kernels_ms);
     std::printf("%-18s %9s %7s %11s %10s %9s %8s %9s\n", "family", "ms/step", "share", "GFLOP/step", "GB/step",
                 "TFLOP/s", "GB/s", "roofline");
     nlohmann::json out = {{"model", name},

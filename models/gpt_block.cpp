@@ -2,6 +2,7 @@
 
 #include <iterator>
 
+#include "kernels/gelu_math.h"
 #include "models/op_table.h"
 
 namespace adacc {
@@ -21,7 +22,8 @@ std::size_t tensor_rows(const GPTConfig& config, TensorKind kind, int B, int T) 
     return static_cast<std::size_t>(B) * T * (is_attention_matrix(kind) ? config.n_head : 1);
 }
 
-BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : has_dropout_(cfg.dropout > 0.0f) {
+BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation, bool gelu_epilogue)
+    : has_dropout_(cfg.dropout > 0.0f) {
     const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg.n_embd, H = cfg.n_head;
     const std::size_t TT = static_cast<std::size_t>(B) * H * T * T;
     using K = TensorKind;
@@ -104,9 +106,31 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation) : h
     mask("res1_dropout_mask", K::res1_mask);
     residual("residual1", K::x, K::attproj, K::res1_mask, K::x2);
     layernorm("ln2", K::x2, K::ln2, K::ln2_mean, K::ln2_rstd, ParamId::ln2w, ParamId::ln2b);
-    matmul("fc", K::ln2, K::fch, ParamId::fcw, ParamId::fcb, Ci, 4 * Ci);
-    ops_.push_back({"gelu", OpKind::gelu, {K::fch}, {K::fch_gelu}, {}, {}, 0, 0, 8.0 * n * 4 * c});
-    matmul("fcproj", K::fch_gelu, K::fcproj, ParamId::fcprojw, ParamId::fcprojb, 4 * Ci, Ci);
+    const double gelu_flops = 8.0 * n * 4 * c;
+    if (gelu_epilogue && (4 * Ci) % kGeluEpilogueColumns == 0) {
+        ops_.push_back({"fc",
+                        OpKind::matmul_gelu,
+                        {K::ln2},
+                        {K::fch, K::fch_gelu},
+                        ParamId::fcw,
+                        ParamId::fcb,
+                        Ci,
+                        4 * Ci,
+                        2.0 * n * c * 4 * c + gelu_flops});
+        ops_.push_back({"fcproj",
+                        OpKind::matmul_dgelu,
+                        {K::fch_gelu, K::fch},
+                        {K::fcproj},
+                        ParamId::fcprojw,
+                        ParamId::fcprojb,
+                        4 * Ci,
+                        Ci,
+                        2.0 * n * 4 * c * c});
+    } else {
+        matmul("fc", K::ln2, K::fch, ParamId::fcw, ParamId::fcb, Ci, 4 * Ci);
+        ops_.push_back({"gelu", OpKind::gelu, {K::fch}, {K::fch_gelu}, {}, {}, 0, 0, gelu_flops});
+        matmul("fcproj", K::fch_gelu, K::fcproj, ParamId::fcprojw, ParamId::fcprojb, 4 * Ci, Ci);
+    }
     mask("res2_dropout_mask", K::res2_mask);
     residual("residual2", K::x2, K::fcproj, K::res2_mask, K::out);
     for (OpInfo& op : ops_) op_spec(op.kind).wire_gradients(op);

@@ -66,8 +66,10 @@ enum class OpKind : std::uint8_t {
     residual_dropout,   // inputs {residual, branch, mask?}; outputs {sum}
     gelu,               // inputs {x}; outputs {y}
     attention_cudnn,    // attention_fused's inputs and outputs, cuDNN's kernels (dropout from its Philox)
+    matmul_gelu,        // inputs {x}; outputs {pre, y = gelu(pre)}; params {w, b}: GELU in the epilogue
+    matmul_dgelu,       // inputs {x = gelu(pre), pre}; outputs {y}; params {w, b}: dGELU in backward's
 };
-constexpr int kNumOpKinds = static_cast<int>(OpKind::attention_cudnn) + 1;
+constexpr int kNumOpKinds = static_cast<int>(OpKind::matmul_dgelu) + 1;
 
 struct TensorInfo {
     TensorKind kind;
@@ -96,7 +98,8 @@ struct OpInfo {
     // here, overwritten); of inputs it adds to or completes, alive already (layernorm adds to the
     // residual stream's, attention_softmax writes qkv's q and k columns beside attention_value's
     // v); and {input, output} when the input's gradient is the output's own buffer (a residual
-    // addition passes the gradient through unchanged; gelu's backward runs in place).
+    // addition passes the gradient through unchanged; gelu's backward runs in place). matmul_dgelu
+    // writes its second input's (pre's) gradient: its first input's is never stored.
     std::vector<TensorKind> grad_reads = {}, grad_writes = {}, grad_updates = {};
     std::optional<std::pair<TensorKind, TensorKind>> grad_shared = std::nullopt;
 };
@@ -107,7 +110,11 @@ public:
     // the op and tensor lists (nothing to save, nothing to plan). With config.attention = fused (or cudnn)
     // the attention matrices (att, att_mask) are absent the same way and att_lse is saved. Activations are of type
     // `activation` (the model's dtype); layernorm statistics are fp32 and masks bytes in every dtype.
-    BlockGraph(const GPTConfig& config, int B, int T, DType activation = DType::f32);
+    // With `gelu_epilogue` (a backend whose GEMMs fuse it: DeviceTraits) and 4C a multiple of
+    // kGeluEpilogueColumns, the MLP's GELU is in its matmuls' epilogues: fc is a matmul_gelu op
+    // writing fch and fch_gelu, fcproj a matmul_dgelu op reading both, and there is no gelu op. The
+    // tensors are the same either way, so plans carry over; the ops' times, and so profiles, do not.
+    BlockGraph(const GPTConfig& config, int B, int T, DType activation = DType::f32, bool gelu_epilogue = false);
 
     const std::vector<OpInfo>& ops() const { return ops_; }
     const TensorInfo& tensor(TensorKind k) const { return tensors_[static_cast<int>(k)]; }

@@ -123,6 +123,27 @@ void gelu_wiring(OpInfo& op) {
     op.grad_shared = std::pair{op.inputs[0], op.outputs[0]};
 }
 
+// matmul_gelu: inputs {x}; outputs {pre, y = gelu(pre)}; params {w, b}. Its backward is a plain
+// matmul's from pre's gradient, which matmul_dgelu wrote.
+void matmul_gelu_forward(const OpCall& c) {
+    c.k.matmul_gelu_forward(c.ctx, c.out[1], c.out[0], c.in[0], c.weight, c.bias, c.N(), c.in_features, c.out_features);
+}
+void matmul_gelu_wiring(OpInfo& op) {
+    op.grad_reads = {op.outputs[0]};
+    op.grad_writes = {op.inputs[0]};
+}
+
+// matmul_dgelu: inputs {x = gelu(pre), pre}; outputs {y}; params {w, b}. Backward writes pre's
+// gradient: x's is only ever inside the GEMM's epilogue.
+void matmul_dgelu_backward(const OpCall& c) {
+    c.k.matmul_dgelu_backward(c.ctx, c.din[1], c.dweight, c.dbias, c.dout[0], c.in[0], c.in[1], c.weight, c.N(),
+                              c.in_features, c.out_features, c.accumulate);
+}
+void matmul_dgelu_wiring(OpInfo& op) {
+    op.grad_reads = {op.outputs[0]};
+    op.grad_writes = {op.inputs[1]};
+}
+
 // In OpKind's order.
 const OpSpec kOpTable[] = {
     {{Kn::layernorm_forward, Kn::layernorm_backward}, layernorm_forward, layernorm_backward, layernorm_wiring},
@@ -153,6 +174,8 @@ const OpSpec kOpTable[] = {
      attention_cudnn_backward,
      attention_fused_wiring,
      true},
+    {{Kn::matmul_gelu_forward, Kn::matmul_backward}, matmul_gelu_forward, matmul_backward, matmul_gelu_wiring},
+    {{Kn::matmul_forward, Kn::matmul_dgelu_backward}, matmul_forward, matmul_dgelu_backward, matmul_dgelu_wiring},
 };
 static_assert(std::size(kOpTable) == kNumOpKinds, "one op table entry per OpKind, in the enum's order");
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/gelu_math.h"
 #include "kernels/rng.h"
 #include "kernels/vector_math.h"
 
@@ -129,6 +130,46 @@ TEST_P(KernelGradTest, Matmul) {
                     false);
     EXPECT_EQ(dweight2, dweight);
     EXPECT_EQ(dbias2, dbias);
+}
+
+// The MLP with GELU in its matmuls (matmul_gelu_forward, matmul_dgelu_backward), checked as one
+// function y = fcproj(gelu(fc(x))) of x and both layers' parameters; its GELU width H the next
+// multiple of kGeluEpilogueColumns above 4C. The fused kernels compute what matmul then gelu (and
+// matmul_backward then gelu_backward) compute, bit for bit: the CPU graph without the fusion gives
+// the same training.
+TEST_P(KernelGradTest, MatmulsWithGeluInTheEpilogue) {
+    const auto [B, T, C, NH] = GetParam();
+    const int N = B * T, H = (4 * C + kGeluEpilogueColumns - 1) / kGeluEpilogueColumns * kGeluEpilogueColumns;
+    Vec x = random_vec(N * C, gen), w1 = random_vec(H * C, gen, 0.5f), b1 = random_vec(H, gen),
+        w2 = random_vec(C * H, gen, 0.5f), b2 = random_vec(C, gen), w = random_vec(N * C, gen);
+    Vec pre(N * H), act(N * H);
+    auto fwd = [&] {
+        Vec y(N * C);
+        matmul_gelu_forward(kCtx, act.data(), pre.data(), x.data(), w1.data(), b1.data(), N, C, H);
+        matmul_forward(kCtx, y.data(), act.data(), w2.data(), b2.data(), N, H, C);
+        return y;
+    };
+    fwd();
+    Vec dpre(N * H), dx(N * C), dw1(H * C), db1(H), dw2(C * H), db2(C);
+    matmul_dgelu_backward(kCtx, dpre.data(), dw2.data(), db2.data(), w.data(), act.data(), pre.data(), w2.data(), N, H,
+                          C, false);
+    matmul_backward(kCtx, dx.data(), dw1.data(), db1.data(), dpre.data(), x.data(), w1.data(), N, C, H, false);
+    EXPECT_LT(relative_error(dx, finite_difference(x, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(dw1, finite_difference(w1, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(db1, finite_difference(b1, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(dw2, finite_difference(w2, fwd, w)), kTolerance);
+
+    fwd();
+    Vec pre2(N * H), act2(N * H), dact(N * H), dw2b(C * H), db2b(C);
+    matmul_forward(kCtx, pre2.data(), x.data(), w1.data(), b1.data(), N, C, H);
+    gelu_forward(kCtx, act2.data(), pre2.data(), static_cast<long>(N) * H);
+    EXPECT_EQ(pre2, pre);
+    EXPECT_EQ(act2, act);
+    matmul_backward(kCtx, dact.data(), dw2b.data(), db2b.data(), w.data(), act.data(), w2.data(), N, H, C, false);
+    gelu_backward(kCtx, dact.data(), pre.data(), dact.data(), static_cast<long>(N) * H);
+    EXPECT_EQ(dact, dpre);
+    EXPECT_EQ(dw2b, dw2);
+    EXPECT_EQ(db2b, db2);
 }
 
 // Attention = softmax then dropout(att) @ v, checked as one function of qkv, with and without a

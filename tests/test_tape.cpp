@@ -179,6 +179,35 @@ TEST(GradientBuffers, LivenessReusesBuffersAndKeepsLiveOnesApart) {
     EXPECT_EQ(f.bytes.size(), 5u);
 }
 
+// With GELU in the matmuls' epilogues (CUDA's graph) fcproj's backward writes fch's gradient and
+// fch_gelu's is never stored; fc's backward reads fch's. The buffers are otherwise the same.
+TEST(GradientBuffers, GeluInTheEpilogueWritesFchsGradientAndNeverFchGelus) {
+    const GPTConfig cfg = config_with("gpt-micro", 2, 0.1f);
+    const int B = 2, T = 6;
+    const BlockGraph block(cfg, B, T, DType::f32, true);
+    bool has_gelu = false;
+    for (const OpInfo& op : block.ops()) has_gelu = has_gelu || op.kind == OpKind::gelu;
+    EXPECT_FALSE(has_gelu);
+    ASSERT_NE(block.producer(TensorKind::fch), nullptr);
+    EXPECT_EQ(block.producer(TensorKind::fch), block.producer(TensorKind::fch_gelu));
+    const GradientBuffers g = gradient_buffers(block), plain = gradient_buffers(BlockGraph(cfg, B, T));
+    using K = TensorKind;
+    EXPECT_EQ(g.of[static_cast<int>(K::fch_gelu)], -1);
+    EXPECT_GE(g.of[static_cast<int>(K::fch)], 0);
+    EXPECT_NE(g.of[static_cast<int>(K::fch)], g.of[static_cast<int>(K::ln2)]);
+    std::vector<std::size_t> sizes = g.bytes, plain_sizes = plain.bytes;
+    std::sort(sizes.begin(), sizes.end());
+    std::sort(plain_sizes.begin(), plain_sizes.end());
+    EXPECT_EQ(sizes, plain_sizes);
+    // Same tensors, same flops: plans and MFU carry over.
+    const BlockGraph unfused(cfg, B, T);
+    EXPECT_EQ(block.forward_flops(), unfused.forward_flops());
+    for (const TensorInfo& t : block.tensors()) {
+        EXPECT_EQ(t.saved, unfused.tensor(t.kind).saved) << t.name;
+        EXPECT_EQ(t.bytes(), unfused.tensor(t.kind).bytes()) << t.name;
+    }
+}
+
 TEST(TapeAllocator, OverflowNamesTheSlot) {
     TapeAllocator tape(cpu_backend(), 256, 4);
     tape.push(0, TensorKind::ln1, Policy::keep, 200, 200);

@@ -5,8 +5,11 @@
 #include <omp.h>
 #include <Eigen/Core>
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/gelu_math.h"
 
 namespace adacc::cpu {
 namespace {
@@ -40,6 +43,14 @@ int column_block(int C) {
     constexpr long kPackBytes = EIGEN_STACK_ALLOCATION_LIMIT;
     const long fits = kPackBytes / (static_cast<long>(sizeof(float)) * C);
     return static_cast<int>(std::max<long>(16, fits / 16 * 16));
+}
+
+// The fused kernels' contract (kernels/ops.inc), which the CPU keeps too so that both backends
+// refuse the same shapes.
+void check_gelu_columns(int columns, const char* what) {
+    if (columns % kGeluEpilogueColumns != 0)
+        throw std::invalid_argument(std::string(what) + ": the GELU's width " + std::to_string(columns) +
+                                    " is not a multiple of " + std::to_string(kGeluEpilogueColumns));
 }
 
 }  // namespace
@@ -106,6 +117,22 @@ void matmul_backward(const KernelContext& ctx, Act dinp_act, float* dweight, flo
             }
         }
     }
+}
+
+// The fp32 sums, then GELU on them: the unfused ops' arithmetic, bit for bit.
+void matmul_gelu_forward(const KernelContext& ctx, Act out, Act pre, ConstAct inp, ConstAct weight, ConstAct bias,
+                         int N, int C, int OC) {
+    check_gelu_columns(OC, "matmul_gelu_forward");
+    matmul_forward(ctx, pre, inp, weight, bias, N, C, OC);
+    gelu_forward(ctx, out, pre, static_cast<long>(N) * OC);
+}
+
+// d(inp) in fp32 into dpre, then times gelu'(pre) in place: again the unfused ops' arithmetic.
+void matmul_dgelu_backward(const KernelContext& ctx, Act dpre, float* dweight, float* dbias, ConstAct dout,
+                           ConstAct inp, ConstAct pre, ConstAct weight, int N, int C, int OC, bool accumulate) {
+    check_gelu_columns(C, "matmul_dgelu_backward");
+    matmul_backward(ctx, dpre, dweight, dbias, dout, inp, weight, N, C, OC, accumulate);
+    gelu_backward(ctx, dpre, pre, dpre, static_cast<long>(N) * C);
 }
 
 }  // namespace adacc::cpu

@@ -12,6 +12,8 @@
 // (CUBLAS_OP_T). Likewise the second operand is our A, with A's transpose flag. Sizes follow:
 // cuBLASLt's (m, n, k) are our (n, m, k), and the bias (one value per row of D^T, i.e. per
 // column of our D) has n entries.
+// The GELU epilogues' auxiliary matrix has D's shape and is seen the same way: our row-major m x n
+// aux with leading dimension ld is cuBLASLt's column-major n x m with the same ld.
 #include <cublasLt.h>
 
 #include <array>
@@ -24,6 +26,7 @@
 
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/blas_context.h"
+#include "kernels/gelu_math.h"
 
 namespace adacc::cuda {
 
@@ -35,7 +38,7 @@ struct GemmPlans {
         cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;  // the layouts of our A, B and D
         cublasLtMatmulAlgo_t algo{};
     };
-    using Key = std::array<std::int64_t, 18>;
+    using Key = std::array<std::int64_t, 21>;
     std::map<Key, Plan> by_key;
 
     GemmPlans() = default;
@@ -128,26 +131,80 @@ void set_alignment(const Preference& pref, cublasLtMatmulPreferenceAttributes_t 
 }
 
 // The minimum alignments promised for A, B and D (C is D), in our operands' names, and the bias
-// pointer's (0: no bias), which the heuristic may also look at.
+// and GELU aux pointers' (0: none), which the heuristic may also look at.
 struct Alignments {
-    std::uint32_t a = 0, b = 0, d = 0, bias = 0;
+    std::uint32_t a = 0, b = 0, d = 0, bias = 0, aux = 0;
 };
+
+// The aux pointer the heuristic is shown: one aligned to exactly the key's alignment (capped at 16
+// bytes). The heuristic reads the alignment off the pointer's value (cublasLt.h), and a later call
+// with the same key may pass a pointer aligned to no more than that. Not dereferenced.
+const void* heuristic_aux(const void* aux, std::uint32_t align) {
+    const auto p = reinterpret_cast<std::uintptr_t>(aux);
+    return (p & (2 * static_cast<std::uintptr_t>(align) - 1)) == 0 ? reinterpret_cast<const void*>(p + align) : aux;
+}
+
+void set_aux(cublasLtMatmulDesc_t desc, const void* aux, const char* what) {
+    check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)), what,
+               "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+}
+
+// The epilogue of a bias (or none) and a GELU mode.
+std::uint32_t epilogue_of(bool bias, GeluEpilogue gelu) {
+    switch (gelu) {
+        case GeluEpilogue::forward: return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        case GeluEpilogue::backward: return CUBLASLT_EPILOGUE_DGELU;
+        case GeluEpilogue::none: break;
+    }
+    return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The GELU epilogues' rules (blas.h): an aux matrix with a leading dimension cuBLASLt accepts, one
+// batch, and no bias in backward (DGELU adds none).
+void check_gelu(const GemmShape& s, const void* bias, const GemmGelu& g, const char* what) {
+    if (g.mode == GeluEpilogue::none) return;
+    auto refuse = [&](const std::string& why) {
+        throw std::invalid_argument(std::string(what) + ": gemm with a GELU epilogue " + why);
+    };
+    if (!g.aux) refuse("and no aux matrix");
+    if (g.ld < s.n || g.ld % kGeluEpilogueColumns != 0)
+        refuse("and aux leading dimension " + std::to_string(g.ld) + " (it must be >= n = " + std::to_string(s.n) +
+               " and a multiple of " + std::to_string(kGeluEpilogueColumns) + ")");
+    if (s.batch != 1) refuse("over " + std::to_string(s.batch) + " batches (1 only)");
+    if (g.mode == GeluEpilogue::backward && bias) refuse("in backward with a bias");
+}
 
 // Everything a plan depends on: the shape, the operands' layouts, the element types and the
 // alignments (of the bias too: whether there is one); not the pointers, alpha or beta.
 GemmPlans::Key plan_key(const GemmShape& s, const GemmOperand& a, const GemmOperand& b, long ldd, long stride_d,
-                        const Alignments& align) {
-    return {s.m, s.n, s.k, s.batch,              // the shape
-            a.ld, a.batch_stride, a.transpose,    // A
-            b.ld, b.batch_stride, b.transpose,    // B
-            ldd, stride_d,                        // D
-            static_cast<std::int64_t>(s.input), static_cast<std::int64_t>(s.output),
-            align.a, align.b, align.d, align.bias};
+                        const GemmGelu& gelu, const Alignments& align) {
+    return {s.m,
+            s.n,
+            s.k,
+            s.batch,  // the shape
+            a.ld,
+            a.batch_stride,
+            a.transpose,  // A
+            b.ld,
+            b.batch_stride,
+            b.transpose,  // B
+            ldd,
+            stride_d,  // D
+            static_cast<std::int64_t>(gelu.mode),
+            gelu.ld,  // the GELU epilogue
+            static_cast<std::int64_t>(s.input),
+            static_cast<std::int64_t>(s.output),
+            align.a,
+            align.b,
+            align.d,
+            align.bias,
+            align.aux};
 }
 
 // `bias` (null: none) is the first call's: the heuristic is asked with it in place.
 GemmPlans::Plan make_plan(const BlasContext& blas, const GemmShape& s, const GemmOperand& a, const GemmOperand& b,
-                          long ldd, long stride_d, const void* bias, const Alignments& align, const char* what) {
+                          long ldd, long stride_d, const void* bias, const GemmGelu& gelu, const Alignments& align,
+                          const char* what) {
     const cudaDataType_t in_type = data_type(s.input, what), out_type = data_type(s.output, what);
     MatmulDesc desc;
     check_blas(cublasLtMatmulDescCreate(&desc.handle, CUBLAS_COMPUTE_32F, CUDA_R_32F), what,
@@ -159,17 +216,30 @@ GemmPlans::Plan make_plan(const BlasContext& blas, const GemmShape& s, const Gem
                what, "cublasLtMatmulDescSetAttribute(TRANSA)");
     check_blas(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)),
                what, "cublasLtMatmulDescSetAttribute(TRANSB)");
-    if (bias) {
-        // Its type is D's, said explicitly; its pointer is set again on every call (gemm below).
-        const std::uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-        const std::int32_t bias_type = out_type;
+    const std::uint32_t epilogue = epilogue_of(bias != nullptr, gelu.mode);
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
         check_blas(
             cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
             what, "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+    if (bias) {
+        // Its type is D's, said explicitly; its pointer is set again on every call (gemm below).
+        const std::int32_t bias_type = out_type;
         check_blas(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                   sizeof(bias_type)),
                    what, "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
         set_bias(desc.handle, bias, what);
+    }
+    if (gelu.mode != GeluEpilogue::none) {
+        // aux is D's type, said explicitly; its pointer too is set again on every call.
+        const std::int64_t aux_ld = gelu.ld;
+        const std::int32_t aux_type = out_type;
+        check_blas(
+            cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
+            what, "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
+        check_blas(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
+                                                  sizeof(aux_type)),
+                   what, "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_DATA_TYPE)");
+        set_aux(desc.handle, heuristic_aux(gelu.aux, align.aux), what);
     }
 
     // Stored (row-major) shapes: op(A) is m x k, op(B) is k x n, D is m x n.
@@ -221,7 +291,8 @@ GemmPlans::~GemmPlans() {
 }
 
 void gemm(const KernelContext& ctx, const GemmShape& s, const GemmOperand& a, const GemmOperand& b, void* d, long ldd,
-          long stride_d, const void* bias, const char* what) {
+          long stride_d, const void* bias, const char* what, const GemmGelu& gelu) {
+    check_gelu(s, bias, gelu, what);  // an empty product too: a shape is refused or run whatever its rows
     if (s.m <= 0 || s.n <= 0 || s.batch <= 0) return;
     if (s.k <= 0) throw std::invalid_argument(std::string(what) + ": gemm with an empty reduction (k = 0)");
     check_types(s, what);
@@ -229,22 +300,25 @@ void gemm(const KernelContext& ctx, const GemmShape& s, const GemmOperand& a, co
     const std::size_t in_bytes = dtype_size(s.input), out_bytes = dtype_size(s.output);
     const Alignments align{alignment(a.data, a.batch_stride, s.batch, in_bytes),
                            alignment(b.data, b.batch_stride, s.batch, in_bytes),
-                           alignment(d, stride_d, s.batch, out_bytes), bias ? alignment(bias, 0, 1, out_bytes) : 0};
+                           alignment(d, stride_d, s.batch, out_bytes), bias ? alignment(bias, 0, 1, out_bytes) : 0,
+                           gelu.aux ? alignment(gelu.aux, 0, 1, out_bytes) : 0};
 
     // The descriptors, layouts and algorithm of this key are made on its first GEMM only.
     if (!blas.plans) blas.plans = std::make_shared<GemmPlans>();
-    const GemmPlans::Key key = plan_key(s, a, b, ldd, stride_d, align);
+    const GemmPlans::Key key = plan_key(s, a, b, ldd, stride_d, gelu, align);
     auto& plans = blas.plans->by_key;
     auto found = plans.find(key);
-    if (found == plans.end()) found = plans.emplace(key, make_plan(blas, s, a, b, ldd, stride_d, bias, align, what)).first;
+    if (found == plans.end())
+        found = plans.emplace(key, make_plan(blas, s, a, b, ldd, stride_d, bias, gelu, align, what)).first;
     const GemmPlans::Plan& plan = found->second;
     if (bias) set_bias(plan.desc, bias, what);
+    if (gelu.mode != GeluEpilogue::none) set_aux(plan.desc, gelu.aux, what);
 
     // C is D (in place, same layout): beta scales what D holds; beta == 0 never reads it.
-    check_blas(cublasLtMatmul(blas.handle, plan.desc, &s.alpha, b.data, plan.b, a.data, plan.a, &s.beta, d, plan.d, d,
-                              plan.d, &plan.algo, blas.workspace, blas.workspace_bytes,
-                              static_cast<cudaStream_t>(ctx.stream)),
-               what, "cublasLtMatmul");
+    check_blas(
+        cublasLtMatmul(blas.handle, plan.desc, &s.alpha, b.data, plan.b, a.data, plan.a, &s.beta, d, plan.d, d, plan.d,
+                       &plan.algo, blas.workspace, blas.workspace_bytes, static_cast<cudaStream_t>(ctx.stream)),
+        what, "cublasLtMatmul");
 }
 
 }  // namespace adacc::cuda

@@ -1,5 +1,6 @@
 // Linear layers: the three GEMMs go to cuBLASLt through kernels/cuda/blas.h (fp32 compute, the
-// bias fused as its epilogue); the bias gradient is a handwritten two-pass column sum, because
+// bias fused as its epilogue, and for the MLP GELU too: GELU_AUX_BIAS forward, DGELU backward);
+// the bias gradient is a handwritten two-pass column sum, because
 // cuBLASLt's bias-gradient epilogues do not promise a fixed reduction order. Activations, the
 // weight and the bias are the model's dtype T (f32, or bf16 from the working copy); dweight and
 // dbias are fp32 always, so in bf16 the dweight GEMM reads bf16 and accumulates into fp32 D.
@@ -72,37 +73,45 @@ void bias_gradient(const KernelContext& ctx, float* dbias, const T* dout, int N,
     check_launch("matmul_backward (column_sum_final_kernel)");
 }
 
-}  // namespace
-
-void matmul_forward(const KernelContext& ctx, Act out, ConstAct inp, ConstAct weight, ConstAct bias, int N, int C,
-                    int OC) {
-    // out (N x OC) = inp (N x C) @ weight^T, weight stored OC x C; the bias (OC) is added to
-    // every row by cuBLASLt's BIAS epilogue (none when null).
+// out (N x OC) = inp (N x C) @ weight^T, weight stored OC x C; the bias (OC) is added to every
+// row by cuBLASLt's epilogue (none when null), then `gelu`'s, if any.
+void linear_forward(const KernelContext& ctx, Act out, ConstAct inp, ConstAct weight, ConstAct bias, int N, int C,
+                    int OC, DType type, const GemmGelu& gelu, const char* what) {
     GemmShape s;
     s.m = N;
     s.n = OC;
     s.k = C;
-    s.input = s.output = activation_type("matmul_forward", {inp, out, weight, bias});
+    s.input = s.output = type;
     GemmOperand x, w;
     x.data = inp.data();
     x.ld = C;
     w.data = weight.data();
     w.ld = C;
     w.transpose = true;
-    gemm(ctx, s, x, w, out.data(), OC, 0, bias.data(), "matmul_forward");
+    gemm(ctx, s, x, w, out.data(), OC, 0, bias.data(), what, gelu);
 }
 
-void matmul_backward(const KernelContext& ctx, Act dinp, float* dweight, float* dbias, ConstAct dout, ConstAct inp,
-                     ConstAct weight, int N, int C, int OC, bool accumulate) {
-    const DType type = activation_type("matmul_backward", {dout, inp, weight, dinp});
+// What a backward's errors name (literals: nothing is built per call).
+struct BackwardNames {
+    const char *kernel, *memset, *dinp, *dweight;
+};
+constexpr BackwardNames kMatmulBackward{"matmul_backward", "matmul_backward: cudaMemsetAsync", "matmul_backward (dinp)",
+                                        "matmul_backward (dweight)"};
+constexpr BackwardNames kDgeluBackward{"matmul_dgelu_backward", "matmul_dgelu_backward: cudaMemsetAsync",
+                                       "matmul_dgelu_backward (dpre)", "matmul_dgelu_backward (dweight)"};
+
+// matmul_backward, its dinp GEMM with `gelu`'s epilogue (none, or DGELU).
+void linear_backward(const KernelContext& ctx, Act dinp, float* dweight, float* dbias, ConstAct dout, ConstAct inp,
+                     ConstAct weight, int N, int C, int OC, bool accumulate, DType type, const GemmGelu& gelu,
+                     const BackwardNames& names) {
     if (N <= 0) {
         // No rows: the gradients add nothing; overwriting means zeroing.
         if (!accumulate) {
             check(cudaMemsetAsync(dweight, 0, sizeof(float) * static_cast<std::size_t>(OC) * C, stream_of(ctx)),
-                  "matmul_backward: cudaMemsetAsync");
+                  names.memset);
             if (dbias)
                 check(cudaMemsetAsync(dbias, 0, sizeof(float) * static_cast<std::size_t>(OC), stream_of(ctx)),
-                      "matmul_backward: cudaMemsetAsync");
+                      names.memset);
         }
         return;
     }
@@ -119,7 +128,7 @@ void matmul_backward(const KernelContext& ctx, Act dinp, float* dweight, float* 
         GemmOperand w;
         w.data = weight.data();
         w.ld = C;
-        gemm(ctx, s, gy, w, dinp.data(), C, 0, nullptr, "matmul_backward (dinp)");
+        gemm(ctx, s, gy, w, dinp.data(), C, 0, nullptr, names.dinp, gelu);
     }
     // dweight (OC x C, fp32) = dout^T (OC x N) @ inp (N x C), added to dweight when accumulating.
     {
@@ -134,13 +143,44 @@ void matmul_backward(const KernelContext& ctx, Act dinp, float* dweight, float* 
         gyt.transpose = true;
         x.data = inp.data();
         x.ld = C;
-        gemm(ctx, s, gyt, x, dweight, C, 0, nullptr, "matmul_backward (dweight)");
+        gemm(ctx, s, gyt, x, dweight, C, 0, nullptr, names.dweight);
     }
     if (dbias)
-        with_activation_type(type, "matmul_backward", [&](auto tag) {
+        with_activation_type(type, names.kernel, [&](auto tag) {
             using T = typename decltype(tag)::type;
             bias_gradient(ctx, dbias, device_ptr<T>(dout), N, OC, accumulate);
         });
+}
+
+}  // namespace
+
+void matmul_forward(const KernelContext& ctx, Act out, ConstAct inp, ConstAct weight, ConstAct bias, int N, int C,
+                    int OC) {
+    const DType type = activation_type("matmul_forward", {inp, out, weight, bias});
+    linear_forward(ctx, out, inp, weight, bias, N, C, OC, type, {}, "matmul_forward");
+}
+
+void matmul_backward(const KernelContext& ctx, Act dinp, float* dweight, float* dbias, ConstAct dout, ConstAct inp,
+                     ConstAct weight, int N, int C, int OC, bool accumulate) {
+    const DType type = activation_type("matmul_backward", {dout, inp, weight, dinp});
+    linear_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate, type, {}, kMatmulBackward);
+}
+
+// out = gelu(pre) in D, pre = the biased product in GELU_AUX_BIAS's aux matrix.
+void matmul_gelu_forward(const KernelContext& ctx, Act out, Act pre, ConstAct inp, ConstAct weight, ConstAct bias,
+                         int N, int C, int OC) {
+    const DType type = activation_type("matmul_gelu_forward", {inp, out, pre, weight, bias});
+    linear_forward(ctx, out, inp, weight, bias, N, C, OC, type, {GeluEpilogue::forward, pre.data(), OC},
+                   "matmul_gelu_forward");
+}
+
+// dpre = (dout @ weight) * gelu'(pre) in the dinp GEMM's DGELU epilogue.
+void matmul_dgelu_backward(const KernelContext& ctx, Act dpre, float* dweight, float* dbias, ConstAct dout,
+                           ConstAct inp, ConstAct pre, ConstAct weight, int N, int C, int OC, bool accumulate) {
+    const DType type = activation_type("matmul_dgelu_backward", {dout, inp, pre, weight, dpre});
+    if (!dpre) throw std::invalid_argument("matmul_dgelu_backward: no dpre (the GELU's input gradient is its output)");
+    linear_backward(ctx, dpre, dweight, dbias, dout, inp, weight, N, C, OC, accumulate, type,
+                    {GeluEpilogue::backward, pre.data(), C}, kDgeluBackward);
 }
 
 }  // namespace adacc::cuda

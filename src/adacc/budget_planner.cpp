@@ -132,7 +132,8 @@ CodecParams codec_params_for(const Profile& profile, const GPTConfig& config) {
 BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Profile& profile, bool allow_compress,
                                  const CodecChoice& codecs, std::vector<TensorKind>* kinds_out, DType activation,
                                  int layer) {
-    const BlockGraph block(config, B, T, activation);
+    // The profiled device's ops: their times are what a recompute costs.
+    const BlockGraph block(config, B, T, activation, gelu_epilogue(profile.block.device));
     const CodecParams params = codec_params_for(profile, config);
     BlockProblem problem;
     std::vector<TensorKind> kinds;

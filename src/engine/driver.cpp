@@ -333,7 +333,9 @@ void Driver::classifier_logits(std::size_t row, int n) {
 // from their tape slot, compressed ones decompressed into the workspace, dropped ones
 // recomputed by re-running their producing op (and the transient ops feeding it) from tensors
 // already in view. Outputs of a re-run op that are already in view go to a discard buffer, so
-// kept tensors are never overwritten.
+// kept tensors are never overwritten: the tiny ones (layernorm statistics, att_lse) to the
+// workspace's, a full-size one (matmul_gelu's fch or fch_gelu, when the other is dropped) to the
+// gradient buffer of the op's first output, idle until this block's backward begins.
 void Driver::materialize_block(int layer, int B, int T) {
     const BlockGraph& block = layout_->block();
     const ActivationPlan& plan = layout_->plan();
@@ -379,9 +381,11 @@ void Driver::materialize_block(int layer, int B, int T) {
             in_view[o] = view(t).data();
             if (!block.tensor(t).saved || dropped(layer, t)) {
                 view_slot(t) = buffer(t);
-            } else {
+            } else if (block.tensor(t).tiny) {
                 view_slot(t) = discard;
                 discard += layout_->numel(t, B, T);  // layernorm statistics (N) or att_lse (N x H)
+            } else {
+                view_slot(t) = idle_gradient(op, t, B, T);
             }
         }
         run_op(op, layer, B, T);
@@ -390,6 +394,19 @@ void Driver::materialize_block(int layer, int B, int T) {
             if (block.tensor(t).saved && !dropped(layer, t)) view_slot(t) = in_view[o];
         }
     }
+}
+
+// The gradient buffer of `op`'s first output, as the discard for its full-size output `kind`
+// (materialize_block). It holds that output's gradient, so a tensor no larger fits; it must not be
+// the residual stream's, the one gradient alive across blocks.
+void* Driver::idle_gradient(const OpInfo& op, TensorKind kind, int B, int T) const {
+    const WorkspaceLayout& w = layout_->workspace();
+    const int first = static_cast<int>(op.outputs[0]);
+    if (!w.has_grad[first] || w.grad[first] == w.grad[static_cast<int>(TensorKind::out)] ||
+        layout_->bytes(kind, B, T) > layout_->bytes(op.outputs[0], B, T))
+        throw std::logic_error("materialize_block: no idle gradient buffer holds " + op.name + "'s kept output " +
+                               tensor_kind_name(kind));
+    return grad_buffer(op.outputs[0]).data();
 }
 
 void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate) {

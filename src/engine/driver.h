@@ -64,6 +64,7 @@ private:
     unsigned char* mask_view(TensorKind kind) const;  // null when this pass has no dropout
     float dropout_p() const;                          // 0 when this pass has no dropout
     Act grad_buffer(TensorKind kind) const;
+    void* idle_gradient(const OpInfo& op, TensorKind kind, int B, int T) const;
     // Parameter tensor `id` (of `layer`) as forward and backward read it: the bf16 working copy
     // when there is one (the fp32 masters are the optimizer's alone, and ZeRO-1 shards them),
     // else the fp32 parameters; null for no tensor.

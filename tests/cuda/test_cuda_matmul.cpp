@@ -290,6 +290,64 @@ TEST(CudaMatmulCublasLt, EmulationRefusesTypeCombinationsCublasLtDoesNotSupport)
     cublasLtMatmulDescDestroy(desc);
 }
 
+// The GELU epilogues' aux matrix as cublasLt.h states its rules: a leading dimension that is a
+// multiple of 8 and at least D's rows, its pointer set, and D's type; anything else is refused.
+TEST(CudaMatmulCublasLt, EmulationChecksTheGeluEpiloguesAuxMatrix) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    if (!running_under_emulation()) GTEST_SKIP() << "checks the emulation only";
+    CudaTestContext ctx;
+    const auto& blas = *static_cast<const cuda::BlasContext*>(ctx.get().blas);
+    cublasLtMatmulDesc_t desc = nullptr;
+    ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    cublasLtMatrixLayout_t f32 = nullptr;  // D has 8 rows
+    ASSERT_EQ(cublasLtMatrixLayoutCreate(&f32, CUDA_R_32F, 8, 8, 8), CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulPreference_t pref = nullptr;
+    ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+    const std::uint32_t element = sizeof(float);  // so that only the aux pointer can be what is refused
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        ASSERT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, attr, &element, sizeof(element)), CUBLAS_STATUS_SUCCESS);
+    auto heuristic = [&] {
+        cublasLtMatmulHeuristicResult_t result{};
+        int found = 0;
+        return cublasLtMatmulAlgoGetHeuristic(blas.handle, desc, f32, f32, f32, f32, pref, 1, &result, &found);
+    };
+    auto set_ld = [&](std::int64_t ld) {
+        return cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld));
+    };
+    for (std::uint32_t epilogue : {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_DGELU}) {
+        ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+                  CUBLAS_STATUS_SUCCESS);
+        ASSERT_EQ(set_ld(8), CUBLAS_STATUS_SUCCESS);
+        EXPECT_EQ(heuristic(), CUBLAS_STATUS_SUCCESS) << epilogue;
+        ASSERT_EQ(set_ld(12), CUBLAS_STATUS_SUCCESS);  // not a multiple of 8
+        EXPECT_EQ(heuristic(), CUBLAS_STATUS_INVALID_VALUE) << epilogue;
+        ASSERT_EQ(set_ld(0), CUBLAS_STATUS_SUCCESS);  // fewer than D's rows (and unset)
+        EXPECT_EQ(heuristic(), CUBLAS_STATUS_INVALID_VALUE) << epilogue;
+    }
+    const std::int32_t bf16 = CUDA_R_16BF;
+    ASSERT_EQ(set_ld(8), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &bf16, sizeof(bf16)),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(heuristic(), CUBLAS_STATUS_NOT_SUPPORTED);  // an aux of another type than D
+    // Without its pointer the matmul itself is refused.
+    const std::int32_t same = -1;
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &same, sizeof(same)),
+              CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(blas.handle, desc, f32, f32, f32, f32, pref, 1, &result, &found),
+              CUBLAS_STATUS_SUCCESS);
+    DeviceArray<float> a(64), b(64), d(64);
+    const float alpha = 1.0f, beta = 0.0f;
+    EXPECT_EQ(cublasLtMatmul(blas.handle, desc, &alpha, a.get(), f32, b.get(), f32, &beta, d.get(), f32, d.get(), f32,
+                             &result.algo, nullptr, 0, nullptr),
+              CUBLAS_STATUS_INVALID_VALUE);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(f32);
+    cublasLtMatmulDescDestroy(desc);
+}
+
 // A pointer less aligned than the heuristic was told is an error, as on the GPU.
 TEST(CudaMatmulCublasLt, EmulationChecksThePromisedAlignment) {
     ADACC_REQUIRE_CUDA_DEVICE();

@@ -3,8 +3,10 @@
 // micro-batches each. fp32 throughout: relative 1e-5 on losses and logits, the parameters within
 // AdamW's rounding of what each backend's own gradients give (params_within_rounding); bf16 on
 // CUDA against fp32 on the CPU: within bf16's precision, measured as relative L2 errors (below).
-// On the CUDA backend alone, recompute-only plans (full, selective) give the keep-all gradients
-// bit for bit in both dtypes, and a checkpoint written from a CUDA model loads into a CPU model
+// The CUDA backend runs the MLP's GELU in its matmuls' epilogues, the CPU as an op of its own
+// (BlockGraph's gelu_epilogue), so these compare the two graphs too. On the CUDA backend alone,
+// recompute-only plans (full, selective, and the fused op's fch or fch_gelu alone or both) give
+// the keep-all gradients bit for bit in both dtypes, and a checkpoint written from a CUDA model loads into a CPU model
 // and back.
 #include <algorithm>
 #include <cmath>
@@ -258,6 +260,21 @@ TEST(CudaModel, RecomputePlansGiveTheKeepAllGradientsBitForBit) {
             const TrainOutcome recomputed =
                 train_two_steps(cuda_backend(), cfg, plan_for_mode(cfg, B, T, mode), B, T, dtype);
             const std::string what = std::string(memory_mode_name(mode)) + " " + dtype_name(dtype).data();
+            EXPECT_TRUE(bit_identical(recomputed.losses, none.losses)) << what;
+            EXPECT_TRUE(bit_identical(recomputed.grads, none.grads)) << what;
+            EXPECT_TRUE(bit_identical(recomputed.params, none.params)) << what;
+        }
+        // The MLP's matmul_gelu op (GELU in the epilogue on CUDA) re-run for either of its outputs
+        // alone, the other kept (and rewritten into an idle gradient buffer), or for both.
+        using K = TensorKind;
+        for (const std::vector<K>& dropped : {std::vector<K>{K::fch}, {K::fch_gelu}, {K::fch, K::fch_gelu}}) {
+            ActivationPlan plan = plan_for_mode(cfg, B, T, MemoryMode::none);
+            std::string what = dtype_name(dtype).data();
+            for (K kind : dropped) {
+                for (int l = 0; l < cfg.n_layer; ++l) plan.set(l, kind, {Policy::recompute});
+                what += std::string(" ") + tensor_kind_name(kind);
+            }
+            const TrainOutcome recomputed = train_two_steps(cuda_backend(), cfg, plan, B, T, dtype);
             EXPECT_TRUE(bit_identical(recomputed.losses, none.losses)) << what;
             EXPECT_TRUE(bit_identical(recomputed.grads, none.grads)) << what;
             EXPECT_TRUE(bit_identical(recomputed.params, none.params)) << what;

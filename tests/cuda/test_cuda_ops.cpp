@@ -7,7 +7,7 @@
 // test_cuda_device, which skips without one). A backend that does not support a case's kernel
 // for its dtype (Backend::supports) skips the case, as test-backend-ops does, saying so. Every
 // kernel of kernels/ops.inc has cases (CudaOps.EveryKernelIsInTheTable): the elementwise ones,
-// the embeddings, layernorm, the matmuls, both attentions, the classifier, the optimizer's, and
+// the embeddings, layernorm, the matmuls (with GELU in the epilogue too), both attentions, the classifier, the optimizer's, and
 // the codecs (blobs byte for byte). Cases whose inputs are another kernel's outputs (the attention
 // backward's probabilities, layernorm's statistics) take the CPU's, so a difference is that
 // kernel's. Checks beyond a twin comparison (a rounding formula, refused dtypes) follow the table;
@@ -582,6 +582,93 @@ std::vector<OpCase> matmul_cases(DType a) {
                     }
                     cases.push_back(b);
                 }
+    }
+    return cases;
+}
+
+// The MLP's matmuls with GELU in the epilogue (kernels/cpu/matmul.cpp: matmul then the GELU
+// kernels; kernels/cuda/matmul.cu: cuBLASLt's GELU_AUX_BIAS and DGELU), the GELU's width a
+// multiple of kGeluEpilogueColumns. The bounds are matmul_cases' for the product, carried through
+// the GELU: |gelu(u) - gelu(v)| <= kGeluSlope |u - v|, with kGeluSlope >= sup |gelu'| (1.1289, at
+// x ~ 1.5, for the tanh form). The GELU's own evaluation (the device's exp, or cuBLASLt's own, vs
+// the CPU's exp_approx) adds gelu_cases' rel 1e-5 and abs 1e-6 (per unit of the gradient it scales,
+// backward: times the product's magnitude). In bf16 the device rounds once more on store (rel
+// 2^-8), and may round the product before the epilogue's step, as the BIAS epilogue does on an H200
+// (one more 2^-8 of the product's magnitude, times kGeluSlope after the GELU).
+constexpr double kGeluSlope = 1.13;
+std::vector<OpCase> matmul_gelu_cases(DType a) {
+    struct Shape {
+        int N, C, OC;
+    };
+    const double rel_e = a == DType::bf16 ? kBf16Rel : 0.0, rel_gelu = 1e-5, abs_gelu = 1e-6;
+    std::vector<OpCase> cases;
+    // Forward: OC (the GELU's width) a multiple of 8; N = 1, odd C, 300 rows.
+    for (const Shape& s : {Shape{1, 40, 104}, Shape{14, 72, 120}, Shape{300, 37, 104}}) {
+        const std::size_t nx = static_cast<std::size_t>(s.N) * s.C, nw = static_cast<std::size_t>(s.OC) * s.C,
+                          ny = static_cast<std::size_t>(s.N) * s.OC;
+        const std::string shape =
+            " N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) + " OC=" + std::to_string(s.OC);
+        // Products up to ~C/4 in size: the GELU's curved part and both tails are reached.
+        const Buffer x = act_values(a, nx, 11, -2.0f, 2.0f), w = act_values(a, nw, 12), bias = act_values(a, s.OC, 13);
+        for (bool with_bias : {true, false}) {
+            OpCase f = op_case("matmul_gelu_forward" + shape + (with_bias ? " bias" : " no bias"), a,
+                               {Kernel::matmul_gelu_forward}, {x, w, bias, act_nans(ny), act_nans(ny)});
+            f.run = [s, with_bias](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
+                k.matmul_gelu_forward(ctx, p.act(3), p.act(4), p.act(0), p.act(1),
+                                      with_bias ? ConstAct(p.act(2)) : nullptr, s.N, s.C, s.OC);
+            };
+            std::vector<double> mag = abs_product(x.values, s.C, 1, w.values, 1, s.C, s.N, s.C, s.OC);
+            if (with_bias)
+                for (std::size_t i = 0; i < mag.size(); ++i) mag[i] += std::fabs(bias.values[i % s.OC]);
+            std::vector<double> pre = order_bound(mag, s.C + 1, rel_e), out(ny);
+            for (std::size_t i = 0; i < ny; ++i) {
+                pre[i] += rel_e * mag[i];
+                out[i] = kGeluSlope * pre[i] + abs_gelu;
+            }
+            f.checks = {{4, rel_e, 0, fixed(pre)}, {3, rel_e + rel_gelu, 0, fixed(out)}};
+            cases.push_back(f);
+        }
+    }
+    // Backward: C (the GELU's width) a multiple of 8, OC any; pre over the GELU's range.
+    for (const Shape& s : {Shape{1, 104, 40}, Shape{14, 120, 72}, Shape{300, 104, 101}}) {
+        const std::size_t nx = static_cast<std::size_t>(s.N) * s.C, nw = static_cast<std::size_t>(s.OC) * s.C,
+                          ny = static_cast<std::size_t>(s.N) * s.OC;
+        const std::string shape =
+            " N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) + " OC=" + std::to_string(s.OC);
+        const Buffer x = act_values(a, nx, 21), pre = act_values(a, nx, 22, -6.0f, 6.0f), w = act_values(a, nw, 23),
+                     dy = act_values(a, ny, 24);
+        const std::vector<float> dw0 = random_floats(nw, 25), db0 = random_floats(s.OC, 26);
+        const std::vector<double> dx_mag = abs_product(dy.values, s.OC, 1, w.values, s.C, 1, s.N, s.OC, s.C),
+                                  dw_mag = abs_product(dy.values, 1, s.OC, x.values, s.C, 1, s.OC, s.N, s.C);
+        std::vector<double> db_mag(s.OC, 0.0);
+        for (std::size_t i = 0; i < ny; ++i) db_mag[i % s.OC] += std::fabs(dy.values[i]);
+        std::vector<double> dpre = order_bound(dx_mag, s.OC, rel_e);
+        for (std::size_t i = 0; i < nx; ++i)
+            dpre[i] = kGeluSlope * (dpre[i] + rel_e * dx_mag[i]) + abs_gelu * dx_mag[i];
+        for (bool accumulate : {false, true}) {
+            OpCase b = op_case("matmul_dgelu_backward" + shape + " accumulate=" + std::to_string(accumulate), a,
+                               {Kernel::matmul_dgelu_backward},
+                               {x,
+                                pre,
+                                w,
+                                dy,
+                                act_nans(nx),
+                                {Elem::f32, accumulate ? dw0 : nans(nw)},
+                                {Elem::f32, accumulate ? db0 : nans(s.OC)}});
+            b.run = [s, accumulate](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
+                k.matmul_dgelu_backward(ctx, p.act(4), p.f32(5), p.f32(6), p.act(3), p.act(0), p.act(1), p.act(2), s.N,
+                                        s.C, s.OC, accumulate);
+            };
+            std::vector<double> wmag = dw_mag, bmag = db_mag;
+            if (accumulate) {
+                for (std::size_t i = 0; i < nw; ++i) wmag[i] += std::fabs(dw0[i]);
+                for (int i = 0; i < s.OC; ++i) bmag[i] += std::fabs(db0[i]);
+            }
+            b.checks = {{4, rel_e + rel_gelu, 0, fixed(dpre)},
+                        {5, 0, 0, fixed(order_bound(wmag, s.N + 1, 0.0))},
+                        {6, 0, 0, fixed(order_bound(bmag, s.N + 1, 0.0))}};
+            cases.push_back(b);
+        }
     }
     return cases;
 }
@@ -1292,6 +1379,7 @@ const Family kFamilies[] = {
     {"encoder", encoder_cases},
     {"layernorm", layernorm_cases},
     {"matmul", matmul_cases},
+    {"matmul_gelu", matmul_gelu_cases},
     {"attention", attention_cases},
     {"attention_fused", attention_fused_cases},
     {"classifier", classifier_cases},
@@ -1386,6 +1474,30 @@ TEST(CudaOps, ActivationsOfDifferentDtypesAreRefused) {
     const Arena tokens(gpu, sizeof(int) * two_tokens.size());
     gpu.copy_to_device(tokens.data(), two_tokens.data(), sizeof(int) * two_tokens.size());
     EXPECT_THROW(k.encoder_forward(ctx, b16, tokens.as<const int>(), f32, b16, 1, 2, 4), std::invalid_argument);
+}
+
+// A GELU epilogue's width must meet cuBLASLt's rule for its aux matrix's leading dimension (a
+// multiple of kGeluEpilogueColumns): both backends refuse another, so a shape that runs on one runs
+// on the other.
+TEST(CudaOps, GeluEpilogueWidthsOffCublasLtsRuleAreRefusedByBothBackends) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    for (Backend* backend : {&cpu_backend(), &cuda_backend()}) {
+        const KernelTable& k = backend->kernels();
+        const KernelContext& ctx = backend->context();
+        constexpr int N = 2, C = 8, Odd = 12;  // Odd: not a multiple of 8
+        const Arena x(*backend, N * Odd * sizeof(float)), w(*backend, Odd * C * sizeof(float)),
+            y(*backend, N * Odd * sizeof(float)), pre(*backend, N * Odd * sizeof(float)),
+            dw(*backend, Odd * C * sizeof(float));
+        EXPECT_THROW(k.matmul_gelu_forward(ctx, y.as<float>(), pre.as<float>(), x.as<const float>(),
+                                           w.as<const float>(), nullptr, N, C, Odd),
+                     std::invalid_argument)
+            << device_name(backend->device());
+        EXPECT_THROW(
+            k.matmul_dgelu_backward(ctx, pre.as<float>(), dw.as<float>(), nullptr, y.as<const float>(),
+                                    x.as<const float>(), pre.as<const float>(), w.as<const float>(), N, Odd, C, false),
+            std::invalid_argument)
+            << device_name(backend->device());
+    }
 }
 
 }  // namespace

@@ -8,19 +8,25 @@
 // result. Only what the kernels use is emulated: CUBLAS_COMPUTE_32F with fp32 scalars and the
 // element types cuBLASLt pairs with it (A and B f32 with C and D f32; A and B bf16 with C and D
 // bf16 or f32; the bias of D's type), column order, strided batches, host alpha/beta, the DEFAULT
-// and BIAS epilogues. Anything else is refused with CUBLAS_STATUS_NOT_SUPPORTED and a message on
+// and BIAS epilogues, and GELU_AUX, GELU_AUX_BIAS and DGELU on one batch. The GELU epilogues work on
+// the fp32 result (bias included): GELU_AUX* store it to the aux matrix and gelu of it to D; DGELU
+// stores it times gelu' of the aux matrix's element; GELU is kernels/gelu_math.h's formula with
+// the C library's expf, in fp32 (real cuBLASLt's own evaluation may differ by a few fp32 ulps; the
+// device tests bound that). Anything else is refused with CUBLAS_STATUS_NOT_SUPPORTED and a message on
 // stderr, so no kernel silently gets a wrong result; shapes that cuBLASLt rejects are rejected
 // (CUBLAS_STATUS_INVALID_VALUE) with a message too.
 // The algorithm the heuristic returns records the preference's minimum alignments, and
 // cublasLtMatmul checks every batch's pointers against them, as the real library needs them.
 #include <cublasLt.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "kernels/activation.h"
+#include "kernels/gelu_math.h"
 #include "src/cuda/cublaslt_library.h"
 
 namespace {
@@ -41,7 +47,18 @@ struct Desc {
     const void* bias = nullptr;
     std::int64_t bias_batch_stride = 0;
     std::int32_t bias_type = -1;  // -1: D's type (cuBLASLt's default)
+    const void* aux = nullptr;    // the GELU epilogues' matrix, D's shape
+    std::int64_t aux_ld = 0;
+    std::int32_t aux_type = -1;  // -1: D's type (cuBLASLt's default)
 };
+
+bool has_bias(std::uint32_t epilogue) {
+    return epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool has_gelu_aux(std::uint32_t epilogue) {
+    return epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+           epilogue == CUBLASLT_EPILOGUE_DGELU;
+}
 
 struct Preference {
     std::uint64_t max_workspace = 0;
@@ -98,9 +115,12 @@ cublasStatus_t check_types(const char* call, const Desc& desc, const Layout& a, 
     if (c.type != d.type) return refuse(call, "C of " + type_name(c.type) + " with D of " + type_name(d.type));
     if (a.type == CUDA_R_32F && d.type != CUDA_R_32F)
         return refuse(call, "A and B of CUDA_R_32F with D of " + type_name(d.type));
-    if (desc.epilogue == CUBLASLT_EPILOGUE_BIAS && desc.bias_type != -1 && desc.bias_type != d.type)
+    if (has_bias(desc.epilogue) && desc.bias_type != -1 && desc.bias_type != d.type)
         return refuse(call, "a bias of " + type_name(static_cast<cudaDataType>(desc.bias_type)) + " with D of " +
                                 type_name(d.type));
+    if (has_gelu_aux(desc.epilogue) && desc.aux_type != -1 && desc.aux_type != d.type)
+        return refuse(call, "a GELU aux matrix of " + type_name(static_cast<cudaDataType>(desc.aux_type)) +
+                                " with D of " + type_name(d.type));
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -147,8 +167,16 @@ cublasStatus_t check_problem(const char* call, cublasLtHandle_t handle, const De
     if (a->batch != d->batch || b->batch != d->batch || c->batch != d->batch)
         return invalid(call, "the batch counts of A, B, C and D differ");
     p.batch = d->batch;
-    if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && !desc->bias)
-        return invalid(call, "the BIAS epilogue needs CUBLASLT_MATMUL_DESC_BIAS_POINTER");
+    if (has_bias(desc->epilogue) && !desc->bias)
+        return invalid(call, "a bias epilogue needs CUBLASLT_MATMUL_DESC_BIAS_POINTER");
+    if (has_gelu_aux(desc->epilogue)) {
+        // cublasLt.h: the GELU input matrix's leading dimension is a multiple of 8, at least D's rows.
+        if (desc->aux_ld < static_cast<std::int64_t>(p.m) || desc->aux_ld % 8 != 0)
+            return invalid(call, "EPILOGUE_AUX_LD " + std::to_string(desc->aux_ld) +
+                                     " (a GELU aux matrix's must be a multiple of 8 and >= D's " + std::to_string(p.m) +
+                                     " rows)");
+        if (p.batch != 1) return refuse(call, "a GELU epilogue over batches");
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -254,8 +282,9 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
         case CUBLASLT_MATMUL_DESC_EPILOGUE: {
             std::uint32_t epilogue = 0;
             if (!read_value(buf, sizeInBytes, epilogue)) return invalid(call, "EPILOGUE is a uint32_t");
-            if (epilogue != CUBLASLT_EPILOGUE_DEFAULT && epilogue != CUBLASLT_EPILOGUE_BIAS)
-                return refuse(call, "epilogue " + std::to_string(epilogue) + " (only DEFAULT and BIAS)");
+            if (epilogue != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(epilogue) && !has_gelu_aux(epilogue))
+                return refuse(call, "epilogue " + std::to_string(epilogue) +
+                                        " (only DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS and DGELU)");
             d->epilogue = epilogue;
             return CUBLAS_STATUS_SUCCESS;
         }
@@ -273,6 +302,21 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
                 return refuse(call, "a bias of " + type_name(static_cast<cudaDataType>(type)) +
                                         " (only CUDA_R_32F and CUDA_R_16BF)");
             d->bias_type = type;
+            return CUBLAS_STATUS_SUCCESS;
+        }
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+            if (!read_value(buf, sizeInBytes, d->aux)) return invalid(call, "EPILOGUE_AUX_POINTER is a pointer");
+            return CUBLAS_STATUS_SUCCESS;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+            if (!read_value(buf, sizeInBytes, d->aux_ld)) return invalid(call, "EPILOGUE_AUX_LD is an int64_t");
+            return CUBLAS_STATUS_SUCCESS;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: {
+            std::int32_t type = 0;
+            if (!read_value(buf, sizeInBytes, type)) return invalid(call, "EPILOGUE_AUX_DATA_TYPE is an int32_t");
+            if (type != -1 && !emulated_type(static_cast<cudaDataType>(type)))
+                return refuse(call, "a GELU aux matrix of " + type_name(static_cast<cudaDataType>(type)) +
+                                        " (only CUDA_R_32F and CUDA_R_16BF)");
+            d->aux_type = type;
             return CUBLAS_STATUS_SUCCESS;
         }
         case CUBLASLT_MATMUL_DESC_POINTER_MODE: {
@@ -386,7 +430,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 
     const cudaDataType in = la->type, out = ld->type;  // A and B alike, C and D alike (checked)
     const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
-    const bool with_bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+    const bool with_bias = has_bias(desc->epilogue), dgelu = desc->epilogue == CUBLASLT_EPILOGUE_DGELU;
+    const bool gelu_forward = has_gelu_aux(desc->epilogue) && !dgelu;
+    if (has_gelu_aux(desc->epilogue) && !desc->aux) return invalid(call, "a GELU epilogue without its aux pointer");
+    const auto exp = [](float x) { return std::exp(x); };
     for (std::int64_t batch = 0; batch < p.batch; ++batch) {
         const std::int64_t ab = batch * la->stride, bb = batch * lb->stride, cb = batch * lc->stride,
                            db = batch * ld->stride;
@@ -402,7 +449,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                 if (beta_value != 0.0f)
                     value += static_cast<double>(beta_value) * load(C, out, cb + row + col * lc->ld);
                 if (with_bias) value += load(desc->bias, out, row + batch * desc->bias_batch_stride);
-                store(D, out, db + row + col * ld->ld, value);
+                const std::int64_t at = db + row + col * ld->ld, aux_at = row + col * desc->aux_ld;
+                const auto result = static_cast<float>(value);  // the epilogue's fp32 input
+                if (gelu_forward) {
+                    store(const_cast<void*>(desc->aux), out, aux_at, result);
+                    store(D, out, at, adacc::gelu_value(result, exp));
+                } else if (dgelu) {
+                    const auto pre = static_cast<float>(load(desc->aux, out, aux_at));
+                    store(D, out, at, adacc::gelu_derivative(pre, exp) * result);
+                } else {
+                    store(D, out, at, value);
+                }
             }
     }
     return CUBLAS_STATUS_SUCCESS;
