@@ -1,6 +1,6 @@
 // GPT-2's GELU, tanh approximation, and its derivative: the one formula every GELU here evaluates
-// (kernels/cpu/gelu.cpp, the CPU twin of the fused matmuls, and the emulated cuBLASLt's GELU
-// epilogues), in fp32 on an fp32 input:
+// (kernels/cpu/gelu.cpp, the CPU twin of the fused matmuls, kernels/cuda/gelu.cu and the emulated
+// cuBLASLt's GELU epilogues), in fp32 on an fp32 input:
 //   gelu(x)  = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 //   gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 // with tanh(u) = 1 - 2 / (1 + e^(2u)) for the exp the caller passes (the CPU's vectorised

@@ -6,27 +6,21 @@
 #include <string>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/gelu_math.h"
 #include "kernels/cuda/ops.h"
 
 namespace adacc::cuda {
 namespace {
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr int kThreads = 256;
 
-// tanh as the CPU twin computes it (kernels/vector_math.h), 1 - 2 / (1 + e^(2u)), so both
-// backends round the same way where tanh saturates (the derivative's 1 - tanh^2 cancels there).
-__device__ inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
-
-__device__ inline float gelu(float x) {
-    return 0.5f * x * (1.0f + tanh_via_exp(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-}
-
-__device__ inline float gelu_derivative(float x) {
-    const float th = tanh_via_exp(kSqrt2OverPi * (x + 0.044715f * x * x * x));
-    const float sech2 = 1.0f - th * th;
-    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-}
+// The one GELU formula (kernels/gelu_math.h) with the library's expf: tanh as 1 - 2 / (1 + e^(2u)),
+// as the CPU twin computes it, so both backends round the same way where tanh saturates.
+struct LibraryExp {
+    __device__ float operator()(float v) const { return expf(v); }
+};
+__device__ inline float gelu(float x) { return gelu_value(x, LibraryExp{}); }
+__device__ inline float gelu_slope(float x) { return gelu_derivative(x, LibraryExp{}); }
 
 // One pack of kPack elements per thread (cuda_common.cuh): 128-bit loads and stores where aligned.
 template <typename T>
@@ -47,7 +41,7 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, long 
     float x[kPack<T>], d[kPack<T>];
     load_pack(x, inp, i, n, aligned);
     load_pack(d, dout, i, n, aligned);
-    for (int j = 0; j < kPack<T>; ++j) d[j] = gelu_derivative(x[j]) * d[j];
+    for (int j = 0; j < kPack<T>; ++j) d[j] = gelu_slope(x[j]) * d[j];
     store_pack(dinp, i, n, d, aligned);
 }
 
