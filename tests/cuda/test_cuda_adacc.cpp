@@ -6,7 +6,11 @@
 // CPU: the same plans, the same re-plans at the same steps for the same reasons, the same losses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +19,7 @@
 #include "src/adacc/profiler.h"
 #include "src/config/config.h"
 #include "src/engine/backend.h"
+#include "src/engine/weight_init.h"
 #include "src/train/trainer.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/test_support.h"
@@ -29,9 +34,116 @@ GPTConfig planned_model() {
     return c;
 }
 constexpr int kB = 2, kT = 16;
+constexpr std::uint64_t kProfileSeed = 7;  // the profiled weights' and dropout's
 
 Profile profile_on(const ComputeTarget& target, const std::vector<int>& tokens) {
-    return profile_block(planned_model(), kB, kB, kT, tokens, ProfileWeights{nullptr, 7, {}}, target);
+    return profile_block(planned_model(), kB, kB, kT, tokens, ProfileWeights{nullptr, kProfileSeed, {}}, target);
+}
+
+// The forward profile_block measures its codecs on (its slice, weights and dropout; the measured
+// batch is the planned one), run once more on `target`: its tape holds the very tensors the
+// profile's codecs compressed (the kernels are deterministic, on the device too). Should it drift
+// from profile_block's, the CPU profile's own counts leave the ranges built on it.
+std::unique_ptr<GPTModel> profiled_forward(const ComputeTarget& target, const std::vector<int>& tokens) {
+    const GPTConfig slice = profile_slice(planned_model());
+    auto model = std::make_unique<GPTModel>(slice, kB, kT, ActivationPlan(BlockGraph(slice, kB, kT), slice.n_layer),
+                                            CodecParams{}, ModelUse::training, target);
+    init_weights_with_stress(*model, kProfileSeed, {}, planned_model().n_layer);
+    model->forward(tokens.data(), tokens.data(), kB, kT, DropoutContext{kProfileSeed, 1, 0, true}, 0.0f);
+    return model;
+}
+
+// Layer `layer`'s `kind` (fp32) off the model's tape, on the host.
+std::vector<float> tape_tensor(const GPTModel& model, int layer, TensorKind kind) {
+    std::vector<float> host(model.block().tensor(kind).numel);
+    model.backend().copy_to_host(host.data(), model.tape().data(*model.tape().find(layer, kind)),
+                                 host.size() * sizeof(float));
+    return host;
+}
+
+// The outlier counts (channels kept by the outlier codec) a tensor x' may give when it differs
+// from x, whose Z-scores the codec computes, by rounding. The codec (select_outliers) sums
+// Sh_j = sum_i |x_ij| in double, Z_j = (Sh_j - mean) / std over the n = cols channels, and keeps
+// min(#{Z_j > z}, cap) of them. With E_j = sum_i |x'_ij - x_ij| (||a'| - |a|| <= |a' - a|):
+//   Sh'_j = Sh_j + e_j, |e_j| <= E_j; the deviations d_j = Sh_j - mean move by e_j - mean(e),
+//   at most E_j + mean(E); std = |d| / sqrt(n) moves by at most |e - mean(e)| / sqrt(n) <= R =
+//   sqrt(mean(E^2)) (centering does not lengthen a vector); and Z'_j - Z_j = (d'_j - d_j) / std'
+//   - Z_j (std' - std) / std', so |Z'_j - Z_j| <= (E_j + mean(E) + |Z_j| R) / (std - R).
+// Each side's own double arithmetic adds at most gamma(rows + 2 cols + 4) (Sh_max + mean) / std
+// (1 + |Z_j|) (Higham's gamma(m) = m u / (1 - m u), u = 2^-53: every value is a sum of at most
+// rows + cols terms no larger than Sh_max + mean, then a square root and two divisions); delta_j
+// is the first bound plus twice this one. A channel within delta_j of the cutoff may fall either
+// side, so the count lies between the channels above z + delta_j and those above z - delta_j;
+// where none is that close, the two are equal and the count is exact. E_j is measured here on
+// the device's forward, the very one its profile ran (deterministic kernels); under the emulation
+// it is at most 6e-6 against channel spreads (std) of 0.1 to 4, and every count is exact.
+struct OutlierRange {
+    std::size_t lo = 0, hi = 0;
+};
+
+OutlierRange outlier_count_range(const std::vector<float>& x, const std::vector<float>& x_other, std::size_t rows,
+                                 std::size_t cols, const CodecParams& params) {
+    std::vector<double> sh(cols, 0.0), err(cols, 0.0);
+    for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t j = 0; j < cols; ++j) {
+            sh[j] += std::fabs(static_cast<double>(x[i * cols + j]));
+            err[j] += std::fabs(static_cast<double>(x_other[i * cols + j]) - static_cast<double>(x[i * cols + j]));
+        }
+    const double n = static_cast<double>(cols);
+    double mean = 0.0, mean_err = 0.0, mean_err2 = 0.0;
+    for (std::size_t j = 0; j < cols; ++j) mean += sh[j], mean_err += err[j], mean_err2 += err[j] * err[j];
+    mean /= n, mean_err /= n;
+    double var = 0.0;
+    for (std::size_t j = 0; j < cols; ++j) var = std::fma(sh[j] - mean, sh[j] - mean, var);
+    const double std_dev = std::sqrt(var / n), R = std::sqrt(mean_err2 / n);
+    const double m = static_cast<double>(rows + 2 * cols + 4), u = std::ldexp(1.0, -53), gamma = m * u / (1 - m * u);
+    const double rounding = 2 * gamma * (*std::max_element(sh.begin(), sh.end()) + mean) / std_dev;
+    EXPECT_GT(std_dev, R) << "the tensors differ by as much as their channels do: no bound on Z";
+    OutlierRange range;
+    for (std::size_t j = 0; j < cols; ++j) {
+        const double Z = (sh[j] - mean) / std_dev;
+        const double delta = (err[j] + mean_err + std::fabs(Z) * R) / (std_dev - R) + rounding * (1 + std::fabs(Z));
+        range.lo += Z - delta > params.outlier_z;
+        range.hi += Z + delta > params.outlier_z;
+    }
+    const std::size_t cap = outlier_channel_cap(cols, params);
+    return {std::min(range.lo, cap), std::min(range.hi, cap)};
+}
+
+// Per profiled tensor kind, per layer: the outlier counts the device's forward may give, around
+// the CPU's tensors.
+using OutlierRanges = std::map<TensorKind, std::vector<OutlierRange>>;
+
+OutlierRanges outlier_ranges(const GPTModel& cpu, const GPTModel& device) {
+    OutlierRanges ranges;
+    for (const TensorInfo& t : cpu.block().tensors()) {
+        if (!is_profiled(t) || t.dtype != DType::f32) continue;
+        const std::size_t rows = tensor_rows(cpu.config(), t.kind, kB, kT), cols = t.numel / rows;
+        for (int l = 0; l < cpu.config().n_layer; ++l)
+            ranges[t.kind].push_back(outlier_count_range(tape_tensor(cpu, l, t.kind), tape_tensor(device, l, t.kind),
+                                                         rows, cols, CodecParams{}));
+    }
+    return ranges;
+}
+
+// The profile keeps the largest blob and outlier fraction over layers (measure_codec): some count
+// k_l within each layer's range must give both.
+bool outlier_counts_explain(const CodecMeasurement& m, const std::vector<OutlierRange>& layers, std::size_t rows,
+                            std::size_t cols) {
+    std::vector<std::size_t> k;
+    for (const OutlierRange& r : layers) k.push_back(r.lo);
+    while (true) {
+        std::size_t bytes = 0, most = 0;
+        for (std::size_t kl : k) {
+            bytes = std::max(bytes, codec_bytes(m.codec, rows, cols, CodecParams{}, kl));
+            most = std::max(most, kl);
+        }
+        if (bytes == m.compressed_bytes && double(most) / double(cols) == m.outlier_fraction) return true;
+        std::size_t l = 0;  // the next combination, odometer-wise
+        while (l < k.size() && k[l] == layers[l].hi) k[l] = layers[l].lo, ++l;
+        if (l == k.size()) return false;
+        ++k[l];
+    }
 }
 
 // Codec errors measured on the device's tensors: fp32 within 1e-3 relative of the CPU's (the
@@ -44,7 +156,10 @@ std::vector<std::string> op_names(const BlockGraph& block) {
     return names;
 }
 
-void expect_same_profile(const Profile& device, const Profile& cpu, DType dtype) {
+// In fp32 blob sizes and outlier fractions equal the CPU's, but the outlier codec's: those must
+// come from outlier counts within `outliers`, the counts the fp32 device's tensors can give
+// (exactly the CPU's where no channel is within rounding of the cutoff).
+void expect_same_profile(const Profile& device, const Profile& cpu, DType dtype, const OutlierRanges& outliers) {
     // Each backend's ops: CUDA's have the GELU in the matmuls' epilogues, no gelu op.
     ASSERT_EQ(device.op_names, op_names(BlockGraph(planned_model(), kB, kT, dtype, gelu_epilogue(Device::cuda))));
     ASSERT_EQ(cpu.op_names, op_names(BlockGraph(planned_model(), kB, kT)));
@@ -68,7 +183,17 @@ void expect_same_profile(const Profile& device, const Profile& cpu, DType dtype)
             SCOPED_TRACE(codec_name(cm.codec));
             EXPECT_EQ(dm.codec, cm.codec);
             EXPECT_EQ(dm.compressed_bound, cm.compressed_bound);
-            if (dtype == DType::f32) {
+            if (dtype == DType::f32 && cm.codec == Codec::outlier_int4) {
+                const std::size_t rows = tensor_rows(planned_model(), c.kind, kB, kT), cols = c.bytes / 4 / rows;
+                const std::vector<OutlierRange>& layers = outliers.at(c.kind);
+                std::string counts;
+                for (const OutlierRange& r : layers)
+                    counts += " [" + std::to_string(r.lo) + ", " + std::to_string(r.hi) + "]";
+                SCOPED_TRACE("outlier counts per layer within" + counts + " of " + std::to_string(cols));
+                EXPECT_TRUE(outlier_counts_explain(cm, layers, rows, cols)) << "the CPU's, from its own tensors";
+                EXPECT_TRUE(outlier_counts_explain(dm, layers, rows, cols))
+                    << "the device's: " << dm.compressed_bytes << " bytes, outlier fraction " << dm.outlier_fraction;
+            } else if (dtype == DType::f32) {
                 EXPECT_EQ(dm.compressed_bytes, cm.compressed_bytes);
                 EXPECT_EQ(dm.outlier_fraction, cm.outlier_fraction);
             }
@@ -86,9 +211,11 @@ TEST(CudaAdacc, TheProfilerMeasuresTheCpusProfileOnTheDevice) {
     ADACC_REQUIRE_CUDA_DEVICE();
     const std::vector<int> tokens = random_tokens(kB * kT, planned_model().vocab_size, 3);
     const Profile cpu = profile_on(ComputeTarget{}, tokens);
+    const OutlierRanges outliers = outlier_ranges(*profiled_forward(ComputeTarget{}, tokens),
+                                                  *profiled_forward({Device::cuda, DType::f32}, tokens));
     for (DType dtype : {DType::f32, DType::bf16}) {
         SCOPED_TRACE(dtype_name(dtype));
-        expect_same_profile(profile_on(ComputeTarget{Device::cuda, dtype}, tokens), cpu, dtype);
+        expect_same_profile(profile_on(ComputeTarget{Device::cuda, dtype}, tokens), cpu, dtype, outliers);
     }
 }
 
