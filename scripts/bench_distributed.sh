@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Data-parallel scaling: the same config trained by 1 process and by `mpirun -np 2` (the same
-# per-rank batch), from the same weights on the same tokens. Prints each run's median tokens/s
-# (over all ranks) and the scaling efficiency
+# Data-parallel scaling, and the gradient sums overlapped with backward: the same config trained by
+# 1 process and by `mpirun -np 2` (the same per-rank batch), the 2-rank job once with
+# training.overlap_grads = false (the sums start after the whole backward) and once with true
+# (each block's sums start as backward finishes it), from the same weights on the same tokens.
+# The runs are interleaved over ROUNDS rounds (the two 2-rank runs in alternating order), so a busy
+# machine slows all of them alike; each run counts its median tokens/s over all ranks. Prints, over
+# the rounds, the median and the range of each, the scaling efficiency
 #   E = tokens/s(2 ranks) / (2 x tokens/s(1 rank)),
-# 1.0 being perfect; the gradient collectives (the whole model every step) are what it costs.
+# 1.0 being perfect, and overlap's speed-up on / off, per round (the two runs of a round are
+# neighbours in time) and their median.
 #   CONFIG=FILE (default configs/tiny-shakespeare.toml)  STEPS=N (default 12; the first 2 are warm-up)
-#   DEVICE=cpu|cuda (default cpu: each rank one thread; cuda: one GPU per rank, NCCL, two GPUs needed)
-#   ZERO=0|1 (default 0: training.zero)
+#   ROUNDS=N (default 3)  DEVICE=cpu|cuda (default cpu: each rank one thread; cuda: one GPU per rank,
+#   NCCL, two GPUs needed)  ZERO=0|1 (default 0: training.zero)
 # Random tokens: the speed does not depend on the text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG="${CONFIG:-configs/tiny-shakespeare.toml}"
 STEPS="${STEPS:-12}"
+ROUNDS="${ROUNDS:-3}"
 DEVICE="${DEVICE:-cpu}"
 ZERO="${ZERO:-0}"
 if [ "$DEVICE" = cuda ]; then
@@ -27,17 +33,36 @@ SETS=(--set "data.train=$OUT/tokens.bin" --set data.val= --set "training.steps=$
       --set checkpoint.every=0 --set checkpoint.keep=1 --set training.grad_accum=1 --set logging.print_every=1000
       --set "training.device=$DEVICE" --set "training.zero=$ZERO")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-build/adacc train --config "$CONFIG" "${SETS[@]}" --set "logging.run_dir=$OUT/one" >/dev/null
-mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 2 build/adacc train --config "$CONFIG" "${SETS[@]}" \
-  --set "logging.run_dir=$OUT/two" >/dev/null
-python3 - "$OUT" "$DEVICE" "$ZERO" <<'PY'
+two_ranks() {  # RUN OVERLAP
+  mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 2 build/adacc train --config "$CONFIG" "${SETS[@]}" \
+    --set "training.overlap_grads=$2" --set "logging.run_dir=$OUT/$1" >/dev/null
+}
+for round in $(seq 1 "$ROUNDS"); do
+  build/adacc train --config "$CONFIG" "${SETS[@]}" --set "logging.run_dir=$OUT/one_$round" >/dev/null
+  if [ $((round % 2)) = 1 ]; then
+    two_ranks "off_$round" false
+    two_ranks "on_$round" true
+  else
+    two_ranks "on_$round" true
+    two_ranks "off_$round" false
+  fi
+done
+python3 - "$OUT" "$DEVICE" "$ZERO" "$ROUNDS" <<'PY'
 import json, statistics, sys
+out, device, zero, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 def median_tokens_per_s(run):
-    rows = [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl")]
+    rows = [json.loads(l) for l in open(f"{out}/{run}/metrics.jsonl")]
     return statistics.median(r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r["step"] > 2)
-one, two = median_tokens_per_s("one"), median_tokens_per_s("two")
-print(f"device {sys.argv[2]}, training.zero = {sys.argv[3]}")
-print(f"1 rank : {one:10.0f} tokens/s")
-print(f"2 ranks: {two:10.0f} tokens/s (all ranks)")
-print(f"scaling efficiency 2 vs 1: {two / (2 * one):.2f}")
+runs = {kind: [median_tokens_per_s(f"{kind}_{r}") for r in range(1, rounds + 1)] for kind in ("one", "off", "on")}
+def line(label, values):
+    return f"{label:<22}{statistics.median(values):10.0f} tokens/s  [{min(values):.0f} .. {max(values):.0f}]"
+print(f"device {device}, training.zero = {zero}, {rounds} rounds: median [range] of each run's median")
+print(line("1 rank", runs["one"]))
+print(line("2 ranks, overlap off", runs["off"]) + "  (all ranks)")
+print(line("2 ranks, overlap on", runs["on"]) + "  (all ranks)")
+one = statistics.median(runs["one"])
+print(f"scaling efficiency 2 vs 1: overlap off {statistics.median(runs['off']) / (2 * one):.2f}, "
+      f"on {statistics.median(runs['on']) / (2 * one):.2f}")
+ratios = [on / off for on, off in zip(runs["on"], runs["off"])]
+print(f"overlap on / off: {statistics.median(ratios):.3f} (per round: {' '.join(f'{r:.3f}' for r in ratios)})")
 PY

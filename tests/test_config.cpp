@@ -348,6 +348,7 @@ void expect_same_config(const RunConfig& a, const RunConfig& b) {
     EXPECT_EQ(a.training.val_every, b.training.val_every);
     EXPECT_EQ(a.training.val_batches, b.training.val_batches);
     EXPECT_EQ(a.training.threads, b.training.threads);
+    EXPECT_EQ(a.training.overlap_grads, b.training.overlap_grads);
     EXPECT_EQ(a.optimizer.beta1, b.optimizer.beta1);
     EXPECT_EQ(a.optimizer.beta2, b.optimizer.beta2);
     EXPECT_EQ(a.optimizer.eps, b.optimizer.eps);
@@ -386,6 +387,7 @@ TEST(Config, ToTomlRoundTripsEveryField) {
     config.model.n_layer = 3;
     config.model.dropout = 0.1f;
     config.training = {7, 33, 1234, 3, 9007199254740993ull, 17, 5, 2};
+    config.training.overlap_grads = false;  // not the default
     config.optimizer = {0.85f, 0.999f, 1.234e-7f, 0.05f, 0.7f};
     config.lr = {3.3e-4f, 1.1e-5f, 123, "constant"};
     config.data = {"data/with \"quotes\" and \\ backslash/train_*.bin", "", true};
@@ -435,7 +437,7 @@ TEST(Config, TableListsEveryKeyWithAlignedValues) {
         ++rows;
         start = end + 1;
     }
-    EXPECT_EQ(rows, 54u);  // the 51 fields of run_config.h, plus model.preset, model.attention and model.dtype
+    EXPECT_EQ(rows, 55u);  // the 52 fields of run_config.h, plus model.preset, model.attention and model.dtype
 }
 
 TEST(Config, ReferenceDescribesEveryKey) {

@@ -11,10 +11,14 @@
 //     config) ends both ranks within seconds with that rank's message, and so do ranks given
 //     different runs (src/train/rank_agreement.h), before the first step;
 //   * ZeRO-1 (training.zero = 1) trains as plain data parallelism, and its accounting: per-rank
-//     AdamW state in `adacc memory --world-size`, a larger planned batch at a fixed budget.
+//     AdamW state in `adacc memory --world-size`, a larger planned batch at a fixed budget;
+//   * the gradient sums overlapped with backward (training.overlap_grads) give the sums of the
+//     non-overlapped path bit for bit on 2 and 3 ranks, with and without ZeRO-1; each bucket they
+//     start during backward holds gradients that backward no longer changes.
 // The mpirun tests skip with a message where this build has no MPI or mpirun is not installed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +32,7 @@
 #include "src/adacc/profiler.h"
 #include "src/common/units.h"
 #include "src/config/config.h"
+#include "src/dist/data_parallel.h"
 #include "src/engine/gpt_model.h"
 #include "src/io/checkpoint_folder.h"
 #include "tests/test_support.h"
@@ -417,6 +422,115 @@ TEST(ZeroOne, AdaccMemoryShowsPerRankStateAndPlanFitsALargerBatch) {
         largest_planned_batch(planned_run(run, ComputeTarget{Device::cpu, DType::f32, 8}), unit, options, budget);
     EXPECT_GT(unsharded, 0);
     EXPECT_GT(sharded, unsharded) << "ZeRO-1 leaves more of the budget for activations";
+}
+
+// Overlap is the non-overlapped path's arithmetic: both start the same collectives (a bucket per
+// block, then the embeddings') in the same order, only at other times, so every sum is the same
+// bits, on 3 ranks too, where MPI's summation order (which rank's addend comes first) depends on
+// the collective and its size. Two micro-batches per rank (the buckets start during the second
+// backward only), dropout on, 4 steps; the losses and the final parameters must be equal.
+void expect_overlap_changes_no_bit(int ranks) {
+    const auto dir = test::write_data_parallel_job("dp_overlap_" + std::to_string(ranks));
+    const std::string job =
+        "--set training.grad_accum=2 --set model.dropout=0.1 --set training.steps=4 "
+        "--set training.val_every=0 ";
+    for (const std::string zero : {"0", "1"}) {
+        const std::string sets = job + "--set training.zero=" + zero;
+        const auto on = train(dir, "on" + zero, ranks, sets);
+        ASSERT_EQ(on.status, 0) << on.output;
+        const auto off = train(dir, "off" + zero, ranks, sets + " --set training.overlap_grads=false");
+        ASSERT_EQ(off.status, 0) << off.output;
+        const std::map<int, double> losses = test::logged_losses(dir / ("on" + zero));
+        EXPECT_EQ(losses.size(), 4u) << on.output;
+        EXPECT_EQ(losses, test::logged_losses(dir / ("off" + zero))) << "training.zero = " << zero;
+        EXPECT_EQ(test::checkpoint_parameters(dir / ("on" + zero)), test::checkpoint_parameters(dir / ("off" + zero)))
+            << "training.zero = " << zero;
+    }
+}
+
+TEST(DataParallel, OverlappedGradientSumsAreTheSerialOnesBitForBitOnTwoRanks) {
+    ADACC_REQUIRE_MPI();
+    expect_overlap_changes_no_bit(2);
+}
+
+TEST(DataParallel, OverlappedGradientSumsAreTheSerialOnesBitForBitOnThreeRanks) {
+    ADACC_REQUIRE_MPI();
+    expect_overlap_changes_no_bit(3);
+}
+
+// Every parameter's gradient is in exactly one bucket; under ZeRO-1 every piece lies in one
+// optimizer shard and goes to the rank holding it.
+void expect_buckets_cover_every_parameter_once(const ParameterLayout& layout, int world_size, bool sharded) {
+    std::vector<int> times(layout.total(), 0);
+    for (const auto& bucket : gradient_buckets(layout, world_size, sharded))
+        for (const GradientPiece& p : bucket) {
+            for (std::size_t i = p.begin; i < p.begin + p.count; ++i) ++times[i];
+            if (!sharded) {
+                EXPECT_EQ(p.root, -1);
+                continue;
+            }
+            const OptimizerShard shard = optimizer_shard(layout.total(), world_size, p.root);
+            EXPECT_GE(p.begin, shard.begin) << "piece at " << p.begin;
+            EXPECT_LE(p.begin + p.count, shard.begin + shard.count) << "piece at " << p.begin;
+        }
+    EXPECT_EQ(std::ranges::count(times, 1), static_cast<std::ptrdiff_t>(layout.total()));
+}
+
+// The premise of overlap: when backward reports block l (GPTModel::set_block_gradients_hook), the
+// gradients of bucket L - 1 - l are final — nothing later in that backward writes them — in a
+// step's first backward (overwriting) and in its second (accumulating), with dropout and a
+// chunked classifier (which writes wte's gradient in forward). Checked by copying the bucket at
+// the report and comparing the copy with the gradients after backward, bit for bit.
+TEST(GradientBuckets, EachBlocksBucketIsFinalWhenBackwardReportsTheBlock) {
+    GPTConfig cfg = *gpt_preset("gpt-micro");
+    cfg.n_layer = 3;
+    cfg.dropout = 0.1f;
+    cfg.classifier_chunk = 8;
+    const int B = 2, T = 16, L = cfg.n_layer;
+    GPTModel model(cfg, B, T);
+    model.init_weights(7);
+    const ParameterLayout& layout = model.layout();
+    expect_buckets_cover_every_parameter_once(layout, 1, false);
+    expect_buckets_cover_every_parameter_once(layout, 3, true);
+    const auto buckets = gradient_buckets(layout, 1, false);
+    ASSERT_EQ(buckets.size(), static_cast<std::size_t>(L + 1));
+    // Block l's bucket holds its slice of every per-layer tensor (bucket 0 also lnfw and lnfb).
+    for (int l = 0; l < L; ++l)
+        for (const ParamTensorInfo& t : layout.tensors()) {
+            if (!t.per_layer) continue;
+            const std::size_t begin = t.offset + static_cast<std::size_t>(l) * (t.numel / L);
+            const auto& bucket = buckets[static_cast<std::size_t>(L - 1 - l)];
+            EXPECT_TRUE(std::ranges::any_of(
+                bucket,
+                [&](const GradientPiece& p) { return p.begin <= begin && begin + t.numel / L <= p.begin + p.count; }))
+                << t.name << " of block " << l;
+        }
+
+    const float* grads = model.grads();
+    for (int micro = 0; micro < 2; ++micro) {
+        const std::vector<int> tokens = test::random_tokens(B * T, cfg.vocab_size, 11 + micro);
+        const std::vector<int> targets = test::random_tokens(B * T, cfg.vocab_size, 21 + micro);
+        const DropoutContext dropout{5, 1, static_cast<std::uint64_t>(micro), true};
+        model.forward_step(tokens.data(), targets.data(), B, T, dropout, 1.0f / (2 * B * T), 2.0 * B * T, micro > 0);
+        std::vector<int> reported;
+        std::vector<std::vector<float>> at_report(buckets.size());
+        model.set_block_gradients_hook([&](int layer) {
+            reported.push_back(layer);
+            for (const GradientPiece& p : buckets[static_cast<std::size_t>(L - 1 - layer)])
+                at_report[static_cast<std::size_t>(L - 1 - layer)].insert(
+                    at_report[static_cast<std::size_t>(L - 1 - layer)].end(), grads + p.begin,
+                    grads + p.begin + p.count);
+        });
+        model.backward(tokens.data(), B, T, micro > 0);
+        model.set_block_gradients_hook(nullptr);
+        EXPECT_EQ(reported, (std::vector<int>{2, 1, 0})) << "backward reports the blocks last to first";
+        for (int b = 0; b < L; ++b) {
+            std::vector<float> final_values;
+            for (const GradientPiece& p : buckets[static_cast<std::size_t>(b)])
+                final_values.insert(final_values.end(), grads + p.begin, grads + p.begin + p.count);
+            EXPECT_EQ(at_report[static_cast<std::size_t>(b)], final_values) << "bucket " << b << ", micro " << micro;
+        }
+    }
 }
 
 }  // namespace

@@ -426,6 +426,10 @@ const std::vector<KeySpec>& registry() {
             "training", "zero", within(0, 1),
             "1: ZeRO-1, AdamW's moments sharded over the data-parallel ranks (each holds 1/N of them); 0: every "
             "rank holds all"),
+        field<&R::training, &TrainingSection::overlap_grads>(
+            "training", "overlap_grads", any_value(),
+            "data parallelism: sum each block's gradients over the ranks while backward goes on below it (the "
+            "same sums as false, which sums them after the whole backward)"),
         field<&R::training, &TrainingSection::collective_timeout_s>(
             "training", "collective_timeout_s", above(0),
             "seconds one GPU collective (NCCL) may stay pending before the job is ended as hung: a rank died or "

@@ -34,6 +34,7 @@ struct TrainingSection {
     std::string device = "cpu";  // "cpu" | "cuda" (src/engine/device.h)
     int skip_nonfinite = 0;      // steps with a non-finite loss or gradient norm skipped before stopping
     int zero = 0;                // 1: ZeRO-1, AdamW's m and v sharded over the data-parallel ranks
+    bool overlap_grads = true;   // the gradient sums start per block during the last backward
     // How long one GPU collective may stay pending before its watchdog ends the job
     // (src/dist/collective_watchdog.h).
     float collective_timeout_s = static_cast<float>(kDefaultCollectiveTimeoutS);

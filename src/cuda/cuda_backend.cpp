@@ -1,11 +1,13 @@
 // The CUDA backend: device memory (one cudaMalloc per arena) on this rank's GPU, copies through one
-// stream, and the kernels of kernels/cuda/ queued on it. Built with the host compiler against the CUDA runtime
-// and cuBLASLt; the SIMT emulation (tests/simt/) compiles this same file against its host-memory
-// runtime, so the whole backend runs in CI without a GPU.
+// stream, and the kernels of kernels/cuda/ queued on it (the gradient sums on a second). Built with
+// the host compiler against the CUDA runtime and cuBLASLt; the SIMT emulation (tests/simt/)
+// compiles this same file against its host-memory runtime, so the whole backend runs in CI
+// without a GPU.
 #include <cuda_runtime.h>
 
 #include <memory>
 #include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -104,6 +106,12 @@ public:
         fixed_overhead_ = measure_fixed_overhead();
     }
     ~CudaBackend() override {
+        if (comm_stream_) {
+            cudaStreamSynchronize(comm_stream_);
+            cudaEventDestroy(queued_);
+            cudaEventDestroy(summed_);
+            cudaStreamDestroy(comm_stream_);
+        }
         cudaStreamSynchronize(stream_);
         cuda::destroy_dnn_context(dnn_);
         cudaFree(reduction_scratch_);
@@ -165,9 +173,21 @@ public:
         return std::make_unique<EventTimer>(stream_, max_intervals);
     }
 #ifndef ADACC_SIMT_EMULATION  // the emulation has no NCCL: its collectives go through host memory
-    bool all_reduce_sum(float* data, std::size_t count) override { return nccl_all_reduce_sum(data, count, stream_); }
-    bool reduce_scatter_sum(float* data, std::size_t count) override {
-        return nccl_reduce_scatter_sum(data, count, stream_);
+    // The sums run on a communication stream after an event of this one, so the kernels queued
+    // after them (backward's next blocks) run beside them; finish_sums makes this stream wait.
+    bool start_sums(std::span<const SumPiece> pieces) override {
+        if (!nccl_available()) return false;
+        if (!comm_stream_) make_comm_stream();
+        check(cudaEventRecord(queued_, stream_), "cudaEventRecord");
+        check(cudaStreamWaitEvent(comm_stream_, queued_, 0), "cudaStreamWaitEvent");
+        sums_started_ = nccl_sums(pieces, comm_stream_);
+        return sums_started_;
+    }
+    void finish_sums() override {
+        if (!sums_started_) return;
+        check(cudaEventRecord(summed_, comm_stream_), "cudaEventRecord");
+        check(cudaStreamWaitEvent(stream_, summed_, 0), "cudaStreamWaitEvent");
+        sums_started_ = false;
     }
     bool all_gather(Act data, std::size_t count) override { return nccl_all_gather(data, count, stream_); }
 #endif
@@ -184,7 +204,22 @@ private:
     static bool is_cudnn_kernel(Kernel kernel) {
         return kernel == Kernel::attention_cudnn_forward || kernel == Kernel::attention_cudnn_backward;
     }
+#ifndef ADACC_SIMT_EMULATION
+    // At the device's highest priority, so the collectives' kernels are not starved by backward's.
+    void make_comm_stream() {
+        int lowest = 0, highest = 0;
+        check(cudaDeviceGetStreamPriorityRange(&lowest, &highest), "cudaDeviceGetStreamPriorityRange");
+        check(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamDefault, highest), "cudaStreamCreateWithPriority");
+        check(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming), "cudaEventCreate");
+        check(cudaEventCreateWithFlags(&summed_, cudaEventDisableTiming), "cudaEventCreate");
+    }
+#endif
     cudaStream_t stream_ = nullptr;
+    // The gradient sums' stream and its two events (queued_: on stream_ before them; summed_: on
+    // comm_stream_ after them), made with the first sums.
+    cudaStream_t comm_stream_ = nullptr;
+    cudaEvent_t queued_ = nullptr, summed_ = nullptr;
+    bool sums_started_ = false;
     cuda::BlasContext blas_;
     std::string cudnn_problem_;        // why cuDNN's attention is unavailable, when it is
     cuda::DnnContext* dnn_ = nullptr;  // null without cuDNN

@@ -1,6 +1,6 @@
-// The CUDA backend's collectives over the job's ranks with NCCL, on the backend's stream: the
-// gradients' all-reduce, and ZeRO-1's reduce-scatter of the gradients and all-gather of the
-// updated weights.
+// The CUDA backend's collectives over the job's ranks with NCCL: the gradients' sums (all-reduces,
+// or under ZeRO-1 reduces into the rank whose shard holds them) on the backend's communication
+// stream, and ZeRO-1's all-gather of the updated weights on its compute stream.
 // libnccl is opened at run time (dlopen): it is large and not every GPU machine has it, so a
 // machine without it still runs everything, and the process group then sums through host memory
 // (src/dist/process_group.cpp). The communicator is made on first use: rank 0's unique id goes to
@@ -28,7 +28,9 @@ struct NcclLibrary {
     decltype(&ncclGetUniqueId) get_unique_id = nullptr;
     decltype(&ncclCommInitRank) comm_init_rank = nullptr;
     decltype(&ncclAllReduce) all_reduce = nullptr;
-    decltype(&ncclReduceScatter) reduce_scatter = nullptr;
+    decltype(&ncclReduce) reduce = nullptr;
+    decltype(&ncclGroupStart) group_start = nullptr;
+    decltype(&ncclGroupEnd) group_end = nullptr;
     decltype(&ncclAllGather) all_gather = nullptr;
     decltype(&ncclGetErrorString) error_string = nullptr;
     decltype(&ncclCommAbort) comm_abort = nullptr;
@@ -43,12 +45,14 @@ const NcclLibrary* nccl_library() {
         l.get_unique_id = reinterpret_cast<decltype(l.get_unique_id)>(dlsym(handle, "ncclGetUniqueId"));
         l.comm_init_rank = reinterpret_cast<decltype(l.comm_init_rank)>(dlsym(handle, "ncclCommInitRank"));
         l.all_reduce = reinterpret_cast<decltype(l.all_reduce)>(dlsym(handle, "ncclAllReduce"));
-        l.reduce_scatter = reinterpret_cast<decltype(l.reduce_scatter)>(dlsym(handle, "ncclReduceScatter"));
+        l.reduce = reinterpret_cast<decltype(l.reduce)>(dlsym(handle, "ncclReduce"));
+        l.group_start = reinterpret_cast<decltype(l.group_start)>(dlsym(handle, "ncclGroupStart"));
+        l.group_end = reinterpret_cast<decltype(l.group_end)>(dlsym(handle, "ncclGroupEnd"));
         l.all_gather = reinterpret_cast<decltype(l.all_gather)>(dlsym(handle, "ncclAllGather"));
         l.error_string = reinterpret_cast<decltype(l.error_string)>(dlsym(handle, "ncclGetErrorString"));
         l.comm_abort = reinterpret_cast<decltype(l.comm_abort)>(dlsym(handle, "ncclCommAbort"));
-        const bool complete = l.get_unique_id && l.comm_init_rank && l.all_reduce && l.reduce_scatter && l.all_gather &&
-                              l.error_string && l.comm_abort;
+        const bool complete = l.get_unique_id && l.comm_init_rank && l.all_reduce && l.reduce && l.group_start &&
+                              l.group_end && l.all_gather && l.error_string && l.comm_abort;
         return complete ? &l : nullptr;
     }();
     return library;
@@ -111,29 +115,27 @@ std::string named(const char* collective, std::size_t count) {
 
 bool nccl_available() { return nccl_library() != nullptr; }
 
-bool nccl_all_reduce_sum(float* data, std::size_t count, cudaStream_t stream) {
+bool nccl_sums(std::span<const SumPiece> pieces, cudaStream_t stream) {
     const NcclLibrary* nccl = nccl_library();
     if (!nccl) return false;
-    check(*nccl, nccl->all_reduce(data, data, count, ncclFloat, ncclSum, job_communicator(*nccl), stream),
-          "ncclAllReduce");
-    watch(*nccl, stream, named("all-reduce", count));
+    const ncclComm_t comm = job_communicator(*nccl);
+    std::size_t total = 0;
+    check(*nccl, nccl->group_start(), "ncclGroupStart");
+    for (const SumPiece& p : pieces) {
+        total += p.count;
+        if (p.root < 0)
+            check(*nccl, nccl->all_reduce(p.data, p.data, p.count, ncclFloat, ncclSum, comm, stream), "ncclAllReduce");
+        else
+            check(*nccl, nccl->reduce(p.data, p.data, p.count, ncclFloat, ncclSum, p.root, comm, stream), "ncclReduce");
+    }
+    check(*nccl, nccl->group_end(), "ncclGroupEnd");
+    watch(
+        *nccl, stream,
+        "the NCCL sums of " + std::to_string(pieces.size()) + " gradient runs (" + std::to_string(total) + " floats)");
     return true;
 }
 
-// In place, NCCL's way: rank r's shard of the buffer is its receive buffer (reduce-scatter) or its
-// send buffer (all-gather), at r * shard elements.
-bool nccl_reduce_scatter_sum(float* data, std::size_t count, cudaStream_t stream) {
-    const NcclLibrary* nccl = nccl_library();
-    if (!nccl) return false;
-    const ProcessGroup& group = process_group();
-    const std::size_t shard = sharded_span(count, group.world_size) / static_cast<std::size_t>(group.world_size);
-    float* mine = data + shard * static_cast<std::size_t>(group.rank);
-    check(*nccl, nccl->reduce_scatter(data, mine, shard, ncclFloat, ncclSum, job_communicator(*nccl), stream),
-          "ncclReduceScatter");
-    watch(*nccl, stream, named("reduce-scatter", count));
-    return true;
-}
-
+// In place, NCCL's way: rank r's shard of the buffer is its send buffer, at r * shard elements.
 bool nccl_all_gather(Act data, std::size_t count, cudaStream_t stream) {
     const NcclLibrary* nccl = nccl_library();
     if (!nccl) return false;

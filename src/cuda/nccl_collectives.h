@@ -5,21 +5,22 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <span>
 
 #include "kernels/activation.h"
+#include "src/engine/backend.h"
 
 namespace adacc {
 
 // Whether libnccl.so.2 could be opened (with every function used here).
 bool nccl_available();
-// Each queues an in-place collective over the job's ranks on `stream` and returns true; false,
-// doing nothing, when NCCL is not available. As src/dist/process_group.h's of the same names:
-// the sum of `count` floats of device memory on every rank;
-bool nccl_all_reduce_sum(float* data, std::size_t count, cudaStream_t stream);
-// ZeRO-1's, over `count` elements in world-size equal shards of ceil(count / world size), which
-// `data` holds all of (sharded_span): this rank's shard of the ranks' sum, and every rank's shard
-// (fp32 or bf16) to every rank.
-bool nccl_reduce_scatter_sum(float* data, std::size_t count, cudaStream_t stream);
+// Each queues in-place collectives over the job's ranks on `stream` and returns true; false,
+// doing nothing, when NCCL is not available. As src/dist/process_group.h's start_sums: the sums
+// of `pieces` (device memory), one NCCL group (an all-reduce per piece, or a reduce into its
+// root), watched as one;
+bool nccl_sums(std::span<const SumPiece> pieces, cudaStream_t stream);
+// ZeRO-1's all-gather over `count` elements in world-size equal shards of ceil(count / world
+// size), which `data` holds all of (sharded_span): every rank's shard (fp32 or bf16) to every rank.
 bool nccl_all_gather(Act data, std::size_t count, cudaStream_t stream);
 
 }  // namespace adacc

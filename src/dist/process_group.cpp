@@ -44,12 +44,6 @@ int launched_world_size() {
 // MPI counts are ints: larger buffers go in chunks of 2^30 elements.
 constexpr std::size_t kMaxChunk = std::size_t{1} << 30;
 
-void all_reduce_host(float* data, std::size_t count) {
-    for (std::size_t at = 0; at < count; at += kMaxChunk)
-        MPI_Allreduce(MPI_IN_PLACE, data + at, static_cast<int>(std::min(kMaxChunk, count - at)), MPI_FLOAT, MPI_SUM,
-                      MPI_COMM_WORLD);
-}
-
 // Every rank's shard of `count` floats: element counts and offsets, as MPI's v-collectives take them.
 struct ShardCounts {
     std::vector<int> counts, offsets;
@@ -66,17 +60,51 @@ ShardCounts shard_counts(std::size_t count) {
     return out;
 }
 
-// Host memory `data` (count floats), in place.
-void reduce_scatter_host(float* data, std::size_t count) {
-    const ShardCounts s = shard_counts(count);
-    // In place, the rank's block of the sum lands at the start of the buffer: moved to its shard.
-    MPI_Reduce_scatter(MPI_IN_PLACE, data, s.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    std::memmove(data + s.offsets[group.rank], data, sizeof(float) * static_cast<std::size_t>(s.counts[group.rank]));
-}
 // fp32 or bf16 (moved as its 16 bits) elements.
 void all_gather_host(void* data, MPI_Datatype type, std::size_t count) {
     const ShardCounts s = shard_counts(count);
     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, s.counts.data(), s.offsets.data(), type, MPI_COMM_WORLD);
+}
+
+// The MPI sums start_sums started and finish_sums waits for: one request per chunk, and where the
+// backend's memory is not the host's, the device elements its host copy goes back to (only where
+// the sum lands on this rank).
+struct StartedSums {
+    std::vector<MPI_Request> requests;
+    struct CopyBack {
+        float* device;
+        const float* host;
+        std::size_t count;
+    };
+    std::vector<CopyBack> copies;
+    // Host copies of the pieces, one per piece started since the last finish, kept for the next step.
+    std::vector<std::vector<float>> staging;
+    std::size_t staged = 0;
+};
+StartedSums started;
+
+// The piece's elements as MPI reads them: in place on the host, else a host copy.
+float* host_elements(Backend& backend, const SumPiece& piece) {
+    if (backend.host_addressable()) return piece.data;
+    if (started.staged == started.staging.size()) started.staging.emplace_back();
+    std::vector<float>& copy = started.staging[started.staged++];
+    copy.resize(piece.count);
+    backend.copy_to_host(copy.data(), piece.data, piece.count * sizeof(float));  // waits for the kernels writing it
+    if (piece.root < 0 || piece.root == group.rank) started.copies.push_back({piece.data, copy.data(), piece.count});
+    return copy.data();
+}
+
+void start_mpi_sum(float* host, std::size_t count, int root) {
+    for (std::size_t at = 0; at < count; at += kMaxChunk) {
+        const int n = static_cast<int>(std::min(kMaxChunk, count - at));
+        MPI_Request& request = started.requests.emplace_back();
+        if (root < 0)
+            MPI_Iallreduce(MPI_IN_PLACE, host + at, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+        else if (root == group.rank)
+            MPI_Ireduce(MPI_IN_PLACE, host + at, n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &request);
+        else
+            MPI_Ireduce(host + at, nullptr, n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &request);
+    }
 }
 
 // `operation` on a host copy of the `count` elements at `data` when the backend's memory is not
@@ -131,19 +159,34 @@ void leave_process_group() {
 
 const ProcessGroup& process_group() { return group; }
 
-void all_reduce_sum(Backend& backend, float* data, std::size_t count) {
-    if (group.world_size == 1 || count == 0) return;
+void start_sums(Backend& backend, std::span<const SumPiece> pieces) {
+    if (group.world_size == 1 || pieces.empty()) return;
 #ifdef ADACC_HAVE_MPI
-    if (backend.all_reduce_sum(data, count)) return;
-    on_host(backend, data, count, [&](float* host) { all_reduce_host(host, count); });
+    if (backend.start_sums(pieces)) return;
+    backend.synchronize();  // the kernels that wrote the pieces are done
+    for (const SumPiece& piece : pieces)
+        if (piece.count > 0) start_mpi_sum(host_elements(backend, piece), piece.count, piece.root);
 #endif
 }
 
-void reduce_scatter_sum(Backend& backend, float* data, std::size_t count) {
-    if (group.world_size == 1 || count == 0) return;
+void progress_sums() {
 #ifdef ADACC_HAVE_MPI
-    if (backend.reduce_scatter_sum(data, count)) return;
-    on_host(backend, data, count, [&](float* host) { reduce_scatter_host(host, count); });
+    if (started.requests.empty()) return;
+    int all_done = 0;  // when they are, finish_sums finds them so
+    MPI_Testall(static_cast<int>(started.requests.size()), started.requests.data(), &all_done, MPI_STATUSES_IGNORE);
+#endif
+}
+
+void finish_sums(Backend& backend) {
+    if (group.world_size == 1) return;
+#ifdef ADACC_HAVE_MPI
+    backend.finish_sums();
+    MPI_Waitall(static_cast<int>(started.requests.size()), started.requests.data(), MPI_STATUSES_IGNORE);
+    for (const StartedSums::CopyBack& c : started.copies)
+        backend.copy_to_device(c.device, c.host, c.count * sizeof(float));
+    started.requests.clear();
+    started.copies.clear();
+    started.staged = 0;
 #endif
 }
 

@@ -6,13 +6,13 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 
 #include "kernels/activation.h"
+#include "src/engine/backend.h"
 
 namespace adacc {
-
-class Backend;
 
 struct ProcessGroup {
     int rank = 0;  // this process, 0 .. world_size - 1
@@ -30,10 +30,17 @@ void join_process_group(int* argc, char*** argv);
 void leave_process_group();
 const ProcessGroup& process_group();
 
-// Sums `count` floats at `data` (in `backend`'s memory) over the ranks, in place: every rank ends
-// with the same sum. With the backend's own collectives where it has them (NCCL on a GPU), else
-// through host memory (MPI).
-void all_reduce_sum(Backend& backend, float* data, std::size_t count);
+// Starts the in-place sums of `pieces` (in `backend`'s memory; SumPiece: into every rank, or into
+// one) over the ranks without waiting for them: with the backend's own collectives where it has
+// them (NCCL on a second stream, after what is queued so far), else MPI's non-blocking ones
+// through host memory. Every rank starts the same pieces in the same order, and a piece's sum is
+// the same bits whenever it is started (the same collective of the same size).
+void start_sums(Backend& backend, std::span<const SumPiece> pieces);
+// Lets the started MPI sums move on: without a progress thread MPI moves a non-blocking collective
+// only inside its own calls, so a rank calls this between pieces of work. Free where none is pending.
+void progress_sums();
+// Waits until every started sum is in place (on a device: what is queued from now on waits for them).
+void finish_sums(Backend& backend);
 // Host values, in place.
 void all_reduce_sum(double* values, std::size_t count);
 int all_reduce_max(int value);
@@ -42,13 +49,11 @@ void broadcast_bytes(void* data, std::size_t bytes, int root);
 // Rank `root`'s `text` to every rank (its length first: the other ranks cannot know it).
 void broadcast_text(std::string& text, int root);
 
-// Collectives over `count` elements split into world_size shards as ZeRO-1 splits the parameters
-// (src/engine/model_layout.h: optimizer_shard). In `backend`'s memory, in place, with the
-// backend's own collectives where it has them (NCCL), else through host memory (MPI); `data`
-// holds sharded_span(count, world_size) elements (the padding lets NCCL take equal shards).
-// reduce_scatter_sum leaves in this rank's shard of `data` the ranks' sum of it (the rest of
-// `data` is then undefined); all_gather copies every rank's shard to every rank (fp32 or bf16).
-void reduce_scatter_sum(Backend& backend, float* data, std::size_t count);
+// ZeRO-1's all-gather over `count` elements split into world_size shards as it splits the
+// parameters (src/engine/model_layout.h: optimizer_shard): every rank's shard (fp32 or bf16) to
+// every rank. In `backend`'s memory, in place, with the backend's own collectives where it has
+// them (NCCL), else through host memory (MPI); `data` holds sharded_span(count, world_size)
+// elements (the padding lets NCCL take equal shards).
 void all_gather(Backend& backend, Act data, std::size_t count);
 // Host memory: rank 0's `full` (count floats) receives every rank's `shard` (its shard's floats).
 void gather_to_root(const float* shard, float* full, std::size_t count);

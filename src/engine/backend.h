@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,14 @@ public:
     // Every closed interval's length in ms, in order, waiting for the queue to reach the last
     // stop; the timer is then empty again.
     virtual std::vector<double> take_ms() = 0;
+};
+
+// `count` floats at `data` (backend memory) to sum over the job's ranks in place: into every rank
+// (root < 0: an all-reduce), or into rank `root` alone (a reduce; the others keep their values).
+struct SumPiece {
+    float* data = nullptr;
+    std::size_t count = 0;
+    int root = -1;
 };
 
 class Backend {
@@ -58,13 +67,15 @@ public:
     virtual std::size_t uncounted_library_bytes() const { return 0; }
     // A timer for up to `max_intervals` intervals between take_ms calls (more is a logic_error).
     virtual std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) = 0;
-    // Queues the in-place sum of `count` floats of this backend's memory over the job's ranks
-    // (src/dist/process_group.h) with a collective library of its own (NCCL on a GPU); false,
-    // doing nothing, when it has none and the process group must sum through host memory.
-    virtual bool all_reduce_sum(float* data, std::size_t count) { return false; }
-    // ZeRO-1's collectives in place, likewise (src/dist/process_group.h: reduce_scatter_sum,
-    // all_gather); `data` holds sharded_span(count, world size) elements, one equal shard per rank.
-    virtual bool reduce_scatter_sum(float* data, std::size_t count) { return false; }
+    // Starts the in-place sums of `pieces` (this backend's memory) over the job's ranks
+    // (src/dist/process_group.h: start_sums) with a collective library of its own (NCCL on a GPU),
+    // after everything queued so far but beside what is queued after it; false, doing nothing,
+    // when it has none and the process group must sum through host memory.
+    virtual bool start_sums(std::span<const SumPiece> pieces) { return false; }
+    // What is queued from now on waits for every sum started (no-op without start_sums).
+    virtual void finish_sums() {}
+    // ZeRO-1's all-gather in place, likewise (src/dist/process_group.h: all_gather); `data` holds
+    // sharded_span(count, world size) elements, one equal shard per rank.
     virtual bool all_gather(Act data, std::size_t count) { return false; }
     // Whether this backend runs `kernel` on activations of type `activation` (the model's dtype),
     // ggml's supports_op: the driver asks it for every kernel a model calls before the first step

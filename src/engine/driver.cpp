@@ -464,6 +464,7 @@ void Driver::backward(const int* tokens, int B, int T, bool accumulate) {
         materialize_block(l, B, T);
         for (auto op = ops.rbegin(); op != ops.rend(); ++op) backward_op(*op, l, B, T, accumulate);
         tape.release_to(layer_mark_[l]);
+        if (block_gradients_hook_) block_gradients_hook_(l);
     }
 
     if (dropout_active_)

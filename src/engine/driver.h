@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "models/op_table.h"
@@ -44,6 +46,8 @@ public:
     void backward(const int* tokens, int B, int T, bool accumulate);
 
     void set_observer(ModelObserver* observer);
+    // Called with each block's layer once backward has queued its parameters' gradients (null: none).
+    void set_block_gradients_hook(std::function<void(int layer)> hook) { block_gradients_hook_ = std::move(hook); }
 
     // Whether the last forward's logits are in the logits buffer whole (B x T rows), or were
     // chunked (model.classifier_chunk): then an inference model computes the rows it is asked for
@@ -104,6 +108,7 @@ private:
     bool dropout_active_ = false;          // the last forward applied dropout
     DropoutContext dropout_;               // the last forward's, to regenerate its masks
     ModelObserver* observer_ = nullptr;
+    std::function<void(int layer)> block_gradients_hook_;
     std::unique_ptr<IntervalTimer> op_timer_;  // when the observer wants op times
     std::vector<std::size_t> timed_ops_;       // the op index of each of op_timer_'s intervals
 };

@@ -7,7 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "models/gpt_block.h"
@@ -153,6 +155,12 @@ public:
 
     // Profiling and codec sampling (src/engine/model_observer.h); null: none.
     void set_observer(ModelObserver* observer) { driver_.set_observer(observer); }
+    // Called in every backward with block l once its parameters' gradients are queued (on a GPU,
+    // maybe not yet computed): where data parallelism starts summing them (src/dist/data_parallel.h).
+    // Null: none.
+    void set_block_gradients_hook(std::function<void(int layer)> hook) {
+        driver_.set_block_gradients_hook(std::move(hook));
+    }
 
     // Floating point operations of one training step (forward + backward) at B x T, not
     // counting recomputation.

@@ -11,8 +11,13 @@
 namespace adacc {
 
 TrainingStep::TrainingStep(const RunConfig& config, GPTModel& model, DataLoader& data, AdaccRegulator* regulator)
-    : training_(config.training), optimizer_(config.optimizer), lr_(config.lr), model_(model), data_(data),
+    : training_(config.training),
+      optimizer_(config.optimizer),
+      lr_(config.lr),
+      model_(model),
+      data_(data),
       regulator_(regulator),
+      gradients_(model, config.training.overlap_grads),
       inputs_(static_cast<std::size_t>(config.training.batch_size) * config.training.seq_len),
       targets_(inputs_.size()) {}
 
@@ -30,9 +35,10 @@ StepResult TrainingStep::run(int step) {
                                      static_cast<std::uint64_t>(micro) * W + group.rank, true};
         model_.forward_step(inputs_.data(), targets_.data(), B, T, dropout, dloss, tokens_per_step,
                             /*accumulate_loss=*/micro > 0);
+        if (micro == accum - 1) gradients_.before_last_backward();
         model_.backward(inputs_.data(), B, T, /*accumulate=*/micro > 0);
     }
-    reduce_gradients(model_);
+    gradients_.finish();
     // Everything is queued before the one read back. The device skips the update when the norm
     // is not finite; a non-finite loss always comes with one (its logits, hence dlogits and the
     // head's gradient, are non-finite too), so the host's flag below and the device agree.

@@ -10,6 +10,7 @@
 #include "data/dataloader.h"
 #include "src/adacc/adacc_regulator.h"
 #include "src/config/run_config.h"
+#include "src/dist/data_parallel.h"
 #include "src/engine/gpt_model.h"
 
 namespace adacc {
@@ -33,7 +34,8 @@ public:
     // batch through forward (dropout seeded by training.seed, the step and the micro-batch;
     // dloss = 1 / (B T grad_accum W) over W data-parallel ranks) and backward (accumulating after
     // the first); the ranks' gradients summed (src/dist/data_parallel.h; under ZeRO-1 each rank
-    // its shard's), so every rank holds the mean over the global batch; then, when the loss and
+    // its shard's; with training.overlap_grads in buckets that start during the last backward),
+    // so every rank holds the mean over the global batch; then, when the loss and
     // the gradient norm are finite, AdamW at learning_rate() with global-norm clipping (under
     // ZeRO-1 on each rank's shard, the parameters then gathered). Rank r's micro-batch m is micro-batch m W + r of
     // the step, in data (its loader takes every W-th batch) and dropout masks alike: W ranks with
@@ -52,6 +54,7 @@ private:
     GPTModel& model_;
     DataLoader& data_;
     AdaccRegulator* regulator_;
+    GradientReduction gradients_;
     std::vector<std::int32_t> inputs_, targets_;
 };
 

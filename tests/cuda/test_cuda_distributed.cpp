@@ -8,6 +8,9 @@
 //     (the masters gathered from both ranks). Gradient clipping is off: the gradient norm, summed
 //     per shard and then over the ranks, is the one number computed in another order, and
 //     unclipped no update reads it.
+//   * Plain data parallelism with the gradient sums overlapped with backward (the default: on a
+//     GPU, NCCL on the communication stream) and without (training.overlap_grads = false) give
+//     the same losses and parameters bit for bit.
 //   * Its step-3 checkpoint resumed on 2 ranks continues bit for bit (each rank takes its half of
 //     the masters back and the working copy whole), and on one process (grad_accum 2: the same
 //     global batch, the masters whole) to within bf16 precision of the uninterrupted run.
@@ -59,6 +62,10 @@ TEST(CudaDataParallel, ZeroOneWithShardedMastersTrainsAsPlainDataParallelismAndR
     ASSERT_EQ(plain.status, 0) << plain.output;
     const auto zero = train_on_cuda(dir, "zero", 2, every3 + "--set training.zero=1");
     ASSERT_EQ(zero.status, 0) << zero.output;
+    const auto serial = train_on_cuda(dir, "serial", 2, every3 + "--set training.overlap_grads=false");
+    ASSERT_EQ(serial.status, 0) << serial.output;
+    EXPECT_EQ(logged_losses(dir / "serial"), logged_losses(dir / "plain"));
+    EXPECT_EQ(checkpoint_parameters(dir / "serial"), checkpoint_parameters(dir / "plain"));
     const std::map<int, double> uninterrupted = logged_losses(dir / "zero");
     ASSERT_EQ(uninterrupted.size(), 6u) << zero.output;
     EXPECT_EQ(uninterrupted, logged_losses(dir / "plain"));

@@ -1,10 +1,13 @@
 // NCCL's collectives as the CUDA backend runs them for data parallelism (src/cuda/nccl_collectives.h),
-// at world size 1 (a communicator of this process alone): the sum over one rank, and ZeRO-1's
-// reduce-scatter and all-gather (fp32 and bf16) of one shard, leave every value as it was, through
-// NCCL's own init and kernels. On a GPU only (the SIMT emulation has no
+// at world size 1 (a communicator of this process alone): the gradient sums on the backend's
+// communication stream (an all-reduce piece and a reduce piece into rank 0, in one NCCL group,
+// ordered after a memset queued on the compute stream and before the copy back by events), and
+// ZeRO-1's all-gather (fp32 and bf16) of one shard, leave every value as it was, through NCCL's
+// own init and kernels. On a GPU only (the SIMT emulation has no
 // NCCL; its backend sums through host memory); skipped where libnccl.so.2 is not installed.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "src/engine/backend.h"
@@ -27,8 +30,13 @@ TEST(CudaNccl, CollectivesOverOneRankKeepTheValues) {
     for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * static_cast<float>(i) - 100.0f;
     const Arena buffer(backend, values.size() * sizeof(float));
     backend.copy_to_device(buffer.data(), values.data(), values.size() * sizeof(float));
-    ASSERT_TRUE(backend.all_reduce_sum(buffer.as<float>(), values.size()));
-    ASSERT_TRUE(backend.reduce_scatter_sum(buffer.as<float>(), values.size()));
+    // Bytes 0x3f: every float of the first 100 becomes 0x3f3f3f3f (0.7470...), queued on the compute
+    // stream; the sums must read them, so they wait for it.
+    backend.memset(buffer.data(), 0x3f, 100 * sizeof(float));
+    for (std::size_t i = 0; i < 100; ++i) std::memset(&values[i], 0x3f, sizeof(float));
+    const SumPiece pieces[] = {{buffer.as<float>(), 600, -1}, {buffer.as<float>() + 600, 400, 0}};
+    ASSERT_TRUE(backend.start_sums(pieces));
+    backend.finish_sums();
     ASSERT_TRUE(backend.all_gather(Act(buffer.as<float>()), values.size()));
     std::vector<float> back(values.size());
     backend.copy_to_host(back.data(), buffer.data(), back.size() * sizeof(float));
