@@ -10,9 +10,12 @@
 #include <string>
 
 #include "kernels/activation.h"
-#include "src/engine/backend.h"
 
 namespace adacc {
+
+// The engine's (src/engine/backend.h), above this header: only declared here.
+class Backend;
+struct SumPiece;
 
 struct ProcessGroup {
     int rank = 0;  // this process, 0 .. world_size - 1
