@@ -23,6 +23,13 @@
 #define ADACC_LAUNCH(kernel, grid, block, smem, stream) \
     kernel<<<(grid), (block), (smem), static_cast<cudaStream_t>(stream)>>>
 #endif
+// Unrolls the loop that follows on the GPU (an array indexed by its counter then stays in
+// registers); the host compiler of the emulation does not know the pragma.
+#if defined(__CUDACC__) && !defined(ADACC_SIMT_EMULATION)
+#define ADACC_UNROLL _Pragma("unroll")
+#else
+#define ADACC_UNROLL
+#endif
 
 #include <stdexcept>
 #include <string>
@@ -130,13 +137,41 @@ __device__ inline void load_pack(float (&out)[kPack<T>], const T* p, long i, lon
     }
 }
 
+// The same elements kept as T, for a kernel that holds packs in registers between two uses
+// (half the registers of fp32 values in bf16); unpack gives load_pack's values.
+template <typename T>
+__device__ inline Pack<T> load_raw_pack(const T* p, long i, long n, bool aligned) {
+    if (aligned && i + kPack<T> <= n) return *reinterpret_cast<const Pack<T>*>(p + i);
+    Pack<T> pack;
+    for (int j = 0; j < kPack<T>; ++j) pack.v[j] = i + j < n ? p[i + j] : from_f32<T>(0.0f);
+    return pack;
+}
+template <typename T>
+__device__ inline void unpack(float (&out)[kPack<T>], const Pack<T>& pack) {
+    for (int j = 0; j < kPack<T>; ++j) out[j] = to_f32(pack.v[j]);
+}
+
+// One 16-byte store of a pack at a 16-byte aligned p. On the GPU through __stwb (an ordinary
+// write-back store of a uint4), which is always one st.global.v4: nvcc may split a Pack copy
+// into 4-byte stores where the stored values come from loads of other arrays.
+template <typename T>
+__device__ inline void store_whole_pack(T* p, const Pack<T>& pack) {
+#ifdef ADACC_SIMT_EMULATION
+    *reinterpret_cast<Pack<T>*>(p) = pack;
+#else
+    uint4 bits;
+    memcpy(&bits, &pack, sizeof bits);
+    __stwb(reinterpret_cast<uint4*>(p), bits);
+#endif
+}
+
 // Stores elements [i, min(i + kPack, n)) of `in`, rounded to T, as load_pack reads them.
 template <typename T>
 __device__ inline void store_pack(T* p, long i, long n, const float (&in)[kPack<T>], bool aligned) {
     if (aligned && i + kPack<T> <= n) {
         Pack<T> pack;
         for (int j = 0; j < kPack<T>; ++j) pack.v[j] = from_f32<T>(in[j]);
-        *reinterpret_cast<Pack<T>*>(p + i) = pack;
+        store_whole_pack(p + i, pack);
     } else {
         for (int j = 0; j < kPack<T> && i + j < n; ++j) p[i + j] = from_f32<T>(in[j]);
     }

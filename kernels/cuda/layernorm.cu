@@ -5,8 +5,9 @@
 // Lane l of a row's warp owns the packs of kPack channels at l kPack, l kPack + 32 kPack, ...
 // (kernels/cuda/cuda_common.cuh), moved as 128-bit loads and stores where the rows are aligned.
 //
-// The backward makes two loops over a row (its two sums, then dinp), the second rereading the
-// x and dout the first has just brought into the cache. It sums dweight / dbias over all rows
+// The backward makes two passes over a row (its two sums, then dinp) but reads x and dout from
+// global memory once: each lane keeps its packs in registers in between (rows up to C = 2048 in
+// bf16, 1024 in fp32; wider rows reread them, the same values in the same order). It sums dweight / dbias over all rows
 // without atomics: each block owns a group of rows, accumulates its rows' contributions in
 // shared memory (one slice per warp), and writes one partial per channel into
 // ctx.reduction_scratch; a second kernel adds the groups' partials, 32 channels by 32 strided
@@ -15,6 +16,7 @@
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/ops.h"
@@ -36,6 +38,14 @@ constexpr std::size_t kSharedLimit = 48 * 1024;
 // Channels a warp's pass over a row covers per step: 32 lanes of one pack each.
 template <typename T>
 inline constexpr int kRowStep = 32 * kPack<T>;
+// The most packs of x and dout a backward lane holds in registers (64 registers): rows up to
+// C = 2048 in bf16, 1024 in fp32. Wider rows take the two-pass fallback.
+constexpr int kMaxRegisterSteps = 8;
+// Blocks of 4 warps each SM must hold (a register cap for ptxas): 4 (128 registers a thread) up to
+// 4 steps, which hold C = 768 and 1024 in bf16 without spilling; 2 for 8 steps, which would
+// spill under 128.
+template <int Steps>
+inline constexpr int kMinBackwardBlocks = Steps <= 4 ? 4 : 2;
 
 // A warp's shared slice of C channels, padded to whole steps, stores channel c at the slot that
 // makes lane l's j-th element of a step land at word j * 32 + l: the 32 lanes hit 32 banks.
@@ -91,15 +101,102 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
     }
 }
 
+// The two passes of a row's backward over the pack of lane's channels [c, c + P), shared by both
+// row paths below so that they compute the same values in the same order.
+// Pass 1 adds the pack's terms of the two row sums (past C: weight and dout are 0, so it adds 0).
+template <int P>
+__device__ inline void add_row_sums(float& dnorm_sum, float& dnorm_norm_sum, const float (&w)[P], const float (&dv)[P],
+                                    const float (&xv)[P], float m, float s) {
+    for (int j = 0; j < P; ++j) {
+        const float dnorm = w[j] * dv[j];
+        dnorm_sum += dnorm;
+        dnorm_norm_sum += dnorm * (xv[j] - m) * s;
+    }
+}
+// Pass 2 adds the pack's dinp into g and its dweight / dbias terms into the warp's shared slices.
+template <typename T>
+__device__ inline void add_pack_grads(float (&g)[kPack<T>], float* my_dweight, float* my_dbias,
+                                      const float (&w)[kPack<T>], const float (&dv)[kPack<T>],
+                                      const float (&xv)[kPack<T>], float m, float s, float dnorm_mean,
+                                      float dnorm_norm_mean, int c, int lane, int C) {
+    constexpr int P = kPack<T>;
+    const int base = c - lane * P + lane;  // slot(c + j) = base + j * 32
+    for (int j = 0; j < P && c + j < C; ++j) {
+        const float norm = (xv[j] - m) * s;
+        g[j] += (w[j] * dv[j] - dnorm_mean - norm * dnorm_norm_mean) * s;  // accumulates: rounded once
+        my_dweight[base + j * 32] += norm * dv[j];
+        my_dbias[base + j * 32] += dv[j];
+    }
+}
+
+// The backward of one row by its warp. With Steps > 0 (C <= Steps * kRowStep) lane l holds its
+// Steps packs of x and dout in registers between the two passes, so the row is read from global
+// memory once; Steps = 0 is the fallback for wider rows, whose second pass rereads x and dout.
+// Either way the same values are added in the same order.
+template <typename T, int Steps>
+__device__ inline void layernorm_backward_row(T* dx, float* my_dweight, float* my_dbias, const T* d, const T* x,
+                                              const T* weight, float m, float s, int C, int lane, bool aligned) {
+    constexpr int P = kPack<T>;
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    if constexpr (Steps > 0) {
+        Pack<T> xp[Steps], dp[Steps];
+        ADACC_UNROLL  // the packs stay in registers
+            for (int k = 0; k < Steps; ++k) {
+            const int c = lane * P + k * kRowStep<T>;
+            if (c >= C) continue;
+            xp[k] = load_raw_pack(x, c, C, aligned);
+            dp[k] = load_raw_pack(d, c, C, aligned);
+            float w[P], dv[P], xv[P];
+            load_pack(w, weight, c, C, aligned);
+            unpack(dv, dp[k]);
+            unpack(xv, xp[k]);
+            add_row_sums(dnorm_mean, dnorm_norm_mean, w, dv, xv, m, s);
+        }
+        dnorm_mean = warp_sum(dnorm_mean) / C;
+        dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
+        ADACC_UNROLL
+        for (int k = 0; k < Steps; ++k) {
+            const int c = lane * P + k * kRowStep<T>;
+            if (c >= C) continue;
+            float w[P], dv[P], xv[P], g[P];
+            load_pack(w, weight, c, C, aligned);
+            unpack(dv, dp[k]);
+            unpack(xv, xp[k]);
+            load_pack(g, dx, c, C, aligned);
+            add_pack_grads<T>(g, my_dweight, my_dbias, w, dv, xv, m, s, dnorm_mean, dnorm_norm_mean, c, lane, C);
+            store_pack(dx, c, C, g, aligned);
+        }
+    } else {
+        for (int c = lane * P; c < C; c += kRowStep<T>) {
+            float w[P], dv[P], xv[P];
+            load_pack(w, weight, c, C, aligned);
+            load_pack(dv, d, c, C, aligned);
+            load_pack(xv, x, c, C, aligned);
+            add_row_sums(dnorm_mean, dnorm_norm_mean, w, dv, xv, m, s);
+        }
+        dnorm_mean = warp_sum(dnorm_mean) / C;
+        dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
+        for (int c = lane * P; c < C; c += kRowStep<T>) {
+            float w[P], dv[P], xv[P], g[P];
+            load_pack(w, weight, c, C, aligned);
+            load_pack(dv, d, c, C, aligned);
+            load_pack(xv, x, c, C, aligned);
+            load_pack(g, dx, c, C, aligned);
+            add_pack_grads<T>(g, my_dweight, my_dbias, w, dv, xv, m, s, dnorm_mean, dnorm_norm_mean, c, lane, C);
+            store_pack(dx, c, C, g, aligned);
+        }
+    }
+}
+
 // One block per row group [g * rows_per_group, ...): warp w takes the group's rows w, w + warps,
 // ... For each row it adds dinp and accumulates (x - mean) * rstd * dout and dout into its own
 // shared slice (see slot), then the block sums the slices in warp order into partials[g]
 // (dweight) and partials[groups + g] (dbias), C floats each.
-template <typename T>
-__global__ void layernorm_backward_rows_kernel(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
-                                               const float* mean, const float* rstd, int N, int C, int padded,
-                                               int rows_per_group, bool aligned) {
-    constexpr int P = kPack<T>;
+template <typename T, int Steps>
+__global__ void __launch_bounds__(kMaxBackwardWarps * 32, kMinBackwardBlocks<Steps>)
+    layernorm_backward_rows_kernel(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
+                                   const float* mean, const float* rstd, int N, int C, int padded, int rows_per_group,
+                                   bool aligned) {
     ADACC_DYNAMIC_SHARED(float, shared);  // [warps][2][padded]: dweight then dbias of each warp
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     for (int i = threadIdx.x; i < warps * 2 * padded; i += blockDim.x) shared[i] = 0.0f;
@@ -110,39 +207,8 @@ __global__ void layernorm_backward_rows_kernel(T* dinp, float* partials, const T
     const int row_end = row_begin + rows_per_group < N ? row_begin + rows_per_group : N;
     for (int row = row_begin + warp; row < row_end; row += warps) {
         const long offset = static_cast<long>(row) * C;
-        const T* x = inp + offset;
-        const T* d = dout + offset;
-        const float m = mean[row], s = rstd[row];
-        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-        for (int c = lane * P; c < C; c += 32 * P) {
-            float w[P], dv[P], xv[P];
-            load_pack(w, weight, c, C, aligned);
-            load_pack(dv, d, c, C, aligned);
-            load_pack(xv, x, c, C, aligned);
-            for (int j = 0; j < P; ++j) {  // past C: weight and dout read 0, so dnorm adds 0
-                const float dnorm = w[j] * dv[j];
-                dnorm_mean += dnorm;
-                dnorm_norm_mean += dnorm * (xv[j] - m) * s;
-            }
-        }
-        dnorm_mean = warp_sum(dnorm_mean) / C;
-        dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
-        T* dx = dinp + offset;
-        for (int c = lane * P; c < C; c += 32 * P) {
-            float w[P], dv[P], xv[P], g[P];
-            load_pack(w, weight, c, C, aligned);
-            load_pack(dv, d, c, C, aligned);
-            load_pack(xv, x, c, C, aligned);
-            load_pack(g, dx, c, C, aligned);
-            const int base = c - lane * P + lane;  // slot(c + j) = base + j * 32
-            for (int j = 0; j < P && c + j < C; ++j) {
-                const float norm = (xv[j] - m) * s;
-                g[j] += (w[j] * dv[j] - dnorm_mean - norm * dnorm_norm_mean) * s;  // accumulates: rounded once
-                my_dweight[base + j * 32] += norm * dv[j];
-                my_dbias[base + j * 32] += dv[j];
-            }
-            store_pack(dx, c, C, g, aligned);
-        }
+        layernorm_backward_row<T, Steps>(dinp + offset, my_dweight, my_dbias, dout + offset, inp + offset, weight,
+                                         mean[row], rstd[row], C, lane, aligned);
     }
     __syncthreads();
     const int groups = gridDim.x;
@@ -224,8 +290,22 @@ void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, 
         T* dinp = device_ptr<T>(dinp_act);
         const T *dout = device_ptr<T>(dout_act), *inp = device_ptr<T>(inp_act), *w = device_ptr<T>(weight);
         const bool aligned = C % kPack<T> == 0 && packs_aligned({dinp, dout, inp, w});
-        ADACC_LAUNCH(layernorm_backward_rows_kernel<T>, groups, warps * 32, warps * slice_bytes, ctx.stream)
-        (dinp, partials, dout, inp, w, mean, rstd, N, C, padded, rows_per_group, aligned);
+        // Packs per lane, chosen by C alone: the fewest register steps that hold the row (fewer
+        // registers, more warps resident), else the two-pass fallback.
+        const int steps = ceil_div(C, kRowStep<T>);
+        auto launch = [&](auto steps_tag) {
+            constexpr int S = decltype(steps_tag)::value;
+            ADACC_LAUNCH((layernorm_backward_rows_kernel<T, S>), groups, warps * 32, warps * slice_bytes, ctx.stream)
+            (dinp, partials, dout, inp, w, mean, rstd, N, C, padded, rows_per_group, aligned);
+        };
+        if (steps <= 2)
+            launch(std::integral_constant<int, 2>{});
+        else if (steps <= 4)
+            launch(std::integral_constant<int, 4>{});
+        else if (steps <= kMaxRegisterSteps)
+            launch(std::integral_constant<int, kMaxRegisterSteps>{});
+        else
+            launch(std::integral_constant<int, 0>{});
     });
     check_launch("layernorm_backward (rows)");
     const dim3 params_grid(ceil_div(C, kParamChannels), 2);

@@ -21,7 +21,8 @@ namespace {
 
 std::set<std::string> kernels_declared_in_sources() {
     std::set<std::string> names;
-    const std::regex global(R"(__global__\s+void\s+(\w+)\s*\()");
+    // A kernel's name follows `__global__ void`, after its __launch_bounds__(...) if it has one.
+    const std::regex global(R"(__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\()");
     for (const auto& entry :
          std::filesystem::directory_iterator(std::filesystem::path(ADACC_SOURCE_DIR) / "kernels/cuda")) {
         if (entry.path().extension() != ".cu") continue;
