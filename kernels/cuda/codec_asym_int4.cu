@@ -2,7 +2,8 @@
 // Per row group of G: s = (max - min) / 15, o = min + 8 s, q = clip(round((x - o) / s), -8, 7),
 // x^ = fma(q, s, o); s = 0 stores code 0 and decodes to min. Same shape as group_int4's row
 // kernel: a block per row, a warp (or for G < 32 a thread) per group for min and max, a barrier,
-// then a code byte per thread.
+// then a pack of codes per thread (codecs.cuh: store_row_codes); 128-bit loads where rows are
+// aligned.
 //
 // Bytes equal the CPU's with one exception: in a group whose values are all zeros of both signs,
 // min and max are +-0 depending on the order they are met (fminf/fmaxf here, the CPU's AVX-512
@@ -35,6 +36,9 @@ __global__ void asym_quantize_kernel(const T* src, std::size_t rows, std::size_t
     float* offsets = reinterpret_cast<float*>(blob + L.offsets);
     std::uint8_t* codes = blob + L.codes;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
+    // Packed rows: 128-bit loads in both passes; whole groups of packs in the min / max pass.
+    constexpr int P = kPack<T>;
+    const bool packed = rows_packed(src, cols), group_packs = packed && G % P == 0;
     if (blockIdx.x == 0) {
         if (tid == 0) store_header(blob, header);
         zero_padding(blob, L.scales, std::size_t{4} * rows * groups, tid, blockDim.x);
@@ -49,9 +53,20 @@ __global__ void asym_quantize_kernel(const T* src, std::size_t rows, std::size_t
             for (unsigned g = warp; g < groups; g += warps) {
                 const unsigned end = g * G + G < c ? g * G + G : c;
                 float lo = INFINITY, hi = -INFINITY;
-                for (unsigned e = g * G + lane; e < end; e += 32) {
-                    lo = fminf(lo, to_f32(x[e]));
-                    hi = fmaxf(hi, to_f32(x[e]));
+                if (group_packs) {  // whole packs of the group (end is a multiple of P)
+                    for (unsigned e = g * G + lane * P; e < end; e += 32 * P) {
+                        float v[P];
+                        load_pack(v, x, e, c, true);
+                        for (int j = 0; j < P; ++j) {
+                            lo = fminf(lo, v[j]);
+                            hi = fmaxf(hi, v[j]);
+                        }
+                    }
+                } else {
+                    for (unsigned e = g * G + lane; e < end; e += 32) {
+                        lo = fminf(lo, to_f32(x[e]));
+                        hi = fmaxf(hi, to_f32(x[e]));
+                    }
                 }
                 lo = warp_min(lo);
                 hi = warp_max(hi);
@@ -69,17 +84,9 @@ __global__ void asym_quantize_kernel(const T* src, std::size_t rows, std::size_t
             }
         }
         __syncthreads();  // the row's scales and offsets (global memory) are visible to the block
-        std::uint8_t* row_codes = codes + i * row_bytes;
-        for (unsigned b = tid; b < row_bytes; b += blockDim.x) {
-            const unsigned e = 2 * b, g0 = e / G;
-            const int q0 = asym_code(to_f32(x[e]), row_scales[g0], row_offsets[g0]);
-            int q1 = 0;
-            if (e + 1 < c) {
-                const unsigned g1 = (e + 1) / G;
-                q1 = asym_code(to_f32(x[e + 1]), row_scales[g1], row_offsets[g1]);
-            }
-            row_codes[b] = pack_codes(q0, q1);
-        }
+        store_row_codes(codes + i * row_bytes, x, c, packed, [row_scales, row_offsets, G](float v, unsigned e) {
+            return asym_code(v, row_scales[e / G], row_offsets[e / G]);
+        });
     }
 }
 
@@ -102,7 +109,6 @@ __global__ void asym_dequantize_kernel(const std::uint8_t* blob, std::size_t row
     });
 }
 
-
 }  // namespace
 
 template <typename T>
@@ -111,8 +117,8 @@ void compress_asym_int4(const KernelContext& ctx, const T* src, std::size_t rows
     check_columns(cols);
     const BlobHeader header = codec_format::make_header(Codec::asym_int4, rows, cols, params, 0);  // checks params
     const CodecLayout L = codec_layout(Codec::asym_int4, rows, cols, params);
-    ADACC_LAUNCH(asym_quantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
-        src, rows, cols, params.group_size, header, L, static_cast<std::uint8_t*>(dst));
+    ADACC_LAUNCH(asym_quantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)
+    (src, rows, cols, params.group_size, header, L, static_cast<std::uint8_t*>(dst));
     check_launch("codec_compress (asym_int4)");
 }
 
@@ -120,8 +126,8 @@ template <typename T>
 void decompress_asym_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst) {
     check_columns(cols);
     if (rows == 0 || cols == 0) return;
-    ADACC_LAUNCH(asym_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
-        static_cast<const std::uint8_t*>(blob), rows, cols, dst);
+    ADACC_LAUNCH(asym_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)
+    (static_cast<const std::uint8_t*>(blob), rows, cols, dst);
     check_launch("codec_decompress (asym_int4)");
 }
 

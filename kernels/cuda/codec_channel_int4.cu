@@ -14,8 +14,8 @@
 namespace adacc::cuda::codec_detail {
 namespace {
 
-constexpr int kMaxThreads = 256;        // 8 warps over 32 columns
-constexpr int kMaxCols = 32;            // columns per block of the column maxima: one per lane
+constexpr int kMaxThreads = 256;  // 8 warps over 32 columns
+constexpr int kMaxCols = 32;      // columns per block of the column maxima: one per lane
 constexpr std::size_t kRowsPerChunk = 128;
 constexpr int kScaleThreads = 256;
 
@@ -23,8 +23,8 @@ constexpr int kScaleThreads = 256;
 // blockIdx.x * 32 + lane: each warp strides the chunk's rows, then the 8 warps' maxima meet in
 // shared memory.
 template <typename T>
-__global__ void channel_abs_max_kernel(const T* src, std::size_t rows, std::size_t cols,
-                                       std::size_t rows_per_chunk, float* partial) {
+__global__ void channel_abs_max_kernel(const T* src, std::size_t rows, std::size_t cols, std::size_t rows_per_chunk,
+                                       float* partial) {
     __shared__ float warp_max_of[kMaxThreads / 32][kMaxCols];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const std::size_t j = static_cast<std::size_t>(blockIdx.x) * kMaxCols + lane;
@@ -57,22 +57,16 @@ __global__ void channel_scales_kernel(const float* partial, std::size_t chunks, 
     reinterpret_cast<float*>(blob + L.scales)[j] = m / 7.0f;
 }
 
-// One block per row: a code byte (columns 2b, 2b + 1) per thread, each column with its scale.
+// One block per row (store_row_codes), each column with its scale.
 template <typename T>
 __global__ void channel_quantize_kernel(const T* src, std::size_t rows, std::size_t cols, CodecLayout L,
                                         std::uint8_t* blob) {
     const float* scales = reinterpret_cast<const float*>(blob + L.scales);
     const unsigned c = static_cast<unsigned>(cols), row_bytes = (c + 1) / 2;
-    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        const T* x = src + i * cols;
-        std::uint8_t* row_codes = blob + L.codes + i * row_bytes;
-        for (unsigned b = threadIdx.x; b < row_bytes; b += blockDim.x) {
-            const unsigned e = 2 * b;
-            const int q0 = sym_code(to_f32(x[e]), scales[e]);
-            const int q1 = e + 1 < c ? sym_code(to_f32(x[e + 1]), scales[e + 1]) : 0;
-            row_codes[b] = pack_codes(q0, q1);
-        }
-    }
+    const bool packed = rows_packed(src, cols);
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x)
+        store_row_codes(blob + L.codes + i * row_bytes, src + i * cols, c, packed,
+                        [scales](float v, unsigned e) { return sym_code(v, scales[e]); });
 }
 
 // Decodes rows; a header that does not match decodes to NaN.
@@ -87,7 +81,6 @@ __global__ void channel_dequantize_kernel(const std::uint8_t* blob, std::size_t 
         return good ? static_cast<float>(get_code(codes + i * row_bytes, j)) * scales[j] : quiet_nan();
     });
 }
-
 
 }  // namespace
 
@@ -109,19 +102,21 @@ void compress_channel_int4(const KernelContext& ctx, const T* src, std::size_t r
     if (chunks > fit) chunks = fit;
     if (chunks > 65535) chunks = 65535;
     if (rows > 0 && (chunks == 0 || !ctx.reduction_scratch))
-        throw std::invalid_argument("channel_int4 compress: the reduction scratch cannot hold one row of column maxima");
+        throw std::invalid_argument(
+            "channel_int4 compress: the reduction scratch cannot hold one row of column maxima");
     auto* partial = static_cast<float*>(ctx.reduction_scratch);
     if (rows > 0) {
         const std::size_t rows_per_chunk = div_up(rows, chunks);
         chunks = div_up(rows, rows_per_chunk);
         ADACC_LAUNCH(channel_abs_max_kernel<T>, dim3(ceil_div(cols, kMaxCols), static_cast<unsigned>(chunks)),
-                     kMaxThreads, 0, ctx.stream)(src, rows, cols, rows_per_chunk, partial);
+                     kMaxThreads, 0, ctx.stream)
+        (src, rows, cols, rows_per_chunk, partial);
         check_launch("codec_compress (channel_int4 column maxima)");
     } else {
         chunks = 0;  // no rows: every scale is 0
     }
-    ADACC_LAUNCH(channel_scales_kernel, ceil_div(cols, kScaleThreads), kScaleThreads, 0, ctx.stream)(
-        partial, chunks, rows, cols, header, L, blob);
+    ADACC_LAUNCH(channel_scales_kernel, ceil_div(cols, kScaleThreads), kScaleThreads, 0, ctx.stream)
+    (partial, chunks, rows, cols, header, L, blob);
     check_launch("codec_compress (channel_int4 scales)");
     if (rows == 0) return;
     ADACC_LAUNCH(channel_quantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(src, rows, cols, L, blob);
@@ -134,8 +129,8 @@ void decompress_channel_int4(const KernelContext& ctx, const void* blob, std::si
     if (rows == 0 || cols == 0) return;
     // channel_int4 has no parameter in its layout (the group size is unused), so it is known here.
     const CodecLayout L = codec_layout(Codec::channel_int4, rows, cols, CodecParams{});
-    ADACC_LAUNCH(channel_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
-        static_cast<const std::uint8_t*>(blob), rows, cols, L, dst);
+    ADACC_LAUNCH(channel_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)
+    (static_cast<const std::uint8_t*>(blob), rows, cols, L, dst);
     check_launch("codec_decompress (channel_int4)");
 }
 

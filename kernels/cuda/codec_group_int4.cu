@@ -3,7 +3,8 @@
 // kernel (kernels/cpu/codec_group_int4.cpp is the twin; formats in kernels/codec_format.h).
 //
 // group_int4 compress is one kernel, a block per row: its warps take the row's groups (max |x|,
-// s = max / 7), a barrier, then each thread packs one code byte (two elements) at a time.
+// s = max / 7), a barrier, then each thread codes a pack of elements (codecs.cuh:
+// store_row_codes; one byte of two gathered elements at a time for outlier_int4's kept columns).
 // outlier_int4 adds two kernels before it, and decides k on the device:
 //   1. Sh_j = sum_i |x_ij| in double, summed in row order exactly as the CPU does (so the blob
 //      matches it byte for byte): a block per 32 columns streams row tiles through shared memory
@@ -60,7 +61,8 @@ template <bool kDeviceK, typename T>
 __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_t cols, int group_size,
                                       const std::int32_t* keep, BlobHeader header, std::uint8_t* blob) {
     // k: the selection's, from the blob; else the header's to be written (0).
-    const std::size_t k = kDeviceK ? reinterpret_cast<const BlobHeader*>(blob)->outlier_channels : header.outlier_channels;
+    const std::size_t k =
+        kDeviceK ? reinterpret_cast<const BlobHeader*>(blob)->outlier_channels : header.outlier_channels;
     const unsigned c = static_cast<unsigned>(cols - k), G = static_cast<unsigned>(group_size);
     const unsigned groups = (c + G - 1) / G, row_bytes = (c + 1) / 2;
     const QuantLayout L = quant_layout(rows, cols, G, k);
@@ -77,6 +79,10 @@ __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_
         zero_padding(blob, L.codes, rows * row_bytes, tid, blockDim.x);
     }
     const bool gather = k > 0;
+    // Contiguous packed rows (no gather): 128-bit loads in both passes, whole groups of packs in
+    // the max pass.
+    constexpr int P = kPack<T>;
+    const bool packed = !gather && rows_packed(src, cols), group_packs = packed && G % P == 0;
     for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
         const T* x = src + i * cols;
         auto value = [x, keep, gather](unsigned m) { return to_f32(x[gather ? keep[m] : m]); };
@@ -86,7 +92,15 @@ __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_
             for (unsigned g = warp; g < groups; g += warps) {
                 const unsigned end = g * G + G < c ? g * G + G : c;
                 float m = 0.0f;
-                for (unsigned e = g * G + lane; e < end; e += 32) m = fmaxf(m, fabsf(value(e)));
+                if (group_packs) {  // whole packs of the group (end is a multiple of P)
+                    for (unsigned e = g * G + lane * P; e < end; e += 32 * P) {
+                        float v[P];
+                        load_pack(v, x, e, c, true);
+                        for (int j = 0; j < P; ++j) m = fmaxf(m, fabsf(v[j]));
+                    }
+                } else {
+                    for (unsigned e = g * G + lane; e < end; e += 32) m = fmaxf(m, fabsf(value(e)));
+                }
                 m = warp_max(m);
                 if (lane == 0) row_scales[g] = m / 7.0f;
             }
@@ -99,13 +113,17 @@ __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_
             }
         }
         __syncthreads();  // the row's scales (global memory) are visible to the whole block
-        // Codes: one byte (elements 2b, 2b + 1; a last odd element's high nibble 0) per thread.
+        // Codes: gathered kept columns one byte (elements 2b, 2b + 1; a last odd element's high
+        // nibble 0) per thread, contiguous rows by packs (store_row_codes, the same bytes).
         std::uint8_t* row_codes = codes + i * row_bytes;
-        for (unsigned b = tid; b < row_bytes; b += blockDim.x) {
-            const unsigned e = 2 * b;
-            const int q0 = sym_code(value(e), row_scales[e / G]);
-            const int q1 = e + 1 < c ? sym_code(value(e + 1), row_scales[(e + 1) / G]) : 0;
-            row_codes[b] = pack_codes(q0, q1);
+        auto code = [row_scales, G](float v, unsigned e) { return sym_code(v, row_scales[e / G]); };
+        if (gather) {
+            for (unsigned b = tid; b < row_bytes; b += blockDim.x) {
+                const unsigned e = 2 * b;
+                row_codes[b] = pack_codes(code(value(e), e), e + 1 < c ? code(value(e + 1), e + 1) : 0);
+            }
+        } else {
+            store_row_codes(row_codes, x, c, packed, code);
         }
         // The outlier channels, exactly (row-major rows x k).
         for (std::size_t t = tid; t < k; t += blockDim.x) outliers[i * k + t] = to_f32(x[idx[t]]);
@@ -150,8 +168,10 @@ __global__ void group_dequantize_kernel(const std::uint8_t* blob, std::size_t ro
         unsigned lo = 0, hi = static_cast<unsigned>(k);
         while (lo < hi) {
             const unsigned mid = (lo + hi) / 2;
-            if (static_cast<unsigned>(idx[mid]) < j) lo = mid + 1;
-            else hi = mid;
+            if (static_cast<unsigned>(idx[mid]) < j)
+                lo = mid + 1;
+            else
+                hi = mid;
         }
         if (lo < k && static_cast<unsigned>(idx[lo]) == j) return outliers[i * k + lo];
         const unsigned m = j - lo;  // its place among the kept columns, < c
@@ -161,9 +181,9 @@ __global__ void group_dequantize_kernel(const std::uint8_t* blob, std::size_t ro
 
 // ---- Outlier channel selection. ----
 
-constexpr int kSumThreads = 256;     // 8 warps load a tile; warp 0 adds it
-constexpr int kSumCols = 32;         // columns per block: one per lane
-constexpr int kSumTileRows = 128;    // rows per shared-memory tile (two tiles: 32 KiB)
+constexpr int kSumThreads = 256;   // 8 warps load a tile; warp 0 adds it
+constexpr int kSumCols = 32;       // columns per block: one per lane
+constexpr int kSumTileRows = 128;  // rows per shared-memory tile (two tiles: 32 KiB)
 constexpr int kSumRowsPerThread = kSumTileRows / (kSumThreads / 32);
 
 // sums[j] = sum_i |x_ij| in double, adding rows in order 0, 1, ..., rows - 1 from 0.0: the CPU's
@@ -271,8 +291,10 @@ __global__ void outlier_select_kernel(double* sums, std::size_t cols, double z, 
         int chosen_here = 0;
         const std::size_t before = k + block_exclusive_scan(chosen ? 1 : 0, warp_totals, chosen_here);
         if (j < cols) {
-            if (chosen) indices[before] = static_cast<std::int32_t>(j);
-            else keep[j - before] = static_cast<std::int32_t>(j);
+            if (chosen)
+                indices[before] = static_cast<std::int32_t>(j);
+            else
+                keep[j - before] = static_cast<std::int32_t>(j);
         }
         k += chosen_here;
     }
@@ -285,11 +307,10 @@ __global__ void outlier_select_kernel(double* sums, std::size_t cols, double z, 
 template <bool kDeviceK, typename T>
 void launch_quantize(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols, int G,
                      const std::int32_t* keep, const BlobHeader& header, void* dst) {
-    ADACC_LAUNCH((group_quantize_kernel<kDeviceK, T>), row_blocks(rows), kRowThreads, 0, ctx.stream)(
-        src, rows, cols, G, keep, header, static_cast<std::uint8_t*>(dst));
+    ADACC_LAUNCH((group_quantize_kernel<kDeviceK, T>), row_blocks(rows), kRowThreads, 0, ctx.stream)
+    (src, rows, cols, G, keep, header, static_cast<std::uint8_t*>(dst));
     check_launch(kDeviceK ? "codec_compress (outlier_int4)" : "codec_compress (group_int4)");
 }
-
 
 }  // namespace
 
@@ -307,8 +328,8 @@ template <typename T>
 void decompress_group_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst) {
     check_columns(cols);
     if (rows == 0 || cols == 0) return;
-    ADACC_LAUNCH(group_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
-        static_cast<const std::uint8_t*>(blob), rows, cols, Codec::group_int4, dst);
+    ADACC_LAUNCH(group_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)
+    (static_cast<const std::uint8_t*>(blob), rows, cols, Codec::group_int4, dst);
     check_launch("codec_decompress (group_int4)");
 }
 
@@ -328,10 +349,11 @@ void compress_outlier_int4(const KernelContext& ctx, const T* src, std::size_t r
         throw std::invalid_argument("outlier_int4 compress needs codec_scratch_bytes() of scratch");
     auto* sums = static_cast<double*>(ctx.scratch);
     auto* keep = reinterpret_cast<std::int32_t*>(static_cast<std::uint8_t*>(ctx.scratch) + align64(8 * cols));
-    ADACC_LAUNCH(outlier_channel_sums_kernel<T>, ceil_div(cols, kSumCols), kSumThreads, 0, ctx.stream)(src, rows, cols, sums);
+    ADACC_LAUNCH(outlier_channel_sums_kernel<T>, ceil_div(cols, kSumCols), kSumThreads, 0, ctx.stream)
+    (src, rows, cols, sums);
     check_launch("codec_compress (outlier_int4 channel sums)");
-    ADACC_LAUNCH(outlier_select_kernel, 1, kSelectThreads, 0, ctx.stream)(
-        sums, cols, static_cast<double>(params.outlier_z), cap, keep, header, static_cast<std::uint8_t*>(dst));
+    ADACC_LAUNCH(outlier_select_kernel, 1, kSelectThreads, 0, ctx.stream)
+    (sums, cols, static_cast<double>(params.outlier_z), cap, keep, header, static_cast<std::uint8_t*>(dst));
     check_launch("codec_compress (outlier_int4 selection)");
     launch_quantize<true>(ctx, src, rows, cols, params.group_size, keep, header, dst);
 }
@@ -340,8 +362,8 @@ template <typename T>
 void decompress_outlier_int4(const KernelContext& ctx, const void* blob, std::size_t rows, std::size_t cols, T* dst) {
     check_columns(cols);
     if (rows == 0 || cols == 0) return;
-    ADACC_LAUNCH(group_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)(
-        static_cast<const std::uint8_t*>(blob), rows, cols, Codec::outlier_int4, dst);
+    ADACC_LAUNCH(group_dequantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)
+    (static_cast<const std::uint8_t*>(blob), rows, cols, Codec::outlier_int4, dst);
     check_launch("codec_decompress (outlier_int4)");
 }
 

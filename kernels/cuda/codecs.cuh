@@ -141,12 +141,60 @@ __device__ inline void zero_padding(std::uint8_t* blob, std::size_t offset, std:
 // What a blob that fails header_ok decodes to.
 __device__ inline float quiet_nan() { return nanf(""); }
 
+// Whether a row-major tensor's rows can be moved as packs: 16-byte aligned, cols a multiple of
+// the pack (so every row starts aligned).
+template <typename T>
+__host__ __device__ inline bool rows_packed(const T* p, std::size_t cols) {
+    return cols % kPack<T> == 0 && reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
 // The row walk of the dequantize kernels: dst[i][j] = decode(i, j) (an fp32 value, stored as T)
-// for rows [blockIdx.x, +gridDim.x, ...), a block's threads striding the row's columns.
+// for rows [blockIdx.x, +gridDim.x, ...), a block's threads taking packs of the row's columns
+// (128-bit stores where the rows are packed).
 template <typename T, typename Decode>
 __device__ inline void store_decoded_rows(T* dst, std::size_t rows, std::size_t cols, Decode decode) {
-    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x)
-        for (unsigned j = threadIdx.x; j < cols; j += blockDim.x) dst[i * cols + j] = from_f32<T>(decode(i, j));
+    constexpr int P = kPack<T>;
+    const bool packed = rows_packed(dst, cols);
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        T* row = dst + i * cols;
+        if (packed) {  // whole packs: one 128-bit store each
+            for (unsigned j = threadIdx.x * P; j < cols; j += blockDim.x * P) {
+                Pack<T> pack;
+                for (int e = 0; e < P; ++e) pack.v[e] = from_f32<T>(decode(i, j + e));
+                store_whole_pack(row + j, pack);
+            }
+        } else {
+            for (unsigned j = threadIdx.x; j < cols; j += blockDim.x) row[j] = from_f32<T>(decode(i, j));
+        }
+    }
+}
+
+// The code bytes of a row of c values x (the quantize kernels' second pass): a block's threads
+// take packs of kPack elements (an even number: kPack / 2 whole bytes), loaded as 128-bit packs
+// where `packed`, and code element e of value v as code(v, e). Byte b holds elements 2b, 2b + 1
+// (a last odd element's high nibble 0), as the CPU writes them: the pack changes the loads and
+// stores, never a byte.
+template <typename T, typename Code>
+__device__ inline void store_row_codes(std::uint8_t* row_codes, const T* x, unsigned c, bool packed, Code code) {
+    constexpr int P = kPack<T>, B = P / 2;  // B code bytes a pack: 4 (bf16) or 2 (fp32)
+    for (unsigned e = threadIdx.x * P; e < c; e += blockDim.x * P) {
+        float v[P];
+        load_pack(v, x, e, c, packed);
+        std::uint8_t bytes[B];
+        for (int h = 0; h < B; ++h) {
+            const unsigned a = e + 2 * h;
+            bytes[h] = pack_codes(a < c ? code(v[2 * h], a) : 0, a + 1 < c ? code(v[2 * h + 1], a + 1) : 0);
+        }
+        std::uint8_t* out = row_codes + e / 2;
+        if (e + P <= c && reinterpret_cast<std::uintptr_t>(out) % B == 0) {  // one 2- or 4-byte store
+            using Word = std::conditional_t<B == 4, std::uint32_t, std::uint16_t>;
+            Word word = 0;
+            for (int h = 0; h < B; ++h) word = static_cast<Word>(word | static_cast<Word>(bytes[h]) << (8 * h));
+            *reinterpret_cast<Word*>(out) = word;
+        } else {
+            for (int h = 0; h < B && e + 2 * h < c; ++h) out[h] = bytes[h];
+        }
+    }
 }
 
 }  // namespace adacc::cuda::codec_detail
