@@ -67,13 +67,20 @@ __device__ inline double block_sum_double(double v) {
     return warp_sum(v);
 }
 
-// partials[block] = sum of x[i]^2 over i = block * blockDim + thread + k * gridDim * blockDim.
-__global__ void norm_partial_kernel(double* partials, const float* x, long n) {
+// partials[block] = sum of x[i]^2 over the packs of 4 floats at i = 4 (block * blockDim +
+// thread + k * gridDim * blockDim), each pack's elements in order: 128-bit loads where x is
+// aligned, and an order that depends on n alone.
+__global__ void norm_partial_kernel(double* partials, const float* x, long n, bool aligned) {
+    constexpr int P = kPack<float>;
     double acc = 0.0;
-    const long stride = static_cast<long>(gridDim.x) * blockDim.x;
-    for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const double xi = x[i];
-        acc += xi * xi;
+    const long stride = static_cast<long>(gridDim.x) * blockDim.x * P;
+    for (long i = (static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x) * P; i < n; i += stride) {
+        float v[P];
+        load_pack(v, x, i, n, aligned);
+        for (int j = 0; j < P; ++j) {  // past n: 0, adds nothing
+            const double xi = v[j];
+            acc += xi * xi;
+        }
     }
     acc = block_sum_double(acc);
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
@@ -106,9 +113,9 @@ void adamw_update(const KernelContext& ctx, float* params, Act working, const fl
 void global_norm(const KernelContext& ctx, float* norm, const float* x, long n) {
     if ((kSumBlocks + 1) * sizeof(double) > ctx.reduction_scratch_bytes)
         throw std::invalid_argument("global_norm: the reduction scratch is too small");
-    const unsigned blocks = n == 0 ? 1u : std::min<unsigned>(ceil_div(n, kSumThreads), kSumBlocks);
+    const unsigned blocks = n == 0 ? 1u : std::min<unsigned>(ceil_div(n, kSumThreads * kPack<float>), kSumBlocks);
     double* partials = static_cast<double*>(ctx.reduction_scratch);
-    ADACC_LAUNCH(norm_partial_kernel, blocks, kSumThreads, 0, ctx.stream)(partials, x, n);
+    ADACC_LAUNCH(norm_partial_kernel, blocks, kSumThreads, 0, ctx.stream)(partials, x, n, packs_aligned({x}));
     check_launch("global_norm (partials)");
     ADACC_LAUNCH(norm_final_kernel, 1, kSumThreads, 0, ctx.stream)(norm, partials, static_cast<int>(blocks));
     check_launch("global_norm (final)");

@@ -21,10 +21,19 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void dropout_mask_kernel(unsigned char* mask, long n, float p, unsigned long long key) {
-    const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+// 16 mask bytes per thread, one 128-bit store where the mask is aligned and the pack whole.
+__global__ void dropout_mask_kernel(unsigned char* mask, long n, float p, unsigned long long key, bool aligned) {
+    constexpr int P = kPack<unsigned char>;
+    const long i = (static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x) * P;
     if (i >= n) return;
-    mask[i] = rng_uniform(key, static_cast<std::uint64_t>(i)) >= p ? 1 : 0;
+    Pack<unsigned char> bytes;
+    for (int j = 0; j < P; ++j)
+        bytes.v[j] = i + j < n && rng_uniform(key, static_cast<std::uint64_t>(i + j)) >= p ? 1 : 0;
+    if (aligned && i + P <= n) {
+        store_whole_pack(mask + i, bytes);
+    } else {
+        for (int j = 0; j < P && i + j < n; ++j) mask[i + j] = bytes.v[j];
+    }
 }
 
 // mask null: out = residual + inp. One pack of kPack elements per thread (cuda_common.cuh).
@@ -73,7 +82,8 @@ void launch_dropout_scale(const KernelContext& ctx, const char* kernel, Act out_
 
 void dropout_mask(const KernelContext& ctx, unsigned char* mask, long n, float p, unsigned long long key) {
     if (n == 0) return;
-    ADACC_LAUNCH(dropout_mask_kernel, ceil_div(n, kThreads), kThreads, 0, ctx.stream)(mask, n, p, key);
+    ADACC_LAUNCH(dropout_mask_kernel, ceil_div(n, kThreads * kPack<unsigned char>), kThreads, 0, ctx.stream)
+    (mask, n, p, key, packs_aligned({mask}));
     check_launch("dropout_mask");
 }
 

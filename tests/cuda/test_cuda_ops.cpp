@@ -1130,9 +1130,9 @@ std::vector<OpCase> optimizer_cases(DType a) {
     // The global norm: squares of floats are exact in double, so the two sums of n of them differ
     // only in the order of the additions, each within gamma_d(n) of the exact sum (relative: the
     // terms are positive), their square roots within gamma_d(n) / 2 + u_d; each then rounded to
-    // float (2^-24 of itself): 2^-23 + 2 gamma_d(n + 2) relative apart. 300001 elements: more than
-    // 1024 blocks of 256, so the first pass strides.
-    for (long n : {0L, 1L, 37L, 1000L, 300001L}) {
+    // float (2^-24 of itself): 2^-23 + 2 gamma_d(n + 2) relative apart. 1100001 elements: more than
+    // 1024 blocks of 256 threads of 4-float packs, so the first pass strides (and ends in a part pack).
+    for (long n : {0L, 1L, 37L, 1000L, 1100001L}) {
         OpCase c = op_case("global_norm n=" + std::to_string(n), a, {Kernel::global_norm},
                            {{Elem::f32, random_floats(n, 40 + n, -3.0f, 3.0f)}, {Elem::f32, {-1.0f}}});
         c.run = [n](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
