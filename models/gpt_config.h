@@ -22,6 +22,11 @@ inline constexpr std::int64_t kMaxParameters = std::int64_t{1} << 50;
 enum class AttentionImpl : std::uint8_t { materialized, fused, cudnn };
 // fused and cudnn: no attention matrices, att_lse saved (the block graph and planner treat them alike).
 constexpr bool is_flash_attention(AttentionImpl impl) { return impl != AttentionImpl::materialized; }
+// The attention that runs anywhere in place of `impl`: cuDNN's is the fused kernels' algorithm with
+// the same tensors, so the CPU (and any run that cannot use cuDNN's graphs) takes the fused ones.
+constexpr AttentionImpl portable_attention(AttentionImpl impl) {
+    return impl == AttentionImpl::cudnn ? AttentionImpl::fused : impl;
+}
 const char* attention_impl_name(AttentionImpl impl);
 std::vector<std::string> attention_impl_names();
 std::optional<AttentionImpl> parse_attention_impl(const std::string& name);

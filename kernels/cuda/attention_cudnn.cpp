@@ -40,6 +40,7 @@
 #include <unordered_map>
 
 #include "kernels/cuda/ops.h"
+#include "src/common/errors.h"
 
 namespace adacc::cuda {
 
@@ -276,6 +277,24 @@ BuiltGraph build_backward(cudnnHandle_t handle, const GraphKey& key) {
     }
 }
 
+// The workspace of `need` bytes for `key`'s graph. The memory accounting does not count it yet
+// (docs/design.md, 'Memory: arenas and accounting'), so a run planned to the device's edge can
+// fail here: that is the user's to fix, with less budget or batch.
+void allocate_workspace(DnnContext& dnn, std::size_t need, const GraphKey& key) {
+    if (cudaMalloc(&dnn.workspace, need) == cudaSuccess) {
+        dnn.workspace_bytes = need;
+        return;
+    }
+    cudaGetLastError();  // clear the error so later calls do not see it
+    std::size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    throw UserError("cuDNN's attention needs a workspace of " + std::to_string(need) + " bytes for its " + key.name() +
+                    ", and the GPU has " + std::to_string(free) +
+                    " bytes free: the memory accounting does not count cuDNN's workspace, so this run was planned "
+                    "too close to the device's memory; lower memory.budget or training.batch_size, or use "
+                    "model.attention = \"fused\"");
+}
+
 // The key's graph, built on first use; the workspace grown to what it needs.
 const BuiltGraph& graph_for(DnnContext& dnn, const GraphKey& key) {
     auto it = dnn.graphs.find(key);
@@ -287,8 +306,7 @@ const BuiltGraph& graph_for(DnnContext& dnn, const GraphKey& key) {
             if (dnn.workspace) check_cuda(cudaFree(dnn.workspace), "cudaFree (workspace)");
             dnn.workspace = nullptr;
             dnn.workspace_bytes = 0;
-            check_cuda(cudaMalloc(&dnn.workspace, need), "cudaMalloc of " + key.name() + "'s workspace");
-            dnn.workspace_bytes = need;
+            allocate_workspace(dnn, need, key);
         }
         it = dnn.graphs.emplace(key, std::move(built)).first;
     }

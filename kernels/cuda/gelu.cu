@@ -6,8 +6,8 @@
 #include <string>
 
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/gelu_math.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/gelu_math.h"
 
 namespace adacc::cuda {
 namespace {

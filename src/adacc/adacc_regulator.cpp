@@ -15,7 +15,10 @@ namespace adacc {
 
 Profile unit_batch_profile(const PlannedRun& run, const std::vector<int>& tokens) {
     const ProfileWeights source{nullptr, run.seed, run.stress};
-    return profile_block(run.model, 1, 1, run.seq_len, tokens, source, ComputeTarget{});
+    // On the CPU: cuDNN's attention is profiled as its fused twin, which saves the same tensors.
+    GPTConfig model = run.model;
+    model.attention = portable_attention(model.attention);
+    return profile_block(model, 1, 1, run.seq_len, tokens, source, ComputeTarget{});
 }
 
 int largest_planned_batch(const PlannedRun& run, const Profile& unit, const RegulatorOptions& options,

@@ -45,7 +45,7 @@ GPTModel GPTModel::for_inference(const GPTConfig& config, int B, int T, const Co
     // dropout they compute the same attention, on any device (the CPU has no cuDNN), and sampling's
     // growing lengths would each need a cuDNN graph of their own.
     GPTConfig inference = config;
-    if (inference.attention == AttentionImpl::cudnn) inference.attention = AttentionImpl::fused;
+    inference.attention = portable_attention(inference.attention);
     return GPTModel(inference, B, T, ActivationPlan(BlockGraph(inference, B, T), inference.n_layer), {},
                     ModelUse::inference, target);
 }
