@@ -53,6 +53,20 @@ TEST(DeviceMemory, CudaArenasFollowTheFormulas) {
     }
 }
 
+// Training with cuDNN's attention counts its workspace as the backend's: the deterministic
+// backward's bf16 B x H x T x T matrix (T = 1024 fills whole 64 x 128 tiles), 4 bytes per
+// (batch, head, position) and 256 bytes, as cuDNN asked on an H200 (kernels/cuda/device_sizes.h).
+TEST(DeviceMemory, CudnnAttentionsWorkspaceIsCountedInTraining) {
+    GPTConfig cfg = *gpt_preset("gpt-345m");
+    const std::size_t B = 8, T = 1024, H = cfg.n_head;
+    cfg.attention = AttentionImpl::fused;
+    const ModelMemory fused = memory_for_mode(cfg, B, T, MemoryMode::none, {Device::cuda, DType::bf16});
+    cfg.attention = AttentionImpl::cudnn;
+    const ModelMemory cudnn = memory_for_mode(cfg, B, T, MemoryMode::none, {Device::cuda, DType::bf16});
+    EXPECT_EQ(cudnn.backend - fused.backend, 2 * B * H * T * T + 4 * B * H * T + 256);
+    EXPECT_EQ(cudnn.total() - cudnn.backend, fused.total() - fused.backend) << "the same arenas otherwise";
+}
+
 // bf16 (CUDA's default dtype): the fp32 masters, gradients and AdamW state stay, a bf16 copy of
 // the weights joins them (2 bytes per parameter), and every activation element halves while
 // layernorm statistics (fp32) and dropout masks (bytes) stay. In keep-all (none) the tape holds,

@@ -39,6 +39,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "kernels/cuda/device_sizes.h"
 #include "kernels/cuda/ops.h"
 #include "src/common/errors.h"
 
@@ -277,9 +278,9 @@ BuiltGraph build_backward(cudnnHandle_t handle, const GraphKey& key) {
     }
 }
 
-// The workspace of `need` bytes for `key`'s graph. The memory accounting does not count it yet
-// (docs/design.md, 'Memory: arenas and accounting'), so a run planned to the device's edge can
-// fail here: that is the user's to fix, with less budget or batch.
+// The workspace of `need` bytes for `key`'s graph. The accounting reserves what cuDNN asked for on
+// an H200 (device_sizes.h: cudnn_attention_workspace_bytes), so this fails only when the device
+// is fuller than planned or a cuDNN asks for more: the user's to fix, with less budget or batch.
 void allocate_workspace(DnnContext& dnn, std::size_t need, const GraphKey& key) {
     if (cudaMalloc(&dnn.workspace, need) == cudaSuccess) {
         dnn.workspace_bytes = need;
@@ -288,10 +289,10 @@ void allocate_workspace(DnnContext& dnn, std::size_t need, const GraphKey& key) 
     cudaGetLastError();  // clear the error so later calls do not see it
     std::size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
+    const std::size_t reserved = cudnn_attention_workspace_bytes(key.B, key.H, key.T);
     throw UserError("cuDNN's attention needs a workspace of " + std::to_string(need) + " bytes for its " + key.name() +
-                    ", and the GPU has " + std::to_string(free) +
-                    " bytes free: the memory accounting does not count cuDNN's workspace, so this run was planned "
-                    "too close to the device's memory; lower memory.budget or training.batch_size, or use "
+                    " (the memory accounting reserved " + std::to_string(reserved) + "), and the GPU has " +
+                    std::to_string(free) + " bytes free; lower memory.budget or training.batch_size, or use " +
                     "model.attention = \"fused\"");
 }
 

@@ -161,7 +161,7 @@ public:
         return "cuDNN's fused attention runs bf16 activations only: use model.dtype = \"bf16\" (or \"auto\"), or "
                "model.attention = \"fused\"";
     }
-    std::size_t uncounted_library_bytes() const override { return cuda::dnn_device_bytes(dnn_); }
+    std::size_t library_bytes() const override { return cuda::dnn_device_bytes(dnn_); }
     // cuda_fixed_overhead's measurement (src/engine/device.h).
     std::size_t fixed_overhead() const { return fixed_overhead_; }
     std::size_t free_memory() const override {

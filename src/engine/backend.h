@@ -62,9 +62,9 @@ public:
     // Bytes this backend could still allocate (free device memory on a GPU), checked before a
     // model's arenas are allocated.
     virtual std::size_t free_memory() const = 0;
-    // Device memory a library has taken for itself since start-up that no arena counts (CUDA:
-    // cuDNN's attention workspace, sized by its first calls); 0 where there is none.
-    virtual std::size_t uncounted_library_bytes() const { return 0; }
+    // Device memory a library has taken for itself since start-up, outside the arenas (CUDA:
+    // cuDNN's attention workspace, sized by its first calls; ModelMemory::backend counts it).
+    virtual std::size_t library_bytes() const { return 0; }
     // A timer for up to `max_intervals` intervals between take_ms calls (more is a logic_error).
     virtual std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) = 0;
     // Starts the in-place sums of `pieces` (this backend's memory) over the job's ranks

@@ -61,8 +61,8 @@ struct ComputeTarget {
 // the kernels it has loaded, and cuBLASLt's handle. Where there is a GPU it is measured once, when
 // the CUDA backend starts (src/cuda/cuda_backend.cpp: the memory in use then, less the backend's
 // own buffers; on a GPU shared with another process, that process's memory too). Elsewhere it is
-// kCudaContextEstimateBytes. Not in it: cuDNN's handle and workspace and NCCL's buffers, made by
-// their first call (docs/design.md, 'Memory: arenas and accounting').
+// kCudaContextEstimateBytes. Not in it: cuDNN's workspace (ModelLayout counts it per model) and
+// NCCL's buffers, made by their first call (docs/design.md, 'Memory: arenas and accounting').
 struct CudaFixedOverhead {
     std::size_t bytes = 0;
     bool measured = false;  // false: the estimate

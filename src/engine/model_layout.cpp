@@ -5,12 +5,20 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/device_sizes.h"
 #include "src/common/units.h"
 #include "src/dist/process_group.h"
 
 namespace adacc {
 
 namespace {
+// What a library's kernels take beside the arenas for this model: cuDNN's attention workspace
+// when training with it (inference runs the fused kernels: GPTModel::for_inference).
+std::size_t library_workspace_bytes(const GPTConfig& config, int B, int T, ModelUse use) {
+    if (use != ModelUse::training || config.attention != AttentionImpl::cudnn) return 0;
+    return cuda::cudnn_attention_workspace_bytes(static_cast<std::size_t>(B), static_cast<std::size_t>(config.n_head),
+                                                 static_cast<std::size_t>(T));
+}
 
 constexpr std::size_t kAlign = 64;  // every tape slot and workspace buffer starts on a cache line
 
@@ -160,7 +168,7 @@ ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const Activation
     const std::size_t span = training ? sharded_span(params, traits.optimizer_shards) : params;
     memory_.parameters = (masters_sharded() ? shard : span) * sizeof(float);  // whole ones all-gathered: padded
     memory_.working_weights = span * traits.working_weight_bytes;
-    memory_.backend = traits.resident_bytes;
+    memory_.backend = traits.resident_bytes + library_workspace_bytes(config, B, T, use);
     memory_.gradients = training ? span * sizeof(float) : 0;
     memory_.optimizer_state = training ? 2 * shard * sizeof(float) : 0;
     if (training) {

@@ -29,7 +29,9 @@ struct ModelMemory {
     std::size_t transients = 0;       // workspace: op outputs no backward needs, backward's gradient buffers
     std::size_t logits = 0;           // workspace: logits / dlogits (N x Vp), per-token losses, the loss and norm
                                       // scalars (and staged tokens)
-    std::size_t backend = 0;          // the backend's own fixed memory (DeviceTraits::resident_bytes; 0 on the CPU)
+    // The backend's own memory: DeviceTraits::resident_bytes (0 on the CPU) and, training with
+    // cuDNN's attention, its workspace (kernels/cuda/device_sizes.h).
+    std::size_t backend = 0;
     std::size_t workspace() const { return materialize + transients + logits; }
     std::size_t static_bytes() const { return parameters + working_weights + gradients + optimizer_state; }
     std::size_t total() const { return static_bytes() + tape + workspace() + backend; }

@@ -336,10 +336,10 @@ void Trainer::report_memory_use() {
     } else {
         const std::uint64_t total = cuda_device_info().total_memory, free = model_->backend().free_memory();
         const std::uint64_t in_use = total > free ? total - free : 0;
-        const std::size_t library = model_->backend().uncounted_library_bytes();
+        const std::size_t library = model_->backend().library_bytes();
         std::printf(
-            "memory: accounted %s, the device's memory in use %s (cudaMemGetInfo; beside the accounted it holds "
-            "cuDNN's workspace %s and NCCL's buffers, and any other process's memory)\n",
+            "memory: accounted %s, the device's memory in use %s (cudaMemGetInfo; of it cuDNN's workspace %s, "
+            "counted; NCCL's buffers and any other process's memory are not)\n",
             format_bytes(accounted).c_str(), format_bytes(in_use).c_str(), format_bytes(library).c_str());
     }
 }

@@ -12,12 +12,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/device_sizes.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/rng.h"
 #include "src/cuda/cuda_device.h"
@@ -252,6 +254,26 @@ TEST(CudnnAttention, MatchesTheFusedCpuKernelInBf16) {
         EXPECT_TRUE(all_within(got.dqkv, ref.dqkv, L.dqkv)) << describe(s, 0) << ": dqkv";
     }
     std::printf("%s", graphs_built(ctx).c_str());
+}
+
+// The workspace cuDNN's graphs grow to is at most what the memory accounting reserves for the shape
+// (kernels/cuda/device_sizes.h), on the table's shapes and a gpt-117m-like one at T = 1024 where
+// the B H T^2 term dominates; each shape in a context of its own, whose workspace is that shape's.
+TEST(CudnnAttention, TheWorkspaceIsWithinWhatTheAccountingReserves) {
+    ADACC_REQUIRE_CUDNN();
+    std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+    shapes.push_back({4, 1024, 768, 12});
+    for (const Shape& s : shapes) {
+        CudaTestContext ctx;
+        const std::size_t N = std::size_t(s.B) * s.T;
+        const auto qkv = representable<bf16>(random_floats(N * 3 * s.C, 11, -2.0f, 2.0f));
+        const auto dy = representable<bf16>(random_floats(N * s.C, 12));
+        run_cudnn(ctx, s, qkv, dy, std::vector<float>(N * s.C), std::vector<float>(N * s.NH), 0.0f, 0);
+        const std::size_t used = cuda::dnn_device_bytes(static_cast<const cuda::DnnContext*>(ctx.get().dnn));
+        const std::size_t reserved = cuda::cudnn_attention_workspace_bytes(s.B, s.NH, s.T);
+        EXPECT_LE(used, reserved) << describe(s, 0) << "\n" << graphs_built(ctx);
+        std::printf("%s: workspace %zu bytes, reserved %zu\n", describe(s, 0).c_str(), used, reserved);
+    }
 }
 
 // The same key gives the same bytes (forward: a recomputed atty equals the saved one; backward with
