@@ -88,7 +88,10 @@ void run_memory(MemoryArgs& args) {
     std::printf(
         "\ntape: saved activations (kept / compressed at their bound / nothing when recomputed); "
         "materialize: full-size buffers for what is decompressed or recomputed; transients: op outputs "
-        "backward does not need and backward's gradient buffers%s\n",
+        "backward does not need and backward's gradient buffers%s%s\n",
+        target.device == Device::cuda ? "; backend: its fixed memory (above) and, training with cuDNN's attention, "
+                                        "cuDNN's workspace"
+                                      : "",
         budget ? "; max_batch: largest batch whose total fits the budget (planned modes: the largest the "
                  "planner fits, from the profiler's slice at batch 1)"
                : "");
