@@ -88,6 +88,17 @@ case "$1" in
   *) usage ;;
 esac
 
+# GPU_CHECK_STEPS names steps of this call only: a misspelt one would skip everything and pass.
+if [ -n "${GPU_CHECK_STEPS:-}" ]; then
+  for wanted in ${GPU_CHECK_STEPS//,/ }; do
+    if [[ " $(plan_of "$CALL" | sed 's/:[0-9]*//g') " != *" $wanted "* ]]; then
+      echo "gpu_check: GPU_CHECK_STEPS names '$wanted', which is not a step of call $CALL;" \
+        "its steps: $(plan_of "$CALL" | sed 's/:[0-9]*//g')" >&2
+      exit 2
+    fi
+  done
+fi
+
 # ---------------------------------------------------------------------------------------------
 # Where things are.
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -544,7 +555,7 @@ step_max_batch_4_7b() {
   # and kernels: about 20 MiB at gpt-345m on an H200).
   BUDGET_4_7B_MIB=$((free - 1024))
   run_timed "$log" "$(rest "$1" "$probe")" "${LINEBUF[@]}" "$BIN/adacc" memory --config "$CONFIGS/gpt-4.7b.toml" \
-    --device cuda --set training.seq_len=1024 --set model.attention=$ATTENTION_4_7B --modes none,full,selective,quant,adacc \
+    --device cuda --set training.seq_len=1024 --set "model.attention=$ATTENTION_4_7B" --modes none,full,selective,quant,adacc \
     --memory-budget "${BUDGET_4_7B_MIB}MiB"
   judge "$log"
   BATCH_4_7B="$(awk '$1 == "adacc" && $NF ~ /^[0-9]+$/ {print $NF}' "$log" | tail -1)"
@@ -608,7 +619,7 @@ step_adacc_4_7b() {
   if [ "$batch" = 0 ]; then STATUS=FAIL NOTE="no adacc batch of gpt-4.7b fits ${budget} MiB"; return; fi
   if [ -z "$batch" ]; then batch=32 NOTE="no batch from max_batch_4.7b: batch 32"; fi
   run_timed "$log" "$(rest "$1" "$SHARD_S")" "${LINEBUF[@]}" "$BIN/adacc" compare --config "$CONFIGS/gpt-4.7b.toml" \
-    --device cuda "${DATA_SETS[@]}" --set model.attention=$ATTENTION_4_7B --modes adacc --batch "$batch" --steps 2 --warmup 1 \
+    --device cuda "${DATA_SETS[@]}" --set "model.attention=$ATTENTION_4_7B" --modes adacc --batch "$batch" --steps 2 --warmup 1 \
     --memory-budget "${budget}MiB" --no-fidelity
   judge "$log"
   NOTE="${NOTE:+$NOTE; }batch $batch in ${budget} MiB, $ATTENTION_4_7B attention"
