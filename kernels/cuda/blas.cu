@@ -120,9 +120,15 @@ void make_layout(Layout& layout, cudaDataType_t type, long rows, long cols, long
     }
 }
 
+// One attribute of a matmul descriptor; `call` names it in the error.
+template <typename V>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value, const char* what,
+              const char* call) {
+    check_blas(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what, call);
+}
+
 void set_bias(cublasLtMatmulDesc_t desc, const void* bias, const char* what) {
-    check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), what,
-               "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+    set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, what, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
 }
 
 void set_alignment(const Preference& pref, cublasLtMatmulPreferenceAttributes_t attr, std::uint32_t bytes,
@@ -145,8 +151,8 @@ const void* heuristic_aux(const void* aux, std::uint32_t align) {
 }
 
 void set_aux(cublasLtMatmulDesc_t desc, const void* aux, const char* what) {
-    check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)), what,
-               "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, what,
+             "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
 }
 
 // The epilogue of a bias (or none) and a GELU mode.
@@ -212,33 +218,27 @@ GemmPlans::Plan make_plan(const BlasContext& blas, const GemmShape& s, const Gem
     // cuBLASLt's first operand is our B, its second our A (see the top of the file).
     const std::int32_t op_first = b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
     const std::int32_t op_second = a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check_blas(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)),
-               what, "cublasLtMatmulDescSetAttribute(TRANSA)");
-    check_blas(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)),
-               what, "cublasLtMatmulDescSetAttribute(TRANSB)");
+    set_desc(desc.handle, CUBLASLT_MATMUL_DESC_TRANSA, op_first, what, "cublasLtMatmulDescSetAttribute(TRANSA)");
+    set_desc(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB, op_second, what, "cublasLtMatmulDescSetAttribute(TRANSB)");
     const std::uint32_t epilogue = epilogue_of(bias != nullptr, gelu.mode);
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
-        check_blas(
-            cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
-            what, "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+        set_desc(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, what,
+                 "cublasLtMatmulDescSetAttribute(EPILOGUE)");
     if (bias) {
         // Its type is D's, said explicitly; its pointer is set again on every call (gemm below).
         const std::int32_t bias_type = out_type;
-        check_blas(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                  sizeof(bias_type)),
-                   what, "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+        set_desc(desc.handle, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type, what,
+                 "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
         set_bias(desc.handle, bias, what);
     }
     if (gelu.mode != GeluEpilogue::none) {
         // aux is D's type, said explicitly; its pointer too is set again on every call.
         const std::int64_t aux_ld = gelu.ld;
         const std::int32_t aux_type = out_type;
-        check_blas(
-            cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
-            what, "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
-        check_blas(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
-                                                  sizeof(aux_type)),
-                   what, "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_DATA_TYPE)");
+        set_desc(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld, what,
+                 "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
+        set_desc(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, aux_type, what,
+                 "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_DATA_TYPE)");
         set_aux(desc.handle, heuristic_aux(gelu.aux, align.aux), what);
     }
 
