@@ -13,6 +13,8 @@ inline constexpr std::size_t kBlasWorkspaceBytes = std::size_t{32} << 20;
 // gradient norm): partial sums of row groups, summed in a fixed order by a second kernel. The
 // encoder backward's sort of positions by token (CUB's buffers) uses it too, in chunks that fit.
 inline constexpr std::size_t kReductionScratchBytes = std::size_t{16} << 20;
+// The backend's own buffers, both allocated when it starts.
+inline constexpr std::size_t kBackendBufferBytes = kBlasWorkspaceBytes + kReductionScratchBytes;
 // Row groups a reduction splits N rows into; fewer when OC x groups floats exceed the scratch.
 inline constexpr int kReductionRowGroups = 64;
 

@@ -198,8 +198,8 @@ private:
     std::size_t measure_fixed_overhead() const {
         std::size_t free = 0, total = 0;
         check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-        const std::size_t in_use = total - free, own = cuda::kBlasWorkspaceBytes + cuda::kReductionScratchBytes;
-        return in_use > own ? in_use - own : 0;
+        const std::size_t in_use = total - free;
+        return in_use > cuda::kBackendBufferBytes ? in_use - cuda::kBackendBufferBytes : 0;
     }
     static bool is_cudnn_kernel(Kernel kernel) {
         return kernel == Kernel::attention_cudnn_forward || kernel == Kernel::attention_cudnn_backward;
