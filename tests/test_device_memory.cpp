@@ -93,6 +93,37 @@ TEST(DeviceMemory, Bf16ArenasFollowTheFormulas) {
     }
 }
 
+// A job of several ranks holds NCCL's communicator on each GPU: its buffers count in the backend's
+// fixed memory, measured when training starts where there is a GPU, else the estimate: NCCL's
+// default buffer per connection and protocol (Simple 4 MiB = 4,194,304 bytes, LL128 4,915,200, LL
+// 524,288: 9,633,792 bytes), times 32 channels of two connections. One rank has no collectives.
+TEST(DeviceMemory, NcclBuffersCountInAJobOfSeveralRanks) {
+    EXPECT_EQ(kNcclConnectionBytes, 9633792u);
+    EXPECT_EQ(kNcclBuffersEstimateBytes, 64u * 9633792u);
+    const DeviceTraits one = device_traits({Device::cuda, DType::bf16, 1, 1});
+    EXPECT_EQ(one.collectives.bytes, 0u);
+    for (const int shards : {1, 2}) {
+        const DeviceTraits two = device_traits({Device::cuda, DType::bf16, shards, 2});
+        EXPECT_EQ(two.resident_bytes - one.resident_bytes, two.collectives.bytes);
+        if (!cuda_device_info().available) {
+            EXPECT_FALSE(two.collectives.measured);
+            EXPECT_EQ(two.collectives.bytes, kNcclBuffersEstimateBytes);
+        }
+    }
+    EXPECT_EQ(device_traits({Device::cpu, DType::f32, 1, 2}).resident_bytes, 0u) << "MPI's buffers are host memory";
+
+    const auto r = run_adacc(std::string("memory --device cuda --world-size 2 --config ") + ADACC_SOURCE_DIR +
+                             "/configs/gpt-345m.toml --set training.batch_size=8");
+    ASSERT_EQ(r.status, 0) << r.output;
+    if (!cuda_device_info().available) {
+        EXPECT_NE(r.output.find("backend fixed memory 1.12 GiB (cuBLASLt workspace, reduction scratch, the CUDA "
+                                "context 512.00 MiB estimated: no GPU here to measure it, NCCL's buffers 588.00 MiB "
+                                "estimated: training measures them at start-up)"),
+                  std::string::npos)
+            << r.output;
+    }
+}
+
 TEST(DeviceMemory, MemoryCommandPrintsDeviceArenasWithoutAGpu) {
     // --device cuda alone is bf16 (model.dtype = auto); --dtype fp32 is CUDA's exact mode.
     for (const DType dtype : {DType::bf16, DType::f32})

@@ -852,7 +852,7 @@ void resolve_default_attention(RunConfig& config) {
 
 ComputeTarget compute_target(const RunConfig& config, int world_size) {
     const Device device = parse_device(config.training.device);
-    return {device, resolve_model_dtype(config.dtype, device), config.training.zero ? world_size : 1};
+    return {device, resolve_model_dtype(config.dtype, device), config.training.zero ? world_size : 1, world_size};
 }
 
 std::uint64_t budget_bytes(const MemorySection& memory) {

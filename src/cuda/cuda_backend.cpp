@@ -5,8 +5,10 @@
 // without a GPU.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -164,6 +166,21 @@ public:
     std::size_t library_bytes() const override { return cuda::dnn_device_bytes(dnn_); }
     // cuda_fixed_overhead's measurement (src/engine/device.h).
     std::size_t fixed_overhead() const { return fixed_overhead_; }
+    // NCCL's communicator, measured as the device memory in use after making it less before. Every
+    // rank then counts the largest rank's, and the largest rank's context too, so the ranks' totals,
+    // budgets and plans agree (a planned mode's plan is the job's: each rank solves the same MILP).
+    void start_collectives() override {
+        synchronize();
+        const std::size_t before = memory_in_use();
+#ifndef ADACC_SIMT_EMULATION  // the emulation has no NCCL: nothing to make
+        nccl_start();
+#endif
+        const std::size_t after = memory_in_use();
+        collectives_bytes_ = all_reduce_max(std::uint64_t{after > before ? after - before : 0});
+        fixed_overhead_ = all_reduce_max(std::uint64_t{fixed_overhead_});
+    }
+    // cuda_collectives_overhead's measurement; none before start_collectives.
+    std::optional<std::size_t> collectives_bytes() const { return collectives_bytes_; }
     std::size_t free_memory() const override {
         std::size_t free = 0, total = 0;
         check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -193,12 +210,15 @@ public:
 #endif
 
 private:
-    // The device memory in use now, less this backend's own buffers: the context, its loaded
-    // kernels and cuBLASLt's handle (cudaMemGetInfo cannot be asked before the context exists).
-    std::size_t measure_fixed_overhead() const {
+    static std::size_t memory_in_use() {
         std::size_t free = 0, total = 0;
         check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-        const std::size_t in_use = total - free;
+        return total - free;
+    }
+    // The device memory in use now, less this backend's own buffers: the context, its loaded
+    // kernels and cuBLASLt's handle (cudaMemGetInfo cannot be asked before the context exists).
+    static std::size_t measure_fixed_overhead() {
+        const std::size_t in_use = memory_in_use();
         return in_use > cuda::kBackendBufferBytes ? in_use - cuda::kBackendBufferBytes : 0;
     }
     static bool is_cudnn_kernel(Kernel kernel) {
@@ -225,6 +245,7 @@ private:
     cuda::DnnContext* dnn_ = nullptr;  // null without cuDNN
     void* reduction_scratch_ = nullptr;
     std::size_t fixed_overhead_ = 0;
+    std::optional<std::size_t> collectives_bytes_;
 };
 
 }  // namespace
@@ -266,13 +287,21 @@ CudaBackend& the_cuda_backend() {
 Backend& cuda_backend() { return the_cuda_backend(); }
 
 // Measured by starting the backend where there is a GPU (the run will start it anyway), else the
-// estimate; asked once, as every total of the process must count the same.
+// estimate. The measurement changes once, when start_collectives makes the ranks agree on it,
+// before any total is taken.
 CudaFixedOverhead cuda_fixed_overhead() {
-    static const CudaFixedOverhead overhead = [] {
-        if (!cuda_device_info().available) return CudaFixedOverhead{kCudaContextEstimateBytes, false};
-        return CudaFixedOverhead{the_cuda_backend().fixed_overhead(), true};
-    }();
-    return overhead;
+    static const bool gpu = cuda_device_info().available;
+    if (!gpu) return {kCudaContextEstimateBytes, false};
+    return {the_cuda_backend().fixed_overhead(), true};
+}
+
+CudaFixedOverhead cuda_collectives_overhead(int world_size) {
+    if (world_size <= 1) return {};
+    static const bool gpu = cuda_device_info().available;
+    if (gpu)
+        if (const std::optional<std::size_t> measured = the_cuda_backend().collectives_bytes())
+            return {*measured, true};
+    return {kNcclBuffersEstimateBytes, false};
 }
 
 }  // namespace adacc

@@ -3,8 +3,11 @@
 // stream, and ZeRO-1's all-gather of the updated weights on its compute stream.
 // libnccl is opened at run time (dlopen): it is large and not every GPU machine has it, so a
 // machine without it still runs everything, and the process group then sums through host memory
-// (src/dist/process_group.cpp). The communicator is made on first use: rank 0's unique id goes to
-// every rank through MPI (broadcast_bytes), then ncclCommInitRank. Every collective is handed to
+// (src/dist/process_group.cpp). The communicator is made at training's start (nccl_start), or else
+// on first use: rank 0's unique id goes to every rank through MPI (broadcast_bytes), then
+// ncclCommInitRank, with every connection made then, so its buffers can be measured (NCCL 2.22 and
+// later connect lazily, at the first collective that needs a connection, unless
+// NCCL_RUNTIME_CONNECT=0; a value the environment sets is kept). Every collective is handed to
 // a watchdog (src/dist/collective_watchdog.h) with an event recorded after it: one that does not
 // finish within training.collective_timeout_s aborts the communicator and ends the job.
 #include "src/cuda/nccl_collectives.h"
@@ -12,6 +15,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -66,6 +70,7 @@ void check(const NcclLibrary& nccl, ncclResult_t status, const char* what) {
 // The job's communicator (one per process: one GPU per rank), made on first use.
 ncclComm_t job_communicator(const NcclLibrary& nccl) {
     static ncclComm_t comm = [&] {
+        setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);  // before NCCL reads its settings
         const ProcessGroup& group = process_group();
         ncclUniqueId id{};
         if (group.is_root()) check(nccl, nccl.get_unique_id(&id), "ncclGetUniqueId");
@@ -114,6 +119,12 @@ std::string named(const char* collective, std::size_t count) {
 }  // namespace
 
 bool nccl_available() { return nccl_library() != nullptr; }
+
+bool nccl_start() {
+    const NcclLibrary* nccl = nccl_library();
+    if (nccl) job_communicator(*nccl);
+    return nccl != nullptr;
+}
 
 bool nccl_sums(std::span<const SumPiece> pieces, cudaStream_t stream) {
     const NcclLibrary* nccl = nccl_library();

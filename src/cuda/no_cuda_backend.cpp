@@ -24,4 +24,9 @@ Backend& cuda_backend() { throw UserError(std::string("--device cuda: ") + kNoCu
 
 CudaFixedOverhead cuda_fixed_overhead() { return {kCudaContextEstimateBytes, false}; }
 
+CudaFixedOverhead cuda_collectives_overhead(int world_size) {
+    if (world_size <= 1) return {};
+    return {kNcclBuffersEstimateBytes, false};
+}
+
 }  // namespace adacc

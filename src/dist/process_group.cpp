@@ -158,6 +158,10 @@ void leave_process_group() {
 
 const ProcessGroup& process_group() { return group; }
 
+void start_collectives(Backend& backend) {
+    if (group.world_size > 1) backend.start_collectives();
+}
+
 void start_sums(Backend& backend, std::span<const SumPiece> pieces) {
     if (group.world_size == 1 || pieces.empty()) return;
 #ifdef ADACC_HAVE_MPI
@@ -222,6 +226,13 @@ void all_reduce_sum(double* values, std::size_t count) {
 int all_reduce_max(int value) {
 #ifdef ADACC_HAVE_MPI
     if (group.world_size > 1) MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+#endif
+    return value;
+}
+
+std::uint64_t all_reduce_max(std::uint64_t value) {
+#ifdef ADACC_HAVE_MPI
+    if (group.world_size > 1) MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
 #endif
     return value;
 }

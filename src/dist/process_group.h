@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -33,6 +34,11 @@ void join_process_group(int* argc, char*** argv);
 void leave_process_group();
 const ProcessGroup& process_group();
 
+// Makes the backend's communicator over the job's ranks (NCCL's on a GPU) at start-up, so its
+// buffers are measured and counted before any memory check (src/engine/device.h:
+// cuda_collectives_overhead) instead of appearing with the first gradient sum. A collective: every
+// rank calls it at the same point, once (Trainer's start, after the ranks agreed). Free at world size 1.
+void start_collectives(Backend& backend);
 // Starts the in-place sums of `pieces` (in `backend`'s memory; SumPiece: into every rank, or into
 // one) over the ranks without waiting for them: with the backend's own collectives where it has
 // them (NCCL on a second stream, after what is queued so far), else MPI's non-blocking ones
@@ -47,6 +53,7 @@ void finish_sums(Backend& backend);
 // Host values, in place.
 void all_reduce_sum(double* values, std::size_t count);
 int all_reduce_max(int value);
+std::uint64_t all_reduce_max(std::uint64_t value);
 // `bytes` of host memory at `data` from rank `root` to every rank.
 void broadcast_bytes(void* data, std::size_t bytes, int root);
 // Rank `root`'s `text` to every rank (its length first: the other ranks cannot know it).

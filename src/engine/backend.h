@@ -67,6 +67,10 @@ public:
     virtual std::size_t library_bytes() const { return 0; }
     // A timer for up to `max_intervals` intervals between take_ms calls (more is a logic_error).
     virtual std::unique_ptr<IntervalTimer> make_interval_timer(std::size_t max_intervals) = 0;
+    // Makes its collective library's communicator over the job's ranks now, with every connection
+    // (src/dist/process_group.h: start_collectives, which every rank calls at the same point), and
+    // measures the memory it took; a no-op where the process group sums through host memory.
+    virtual void start_collectives() {}
     // Starts the in-place sums of `pieces` (this backend's memory) over the job's ranks
     // (src/dist/process_group.h: start_sums) with a collective library of its own (NCCL on a GPU),
     // after everything queued so far but beside what is queued after it; false, doing nothing,

@@ -59,7 +59,8 @@ DeviceTraits device_traits(const ComputeTarget& target) {
     if (target.device == Device::cuda) {
         traits.stage_tokens = true;
         traits.context = cuda_fixed_overhead();
-        traits.resident_bytes = cuda::kBackendBufferBytes + traits.context.bytes;
+        traits.collectives = cuda_collectives_overhead(target.world_size);
+        traits.resident_bytes = cuda::kBackendBufferBytes + traits.context.bytes + traits.collectives.bytes;
     }
     traits.activation = target.activation;
     traits.working_weight_bytes = target.activation == DType::f32 ? 0 : dtype_size(target.activation);

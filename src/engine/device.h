@@ -46,15 +46,16 @@ const char* model_dtype_name(DType dtype);
 // when the name is unknown or the device does not run that dtype.
 DType resolve_model_dtype(const std::string& name, Device device);
 
-// Where a model runs: the device, the activations' dtype (what sizes every arena) and how many
-// data-parallel ranks share its AdamW state (ZeRO-1; 1: it holds all of it). From a bare
-// Device, fp32 and unshared.
+// Where a model runs: the device, the activations' dtype (what sizes every arena), how many
+// data-parallel ranks share its AdamW state (ZeRO-1; 1: it holds all of it) and how many ranks the
+// job has (whose collectives hold buffers of their own on a GPU). From a bare Device, fp32, one rank.
 struct ComputeTarget {
-    ComputeTarget(Device d = Device::cpu, DType a = DType::f32, int shards = 1)
-        : device(d), activation(a), optimizer_shards(shards) {}
+    ComputeTarget(Device d = Device::cpu, DType a = DType::f32, int shards = 1, int ranks = 1)
+        : device(d), activation(a), optimizer_shards(shards), world_size(ranks) {}
     Device device;
     DType activation;
     int optimizer_shards;
+    int world_size;
 };
 
 // The device memory a CUDA process holds beyond what it allocates itself: the CUDA context with
@@ -62,7 +63,7 @@ struct ComputeTarget {
 // the CUDA backend starts (src/cuda/cuda_backend.cpp: the memory in use then, less the backend's
 // own buffers; on a GPU shared with another process, that process's memory too). Elsewhere it is
 // kCudaContextEstimateBytes. Not in it: cuDNN's workspace (ModelLayout counts it per model) and
-// NCCL's buffers, made by their first call (docs/design.md, 'Memory: arenas and accounting').
+// NCCL's buffers (cuda_collectives_overhead). docs/design.md, 'Memory: arenas and accounting'.
 struct CudaFixedOverhead {
     std::size_t bytes = 0;
     bool measured = false;  // false: the estimate
@@ -72,13 +73,28 @@ CudaFixedOverhead cuda_fixed_overhead();
 // rounded up. README's GPU section has the measurement.
 inline constexpr std::size_t kCudaContextEstimateBytes = std::size_t{512} << 20;
 
+// The device memory NCCL's communicator holds in a job of `world_size` ranks: its buffers for every
+// connection, which training makes when it starts (src/dist/process_group.h: start_collectives, on
+// every rank at the same point) and measures around it; every rank counts the largest rank's. None
+// at world size 1 (no collectives) or without libnccl (the sums then go through host memory).
+// Before that start, or with no GPU, kNcclBuffersEstimateBytes.
+CudaFixedOverhead cuda_collectives_overhead(int world_size);
+// NCCL's default buffers per connection, one per protocol: Simple's 4 MiB (NCCL_BUFFSIZE), LL128's
+// 120 x 640 x 8 steps x 8 bytes and LL's 8 x 512 x 8 steps x 16 bytes.
+inline constexpr std::size_t kNcclConnectionBytes = (std::size_t{4} << 20) + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16;
+// The estimate, not a measurement: 32 channels (NVLink's usual count; PCIe machines run fewer),
+// each receiving on a ring's and a tree's connection (588 MiB). NVLink SHARP (NVLS) on NVSwitch
+// machines adds buffers of its own; the measurement at start-up counts what there is.
+inline constexpr std::size_t kNcclBuffersEstimateBytes = 32 * 2 * kNcclConnectionBytes;
+
 // What memory accounting needs to know about a target's backend.
 struct DeviceTraits {
     bool stage_tokens = false;  // token ids are copied into the workspace (the host cannot address it)
-    // The backend's fixed memory (CUDA: cuBLASLt's workspace, the reduction scratch and the
-    // context's fixed overhead; 0 on the CPU), and the context's part of it.
+    // The backend's fixed memory (CUDA: cuBLASLt's workspace, the reduction scratch, the context's
+    // fixed overhead and NCCL's buffers; 0 on the CPU), and the context's and NCCL's parts of it.
     std::size_t resident_bytes = 0;
     CudaFixedOverhead context;
+    CudaFixedOverhead collectives;
     DType activation = DType::f32;  // element type of activations and matmul inputs
     // Bytes per parameter of the working copy that forward and backward read beside the fp32
     // masters (bf16: 2; fp32: 0, the masters are the working weights). Masters, gradients, AdamW m

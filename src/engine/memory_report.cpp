@@ -153,12 +153,16 @@ namespace {
 // start-up)", or nothing where the backend holds none (the CPU).
 std::string backend_words(const DeviceTraits& t) {
     if (!t.resident_bytes) return {};
-    std::string context;
+    std::string measured;  // the parts measured, or estimated
     if (t.context.bytes)
-        context = ", the CUDA context " + format_bytes(t.context.bytes) +
-                  (t.context.measured ? " measured at start-up" : " estimated: no GPU here to measure it");
+        measured = ", the CUDA context " + format_bytes(t.context.bytes) +
+                   (t.context.measured ? " measured at start-up" : " estimated: no GPU here to measure it");
+    if (t.collectives.bytes)
+        measured +=
+            ", NCCL's buffers " + format_bytes(t.collectives.bytes) +
+            (t.collectives.measured ? " measured at start-up" : " estimated: training measures them at start-up");
     return "; backend fixed memory " + format_bytes(t.resident_bytes) + " (cuBLASLt workspace, reduction scratch" +
-           context + ")";
+           measured + ")";
 }
 }  // namespace
 

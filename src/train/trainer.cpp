@@ -52,7 +52,8 @@ Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::p
     // before the run folder is touched.
     if (const MemoryMode mode = parse_memory_mode(config_.memory.mode); is_planned(mode))
         regulator_options(config_, mode);
-    backend_for(target_.device);
+    // NCCL's communicator, made here on every rank so its buffers count in every check below.
+    start_collectives(backend_for(target_.device));
     // The run folder is rank 0's: the other ranks of a data-parallel job write nothing there.
     const bool root = process_group().is_root();
     if (root) create_run_folder(run_dir_);
@@ -337,10 +338,12 @@ void Trainer::report_memory_use() {
         const std::uint64_t total = cuda_device_info().total_memory, free = model_->backend().free_memory();
         const std::uint64_t in_use = total > free ? total - free : 0;
         const std::size_t library = model_->backend().library_bytes();
+        const std::size_t nccl = cuda_collectives_overhead(target_.world_size).bytes;
         std::printf(
-            "memory: accounted %s, the device's memory in use %s (cudaMemGetInfo; of it cuDNN's workspace %s, "
-            "counted; NCCL's buffers and any other process's memory are not)\n",
-            format_bytes(accounted).c_str(), format_bytes(in_use).c_str(), format_bytes(library).c_str());
+            "memory: accounted %s, the device's memory in use %s (cudaMemGetInfo; of it cuDNN's workspace %s and "
+            "NCCL's buffers %s, both counted; any other process's memory is not)\n",
+            format_bytes(accounted).c_str(), format_bytes(in_use).c_str(), format_bytes(library).c_str(),
+            format_bytes(nccl).c_str());
     }
 }
 

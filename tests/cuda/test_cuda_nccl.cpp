@@ -4,7 +4,8 @@
 // ordered after a memset queued on the compute stream and before the copy back by events), and
 // ZeRO-1's all-gather (fp32 and bf16) of one shard, leave every value as it was, through NCCL's
 // own init and kernels. On a GPU only (the SIMT emulation has no
-// NCCL; its backend sums through host memory); skipped where libnccl.so.2 is not installed.
+// NCCL; its backend sums through host memory); skipped where libnccl.so.2 is not installed. And
+// the communicator's memory, made and measured before training's first step.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -50,6 +51,36 @@ TEST(CudaNccl, CollectivesOverOneRankKeepTheValues) {
     std::vector<bf16> halves_back(halves.size());
     backend.copy_to_host(halves_back.data(), bf16_buffer.data(), halves_back.size() * sizeof(bf16));
     for (std::size_t i = 0; i < halves.size(); ++i) EXPECT_EQ(halves_back[i].bits, halves[i].bits) << "i=" << i;
+#endif
+}
+
+// Training makes the communicator at its start (Backend::start_collectives, which the process
+// group calls at world size > 1) and measures it, so the first gradient sum allocates nothing
+// more: here a communicator of one rank, made directly. Under the emulation, which has no NCCL,
+// the measurement is that of nothing: 0 bytes, measured.
+TEST(CudaNccl, TheCommunicatorIsMadeAndMeasuredAtStart) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    Backend& backend = cuda_backend();
+    EXPECT_FALSE(cuda_collectives_overhead(2).measured) << "the estimate until training starts its collectives";
+    backend.start_collectives();
+    const CudaFixedOverhead nccl = cuda_collectives_overhead(2);
+    EXPECT_TRUE(nccl.measured);
+#ifdef ADACC_SIMT_EMULATION
+    EXPECT_EQ(nccl.bytes, 0u);
+#else
+    if (!nccl_available()) GTEST_SKIP() << "libnccl.so.2 is not installed here";
+    const Arena buffer(backend, 1 << 20);
+    const std::size_t free_before = backend.free_memory();
+    const SumPiece pieces[] = {{buffer.as<float>(), (1 << 20) / sizeof(float), -1}};
+    ASSERT_TRUE(backend.start_sums(pieces));
+    backend.finish_sums();
+    backend.synchronize();
+    // The first sum makes the backend's communication stream and two events (no device memory to
+    // speak of): NCCL's buffers were made with the communicator. At one rank there are no peers, so
+    // this shows the wiring; the buffers of real connections show in a 2-GPU run's memory line.
+    const std::size_t free_after = backend.free_memory();
+    EXPECT_LE(free_before > free_after ? free_before - free_after : 0, std::size_t{2} << 20)
+        << "NCCL allocated at the first sum";
 #endif
 }
 
