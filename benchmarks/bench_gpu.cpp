@@ -97,12 +97,15 @@ StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType
 
 // ---- the per-op table (--per-op) ----
 
-// Each kernel's op family, by its name (kernels/ops.inc names a kernel after its op).
+// Each kernel's op family, by its name (kernels/ops.inc names a kernel after its op), the first
+// prefix that matches: the residual addition fused with ln2 is layernorm's (its kernel is in
+// layernorm.cu, and the pass over the row is a layernorm's with one more input and output).
 const char* family_of(const std::string& kernel) {
     const std::pair<const char*, const char*> prefixes[] = {
         {"matmul", "matmul"},
         {"attention", "attention"},
         {"layernorm", "layernorm"},
+        {"residual_layernorm", "layernorm"},
         {"gelu", "gelu"},
         {"residual", "residual+dropout"},
         {"dropout", "residual+dropout"},
@@ -129,11 +132,13 @@ const char* family_of(const std::string& kernel) {
 struct FamilyCost {
     double flops = 0, bytes = 0;
 };
-// With the MLP's GELU in the matmuls' epilogues (gelu_fused: CUDA's graph, models/gpt_block.h) the
-// matmul family also writes fch beside fch_gelu in forward and reads it in backward, and there is
-// no gelu family.
+// With the fusions of CUDA's graph (models/gpt_block.h: BlockFusions): the MLP's GELU in the
+// matmuls' epilogues, the matmul family also writes fch beside fch_gelu in forward and reads it in
+// backward, and there is no gelu family; residual1 fused with ln2, that forward reads x and attproj
+// and writes x2 beside ln2 in the layernorm family (2 more N x C than ln2's alone), and residual1's
+// forward (3 N x C) leaves the residual family: one N x C, x2 read back, saved per layer.
 std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T, DType dtype, std::size_t params,
-                                               bool gelu_fused) {
+                                               const BlockFusions& fused) {
     const double N = double(B) * T, C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab_size(), H = c.n_head;
     const double e = static_cast<double>(dtype_size(dtype)), P = static_cast<double>(params);
     const double scores = double(B) * H * T * T;  // one B x H x T x T matrix's elements
@@ -147,13 +152,15 @@ std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T,
     // GELU on its own: forward reads fch and writes fch_gelu; backward reads fch and its output's
     // gradient and writes fch's.
     const double gelu_bytes = L * e * 4 * N * C * 5;
-    cost["matmul"] = {3 * matmul_fwd_flops, matmul_fwd_bytes + matmul_bwd_bytes + (gelu_fused ? L * e * 8 * N * C : 0)};
+    cost["matmul"] = {3 * matmul_fwd_flops,
+                      matmul_fwd_bytes + matmul_bwd_bytes + (fused.gelu_epilogue ? L * e * 8 * N * C : 0)};
     const bool materialized = c.attention == AttentionImpl::materialized;
     cost["attention"] = {6 * N * T * C * L,
                          L * (e * 12 * N * C + (materialized ? e * 7 * scores : 8 * double(B) * H * T))};
-    cost["layernorm"] = {0, (2 * L + 1) * (e * 6 * N * C + 16 * N)};
-    if (!gelu_fused) cost["gelu"] = {0, gelu_bytes};
-    cost["residual+dropout"] = {0, 2 * L * e * N * C * 5};
+    const double fused_nc = fused.residual_layernorm ? L * e * N * C : 0;  // an N x C activation per fused layer
+    cost["layernorm"] = {0, (2 * L + 1) * (e * 6 * N * C + 16 * N) + 2 * fused_nc};
+    if (!fused.gelu_epilogue) cost["gelu"] = {0, gelu_bytes};
+    cost["residual+dropout"] = {0, 2 * L * e * N * C * 5 - 3 * fused_nc};
     cost["encoder"] = {0, e * 2 * N * C + 8 * N * C};
     cost["classifier"] = {0, e * 2 * N * Vp};
     cost["optimizer+loss"] = {0, P * (4 + 28 + e)};
@@ -169,20 +176,24 @@ nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B
     const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, dtype, steps, warmup, &kernels);
     const double peak_flops = (dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops) * 1e12;
     const double peak_bytes = peak.memory_gbps * 1e9;
-    const BlockGraph block(cfg, B, T, dtype, gelu_epilogue(Device::cuda));
-    const bool gelu_fused =
-        std::none_of(block.ops().begin(), block.ops().end(), [](const OpInfo& op) { return op.kind == OpKind::gelu; });
-    const std::map<std::string, FamilyCost> costs =
-        family_costs(cfg, B, T, dtype, ParameterLayout(cfg).total(), gelu_fused);
+    const BlockGraph block(cfg, B, T, dtype, block_fusions(Device::cuda));
+    auto has = [&](OpKind kind) {
+        return std::any_of(block.ops().begin(), block.ops().end(), [&](const OpInfo& op) { return op.kind == kind; });
+    };
+    // What the graph fused at this shape (the GELU epilogue needs 4C a multiple of 8).
+    const BlockFusions fused{.gelu_epilogue = !has(OpKind::gelu),
+                             .residual_layernorm = has(OpKind::residual_layernorm)};
+    const std::map<std::string, FamilyCost> costs = family_costs(cfg, B, T, dtype, ParameterLayout(cfg).total(), fused);
     std::map<std::string, double> family_ms;
     for (int k = 0; k < kNumKernels; ++k)
         if (kernels.calls[k] > 0) family_ms[family_of(kKernelNames[k])] += kernels.ms[k] / steps;
     const double kernels_ms = kernels.total_ms() / steps;
     std::printf(
-        "\n%s, batch %d x seq %d, %s, mode none, %s attention%s: step %.1f ms (median of %d, kernels timed), "
+        "\n%s, batch %d x seq %d, %s, mode none, %s attention%s%s: step %.1f ms (median of %d, kernels timed), "
         "its kernels %.1f ms\n",
         name.c_str(), B, T, std::string(dtype_name(dtype)).c_str(), attention_impl_name(cfg.attention),
-        gelu_fused ? ", GELU in the matmuls' epilogues" : "", t.median_ms, steps, kernels_ms);
+        fused.gelu_epilogue ? ", GELU in the matmuls' epilogues" : "",
+        fused.residual_layernorm ? ", residual1 fused with ln2" : "", t.median_ms, steps, kernels_ms);
     std::printf("%-18s %9s %7s %11s %10s %9s %8s %9s\n", "family", "ms/step", "share", "GFLOP/step", "GB/step",
                 "TFLOP/s", "GB/s", "roofline");
     nlohmann::json out = {{"model", name},

@@ -68,8 +68,11 @@ enum class OpKind : std::uint8_t {
     attention_cudnn,    // attention_fused's inputs and outputs, cuDNN's kernels (dropout from its Philox)
     matmul_gelu,        // inputs {x}; outputs {pre, y = gelu(pre)}; params {w, b}: GELU in the epilogue
     matmul_dgelu,       // inputs {x = gelu(pre), pre}; outputs {y}; params {w, b}: dGELU in backward's
+    // inputs {residual, branch, mask?}; outputs {sum, y, mean, rstd}; params {w, b}: residual_dropout
+    // then layernorm of its sum, in one kernel
+    residual_layernorm,
 };
-constexpr int kNumOpKinds = static_cast<int>(OpKind::matmul_dgelu) + 1;
+constexpr int kNumOpKinds = static_cast<int>(OpKind::residual_layernorm) + 1;
 
 struct TensorInfo {
     TensorKind kind;
@@ -104,17 +107,26 @@ struct OpInfo {
     std::optional<std::pair<TensorKind, TensorKind>> grad_shared = std::nullopt;
 };
 
+// The fused ops a backend's block graph runs in place of their parts (a device's capability:
+// src/engine/device.h, block_fusions). The tensors are the same either way, so plans carry over;
+// the ops' times, and so profiles, do not.
+struct BlockFusions {
+    // With 4C a multiple of kGeluEpilogueColumns, the MLP's GELU is in its matmuls' epilogues: fc is
+    // a matmul_gelu op writing fch and fch_gelu, fcproj a matmul_dgelu op reading both, no gelu op.
+    bool gelu_epilogue = false;
+    // residual1 and ln2 are one residual_layernorm op, "residual1_ln2", writing x2, ln2 and ln2's
+    // statistics in one pass over each row.
+    bool residual_layernorm = false;
+};
+
 class BlockGraph {
 public:
     // Dropout masks exist only when config.dropout > 0; without dropout they are absent from
     // the op and tensor lists (nothing to save, nothing to plan). With config.attention = fused (or cudnn)
     // the attention matrices (att, att_mask) are absent the same way and att_lse is saved. Activations are of type
     // `activation` (the model's dtype); layernorm statistics are fp32 and masks bytes in every dtype.
-    // With `gelu_epilogue` (a backend whose GEMMs fuse it: DeviceTraits) and 4C a multiple of
-    // kGeluEpilogueColumns, the MLP's GELU is in its matmuls' epilogues: fc is a matmul_gelu op
-    // writing fch and fch_gelu, fcproj a matmul_dgelu op reading both, and there is no gelu op. The
-    // tensors are the same either way, so plans carry over; the ops' times, and so profiles, do not.
-    BlockGraph(const GPTConfig& config, int B, int T, DType activation = DType::f32, bool gelu_epilogue = false);
+    // `fusions`: the fused ops of the backend that runs the block (DeviceTraits), none by default.
+    BlockGraph(const GPTConfig& config, int B, int T, DType activation = DType::f32, BlockFusions fusions = {});
 
     const std::vector<OpInfo>& ops() const { return ops_; }
     const TensorInfo& tensor(TensorKind k) const { return tensors_[static_cast<int>(k)]; }

@@ -176,6 +176,26 @@ __device__ inline void store_pack(T* p, long i, long n, const float (&in)[kPack<
         for (int j = 0; j < kPack<T> && i + j < n; ++j) p[i + j] = from_f32<T>(in[j]);
     }
 }
+// Stores elements [i, min(i + kPack, n)) of a pack already of type T (load_raw_pack's counterpart).
+template <typename T>
+__device__ inline void store_raw_pack(T* p, long i, long n, const Pack<T>& pack, bool aligned) {
+    if (aligned && i + kPack<T> <= n) {
+        store_whole_pack(p + i, pack);
+    } else {
+        for (int j = 0; j < kPack<T> && i + j < n; ++j) p[i + j] = pack.v[j];
+    }
+}
+
+// ---- residual additions -----------------------------------------------------------------------
+// The dropout scale 1 / (1 - p) of a residual addition, computed on the host exactly as
+// kernels/cpu/dropout.cpp computes it (no mask: 1, every element kept).
+inline float dropout_scale(const unsigned char* mask, float p) { return mask ? 1.0f / (1.0f - p) : 1.0f; }
+// residual + branch * mask[i] * scale (mask null: residual + branch) in fp32, the product rounded
+// before the addition (__fmul_rn: never contracted into an FMA) as the CPU's vectorised loops do.
+// residual_dropout_forward and residual_layernorm_forward both add this way, so their sums agree.
+__device__ inline float residual_dropout(float residual, float branch, const unsigned char* mask, long i, float scale) {
+    return !mask ? residual + branch : residual + (mask[i] ? __fmul_rn(branch, scale) : 0.0f);
+}
 
 // Sum over the 32 lanes of a warp; every lane gets the result (a fixed butterfly order).
 __device__ inline float warp_sum(float v) {

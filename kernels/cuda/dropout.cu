@@ -45,8 +45,7 @@ __global__ void residual_dropout_forward_kernel(T* out, const T* residual, const
     float r[kPack<T>], x[kPack<T>];
     load_pack(r, residual, i, n, aligned);
     load_pack(x, inp, i, n, aligned);
-    for (int j = 0; j < kPack<T> && i + j < n; ++j)
-        r[j] = !mask ? r[j] + x[j] : r[j] + (mask[i + j] ? __fmul_rn(x[j], scale) : 0.0f);
+    for (int j = 0; j < kPack<T> && i + j < n; ++j) r[j] = residual_dropout(r[j], x[j], mask, i + j, scale);
     store_pack(out, i, n, r, aligned);
 }
 
@@ -91,7 +90,7 @@ void residual_dropout_forward(const KernelContext& ctx, Act out_act, ConstAct re
                               const unsigned char* mask, float p, long n) {
     const DType type = activation_type("residual_dropout_forward", {out_act, residual_act, inp_act});
     if (n == 0) return;
-    const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
+    const float scale = dropout_scale(mask, p);
     with_activation_type(type, "residual_dropout_forward", [&](auto tag) {
         using T = typename decltype(tag)::type;
         T* out = device_ptr<T>(out_act);
@@ -105,14 +104,13 @@ void residual_dropout_forward(const KernelContext& ctx, Act out_act, ConstAct re
 // The residual branch's gradient is dout itself; dinp = dout * mask / (1 - p).
 void residual_dropout_backward(const KernelContext& ctx, Act dinp_act, ConstAct dout_act, const unsigned char* mask,
                                float p, long n) {
-    const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
-    launch_dropout_scale(ctx, "residual_dropout_backward", dinp_act, dout_act, mask, scale, n);
+    launch_dropout_scale(ctx, "residual_dropout_backward", dinp_act, dout_act, mask, dropout_scale(mask, p), n);
 }
 
 void dropout_forward(const KernelContext& ctx, Act out_act, ConstAct inp_act, const unsigned char* mask, float p,
                      long n) {
-    const float scale = mask ? 1.0f / (1.0f - p) : 1.0f;  // the CPU twin requires a mask; null keeps all
-    launch_dropout_scale(ctx, "dropout_forward", out_act, inp_act, mask, scale, n);
+    // The CPU twin requires a mask; null keeps all.
+    launch_dropout_scale(ctx, "dropout_forward", out_act, inp_act, mask, dropout_scale(mask, p), n);
 }
 
 }  // namespace adacc::cuda

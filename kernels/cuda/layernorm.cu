@@ -2,6 +2,9 @@
 //
 // The forward computes mean and rstd as the CPU twin does (kernels/cpu/layernorm.cpp: the mean,
 // then the mean of (x - mean)^2, rstd = 1 / sqrt(var + 1e-5)); only the summation order differs.
+// residual_layernorm_forward (the block's residual1 and ln2 on CUDA) adds the residual, stores the
+// sum and layernorms it in the same warp pass, with the plain forward's sums in its order: its
+// outputs are residual_dropout_forward's and layernorm_forward's bit for bit.
 // Lane l of a row's warp owns the packs of kPack channels at l kPack, l kPack + 32 kPack, ...
 // (kernels/cuda/cuda_common.cuh), moved as 128-bit loads and stores where the rows are aligned.
 //
@@ -59,6 +62,28 @@ __device__ inline int slot(int c) {
     return step * kRowStep<T> + (within % kPack<T>)*32 + within / kPack<T>;
 }
 
+// A forward row's steps over lane's pack of channels [c, c + P), shared by both forward kernels so
+// that a row's statistics and outputs are the same sums in the same order from the same values.
+// The mean's terms: every element of the pack (past C: zeros, which add 0).
+template <int P>
+__device__ inline void add_to_sum(float& sum, const float (&v)[P]) {
+    for (int j = 0; j < P; ++j) sum += v[j];
+}
+// The variance's terms (x - mean)^2 of the channels before C.
+template <int P>
+__device__ inline void add_to_variance(float& var, const float (&v)[P], float m, int c, int C) {
+    for (int j = 0; j < P && c + j < C; ++j) {
+        const float d = v[j] - m;
+        var += d * d;
+    }
+}
+__device__ inline float row_rstd(float var, int C) { return 1.0f / sqrtf(warp_sum(var) / C + 1e-5f); }
+// The pack's outputs, in place of its inputs.
+template <int P>
+__device__ inline void normalize(float (&v)[P], const float (&w)[P], const float (&b)[P], float m, float s) {
+    for (int j = 0; j < P; ++j) v[j] = (v[j] - m) * s * w[j] + b[j];
+}
+
 // Activations (out, inp) and the parameters of type T; mean and rstd are fp32, and so is the math.
 // `aligned`: every row starts 16-byte aligned (the pointers are, and C is a multiple of kPack).
 template <typename T>
@@ -70,29 +95,97 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
     if (row >= N) return;  // the whole warp leaves together: no shuffle loses a lane
     const T* x = inp + static_cast<long>(row) * C;
     float sum = 0.0f;
-    for (int c = lane * P; c < C; c += 32 * P) {
+    for (int c = lane * P; c < C; c += kRowStep<T>) {
         float v[P];
         load_pack(v, x, c, C, aligned);
-        for (int j = 0; j < P; ++j) sum += v[j];  // past C: zeros
+        add_to_sum(sum, v);
     }
     const float m = warp_sum(sum) / C;
     float var = 0.0f;
-    for (int c = lane * P; c < C; c += 32 * P) {
+    for (int c = lane * P; c < C; c += kRowStep<T>) {
         float v[P];
         load_pack(v, x, c, C, aligned);
-        for (int j = 0; j < P && c + j < C; ++j) {
-            const float d = v[j] - m;
-            var += d * d;
-        }
+        add_to_variance(var, v, m, c, C);
     }
-    const float s = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
+    const float s = row_rstd(var, C);
     T* o = out + static_cast<long>(row) * C;
-    for (int c = lane * P; c < C; c += 32 * P) {
+    for (int c = lane * P; c < C; c += kRowStep<T>) {
         float v[P], w[P], b[P];
         load_pack(v, x, c, C, aligned);
         load_pack(w, weight, c, C, aligned);
         load_pack(b, bias, c, C, aligned);
-        for (int j = 0; j < P; ++j) v[j] = (v[j] - m) * s * w[j] + b[j];
+        normalize(v, w, b, m, s);
+        store_pack(o, c, C, v, aligned);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// residual_dropout_forward_kernel (kernels/cuda/dropout.cu) and layernorm_forward_kernel in one
+// pass over each row, by its warp: lane l adds its packs of the residual and the masked branch
+// (residual_dropout), rounds them to T and stores them as sum, then layernorms those rounded values
+// exactly as layernorm_forward_kernel does after reading them back. With Steps > 0 (C <= Steps *
+// kRowStep) the lane keeps its Steps packs of the sum in registers; Steps = 0, for wider rows,
+// rereads them from sum, where it wrote them. Either way the row is read from global memory once.
+template <typename T, int Steps>
+__global__ void residual_layernorm_forward_kernel(T* sum, T* out, float* mean, float* rstd, const T* residual,
+                                                  const T* inp, const unsigned char* mask, float scale, const T* weight,
+                                                  const T* bias, int N, int C, bool aligned) {
+    constexpr int P = kPack<T>;
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;  // the whole warp leaves together: no shuffle loses a lane
+    const long offset = static_cast<long>(row) * C;
+    const T *r_row = residual + offset, *b_row = inp + offset;
+    const unsigned char* m_row = mask ? mask + offset : nullptr;
+    T* x = sum + offset;  // the row's sum: the layernorm's input
+    const int steps = Steps > 0 ? Steps : (C + kRowStep<T> - 1) / kRowStep<T>;
+    Pack<T> held[Steps > 0 ? Steps : 1];
+    float total = 0.0f;
+    ADACC_UNROLL
+    for (int k = 0; k < steps; ++k) {
+        const int c = lane * P + k * kRowStep<T>;
+        if (c >= C) continue;
+        float r[P], b[P], v[P];
+        load_pack(r, r_row, c, C, aligned);
+        load_pack(b, b_row, c, C, aligned);
+        Pack<T> p;  // past C: zeros, as load_pack reads them
+        for (int j = 0; j < P; ++j)
+            p.v[j] = from_f32<T>(c + j < C ? residual_dropout(r[j], b[j], m_row, c + j, scale) : 0.0f);
+        store_raw_pack(x, c, C, p, aligned);
+        if constexpr (Steps > 0) held[k] = p;
+        unpack(v, p);
+        add_to_sum(total, v);
+    }
+    const float m = warp_sum(total) / C;
+    float var = 0.0f;
+    ADACC_UNROLL
+    for (int k = 0; k < steps; ++k) {
+        const int c = lane * P + k * kRowStep<T>;
+        if (c >= C) continue;
+        float v[P];
+        if constexpr (Steps > 0)
+            unpack(v, held[k]);
+        else
+            load_pack(v, x, c, C, aligned);
+        add_to_variance(var, v, m, c, C);
+    }
+    const float s = row_rstd(var, C);
+    T* o = out + offset;
+    ADACC_UNROLL
+    for (int k = 0; k < steps; ++k) {
+        const int c = lane * P + k * kRowStep<T>;
+        if (c >= C) continue;
+        float v[P], w[P], b[P];
+        if constexpr (Steps > 0)
+            unpack(v, held[k]);
+        else
+            load_pack(v, x, c, C, aligned);
+        load_pack(w, weight, c, C, aligned);
+        load_pack(b, bias, c, C, aligned);
+        normalize(v, w, b, m, s);
         store_pack(o, c, C, v, aligned);
     }
     if (lane == 0) {
@@ -260,6 +353,40 @@ void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float
         (out, mean, rstd, inp, w, b, N, C, aligned);
     });
     check_launch("layernorm_forward");
+}
+
+void residual_layernorm_forward(const KernelContext& ctx, Act sum_act, Act out_act, float* mean, float* rstd,
+                                ConstAct residual_act, ConstAct inp_act, const unsigned char* mask, float p,
+                                ConstAct weight, ConstAct bias, int N, int C) {
+    const DType type =
+        activation_type("residual_layernorm_forward", {sum_act, out_act, residual_act, inp_act, weight, bias});
+    if (N == 0) return;
+    constexpr int rows_per_block = kForwardThreads / 32;
+    const float scale = dropout_scale(mask, p);
+    with_activation_type(type, "residual_layernorm_forward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T *sum = device_ptr<T>(sum_act), *out = device_ptr<T>(out_act);
+        const T *residual = device_ptr<T>(residual_act), *inp = device_ptr<T>(inp_act);
+        const T *w = device_ptr<T>(weight), *b = device_ptr<T>(bias);
+        const bool aligned = C % kPack<T> == 0 && packs_aligned({sum, out, residual, inp, w, b});
+        auto launch = [&](auto steps_tag) {
+            constexpr int S = decltype(steps_tag)::value;
+            ADACC_LAUNCH((residual_layernorm_forward_kernel<T, S>), ceil_div(N, rows_per_block), kForwardThreads, 0,
+                         ctx.stream)
+            (sum, out, mean, rstd, residual, inp, mask, scale, w, b, N, C, aligned);
+        };
+        // Packs per lane, chosen by C alone as the backward's are.
+        const int steps = ceil_div(C, kRowStep<T>);
+        if (steps <= 2)
+            launch(std::integral_constant<int, 2>{});
+        else if (steps <= 4)
+            launch(std::integral_constant<int, 4>{});
+        else if (steps <= kMaxRegisterSteps)
+            launch(std::integral_constant<int, kMaxRegisterSteps>{});
+        else
+            launch(std::integral_constant<int, 0>{});
+    });
+    check_launch("residual_layernorm_forward");
 }
 
 void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, float* dbias, ConstAct dout_act,

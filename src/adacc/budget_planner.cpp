@@ -133,7 +133,7 @@ BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Pr
                                  const CodecChoice& codecs, std::vector<TensorKind>* kinds_out, DType activation,
                                  int layer) {
     // The profiled device's ops: their times are what a recompute costs.
-    const BlockGraph block(config, B, T, activation, gelu_epilogue(profile.block.device));
+    const BlockGraph block(config, B, T, activation, block_fusions(profile.block.device));
     const CodecParams params = codec_params_for(profile, config);
     BlockProblem problem;
     std::vector<TensorKind> kinds;

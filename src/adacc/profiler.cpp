@@ -487,7 +487,7 @@ TensorProfile read_tensor(const Field& t, const GPTConfig& config, const BlockGr
 // against the block `config` builds at p's batch, seq and dtype: what profile_block would write.
 // `with_spreads`: the file's format keeps the times' spreads.
 void read_measurements(const Field& root, const GPTConfig& config, bool with_spreads, Profile& p) {
-    const BlockGraph block(config, p.batch, p.seq, p.block.dtype, gelu_epilogue(p.block.device));
+    const BlockGraph block(config, p.batch, p.seq, p.block.dtype, block_fusions(p.block.device));
     p.measured_batch = static_cast<int>(root["measured_batch"].whole(1, static_cast<std::uint64_t>(p.batch)));
     read_ops(root["ops"], block, with_spreads, p);
     for (const Field& t : root["tensors"].items()) p.tensors.push_back(read_tensor(t, config, block, with_spreads, p));

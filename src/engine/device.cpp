@@ -65,7 +65,7 @@ DeviceTraits device_traits(const ComputeTarget& target) {
     traits.activation = target.activation;
     traits.working_weight_bytes = target.activation == DType::f32 ? 0 : dtype_size(target.activation);
     traits.optimizer_shards = target.optimizer_shards;
-    traits.gelu_epilogue = gelu_epilogue(target.device);
+    traits.fusions = block_fusions(target.device);
     return traits;
 }
 

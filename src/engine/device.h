@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "models/gpt_block.h"
 #include "src/common/dtype.h"
 
 namespace adacc {
@@ -103,18 +104,21 @@ struct DeviceTraits {
     // Ranks sharing the optimizer's state (ZeRO-1): each holds a shard of AdamW's m and v, and of
     // the fp32 masters where a working copy stands in for them in forward and backward.
     int optimizer_shards = 1;
-    // The MLP's GELU runs in its matmuls' epilogues (BlockGraph's gelu_epilogue): gelu_epilogue(device).
-    bool gelu_epilogue = false;
+    // The fused ops of the backend's block graph (models/gpt_block.h): block_fusions(device).
+    BlockFusions fusions;
     // Whether a training model's fp32 masters are sharded too (ZeRO-1 beside a working copy).
     bool masters_sharded() const { return optimizer_shards > 1 && working_weight_bytes > 0; }
 };
 DeviceTraits device_traits(const ComputeTarget& target);
 
-// Whether `device`'s block graph has the MLP's GELU in its matmuls' epilogues (models/gpt_block.h):
-// on CUDA, where cuBLASLt's GELU_AUX_BIAS and DGELU epilogues save the elementwise passes over the
-// N x 4C tensors; not on the CPU, which would gain nothing and keeps its graph, profiles and plans.
-// A profile is read against its device's graph.
-constexpr bool gelu_epilogue(Device device) { return device == Device::cuda; }
+// The fused ops of `device`'s block graph (models/gpt_block.h: BlockFusions). On CUDA: the MLP's
+// GELU in its matmuls' epilogues, where cuBLASLt's GELU_AUX_BIAS and DGELU epilogues save the
+// elementwise passes over the N x 4C tensors, and residual1 with ln2, which saves writing x2 in
+// one kernel and reading it back in the next. None on the CPU, which would gain nothing and keeps
+// its graph, profiles and plans. A profile is read against its device's graph.
+constexpr BlockFusions block_fusions(Device device) {
+    return device == Device::cuda ? BlockFusions{.gelu_epilogue = true, .residual_layernorm = true} : BlockFusions{};
+}
 
 // What limits `device`'s memory to `bytes` (src/engine/memory_report.h: device_memory_bytes), in a
 // message's words: "this machine has 23.47 GiB of memory", "ulimit -v allows the process ...",

@@ -334,8 +334,9 @@ void Driver::classifier_logits(std::size_t row, int n) {
 // recomputed by re-running their producing op (and the transient ops feeding it) from tensors
 // already in view. Outputs of a re-run op that are already in view go to a discard buffer, so
 // kept tensors are never overwritten: the tiny ones (layernorm statistics, att_lse) to the
-// workspace's, a full-size one (matmul_gelu's fch or fch_gelu, when the other is dropped) to the
-// gradient buffer of the op's first output, idle until this block's backward begins.
+// workspace's, a full-size one (matmul_gelu's fch or fch_gelu, residual1_ln2's x2 or ln2, when the
+// other is dropped) to the gradient buffer of another of the op's outputs, idle until this block's
+// backward begins (idle_gradient).
 void Driver::materialize_block(int layer, int B, int T) {
     const BlockGraph& block = layout_->block();
     const ActivationPlan& plan = layout_->plan();
@@ -396,17 +397,19 @@ void Driver::materialize_block(int layer, int B, int T) {
     }
 }
 
-// The gradient buffer of `op`'s first output, as the discard for its full-size output `kind`
-// (materialize_block). It holds that output's gradient, so a tensor no larger fits; it must not be
-// the residual stream's, the one gradient alive across blocks.
+// A gradient buffer of one of `op`'s outputs, as the discard for its full-size output `kind`
+// (materialize_block): the first that holds a tensor as large and is not the residual stream's, the
+// one gradient alive across blocks (residual1_ln2's x2 is in it; its ln2's is idle).
 void* Driver::idle_gradient(const OpInfo& op, TensorKind kind, int B, int T) const {
     const WorkspaceLayout& w = layout_->workspace();
-    const int first = static_cast<int>(op.outputs[0]);
-    if (!w.has_grad[first] || w.grad[first] == w.grad[static_cast<int>(TensorKind::out)] ||
-        layout_->bytes(kind, B, T) > layout_->bytes(op.outputs[0], B, T))
-        throw std::logic_error("materialize_block: no idle gradient buffer holds " + op.name + "'s kept output " +
-                               tensor_kind_name(kind));
-    return grad_buffer(op.outputs[0]).data();
+    for (TensorKind o : op.outputs) {
+        const int i = static_cast<int>(o);
+        if (w.has_grad[i] && w.grad[i] != w.grad[static_cast<int>(TensorKind::out)] &&
+            layout_->bytes(kind, B, T) <= layout_->bytes(o, B, T))
+            return grad_buffer(o).data();
+    }
+    throw std::logic_error("materialize_block: no idle gradient buffer holds " + op.name + "'s kept output " +
+                           tensor_kind_name(kind));
 }
 
 void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate) {

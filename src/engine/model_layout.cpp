@@ -155,7 +155,7 @@ ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const Activation
       parameters_(config),
       B_(B),
       T_(T),
-      block_(config, B, T, traits.activation, traits.gelu_epilogue),
+      block_(config, B, T, traits.activation, traits.fusions),
       plan_(plan),
       codec_params_(codec_params),
       use_(use),

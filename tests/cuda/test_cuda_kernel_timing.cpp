@@ -1,7 +1,7 @@
 // KernelTiming on the CUDA backend (bench_gpu --per-op's source): a training step timed kernel by
-// kernel runs the CPU's kernels (the MLP's GELU inside its matmuls), as many times, and computes
-// the same numbers as the step untimed; on a GPU every kernel the step ran took some time on the
-// device.
+// kernel runs the CPU's kernels (the MLP's GELU inside its matmuls, residual1 with ln2), as many
+// times, and computes the same numbers as the step untimed; on a GPU every kernel the step ran took
+// some time on the device.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -22,10 +22,12 @@ struct TimedStep {
     KernelTimes times;
 };
 
+constexpr int kLayers = 2;
+
 TimedStep step_on(Backend& backend, bool timed) {
     const int B = 2, T = 16, N = B * T;
     GPTConfig cfg = *gpt_preset("gpt-micro");
-    cfg.n_layer = 2;
+    cfg.n_layer = kLayers;
     cfg.dropout = 0.0f;
     GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, MemoryMode::none), {}, ModelUse::training, backend,
                    {backend.device(), DType::f32});
@@ -42,15 +44,19 @@ TimedStep step_on(Backend& backend, bool timed) {
     return out;
 }
 
-// The CPU step's kernel calls as CUDA's graph makes them (GELU in the matmuls' epilogues,
-// models/gpt_block.h): each gelu_forward and its fc matmul_forward are one matmul_gelu_forward,
-// each gelu_backward and its fcproj matmul_backward one matmul_dgelu_backward.
-std::array<long, kNumKernels> with_gelu_in_the_matmuls(std::array<long, kNumKernels> calls) {
+// The CPU step's kernel calls as CUDA's graph makes them (models/gpt_block.h: BlockFusions): each
+// gelu_forward and its fc matmul_forward are one matmul_gelu_forward, each gelu_backward and its
+// fcproj matmul_backward one matmul_dgelu_backward, and each layer's residual1 and ln2 forwards
+// (one residual_dropout_forward and one layernorm_forward) one residual_layernorm_forward.
+std::array<long, kNumKernels> in_cudas_graph(std::array<long, kNumKernels> calls, int n_layer) {
     auto at = [&](Kernel k) -> long& { return calls[static_cast<int>(k)]; };
     at(Kernel::matmul_forward) -= at(Kernel::gelu_forward);
     at(Kernel::matmul_gelu_forward) += std::exchange(at(Kernel::gelu_forward), 0);
     at(Kernel::matmul_backward) -= at(Kernel::gelu_backward);
     at(Kernel::matmul_dgelu_backward) += std::exchange(at(Kernel::gelu_backward), 0);
+    at(Kernel::residual_dropout_forward) -= n_layer;
+    at(Kernel::layernorm_forward) -= n_layer;
+    at(Kernel::residual_layernorm_forward) += n_layer;
     return calls;
 }
 
@@ -61,7 +67,7 @@ TEST(CudaKernelTiming, TimesTheCpusKernelsAsOftenAndChangesNothing) {
     EXPECT_EQ(timed.readout.loss, plain.readout.loss);
     EXPECT_EQ(timed.readout.grad_norm, plain.readout.grad_norm);
     ASSERT_GT(cpu.times.calls[static_cast<int>(Kernel::gelu_forward)], 0) << "the CPU runs gelu as an op";
-    const std::array<long, kNumKernels> want = with_gelu_in_the_matmuls(cpu.times.calls);
+    const std::array<long, kNumKernels> want = in_cudas_graph(cpu.times.calls, kLayers);
     for (int k = 0; k < kNumKernels; ++k) {
         SCOPED_TRACE(kKernelNames[k]);
         EXPECT_EQ(timed.times.calls[k], want[k]);

@@ -7,7 +7,8 @@
 // test_cuda_device, which skips without one). A backend that does not support a case's kernel
 // for its dtype (Backend::supports) skips the case, as test-backend-ops does, saying so. Every
 // kernel of kernels/ops.inc has cases (CudaOps.EveryKernelIsInTheTable): the elementwise ones,
-// the embeddings, layernorm, the matmuls (with GELU in the epilogue too), both attentions, the classifier, the optimizer's, and
+// the embeddings, layernorm (and the residual addition fused with it), the matmuls (with GELU in the
+// epilogue too), both attentions, the classifier, the optimizer's, and
 // the codecs (blobs byte for byte). Cases whose inputs are another kernel's outputs (the attention
 // backward's probabilities, layernorm's statistics) take the CPU's, so a difference is that
 // kernel's. Checks beyond a twin comparison (a rounding formula, refused dtypes) follow the table;
@@ -442,6 +443,37 @@ std::vector<OpCase> layernorm_cases(DType a) {
         f.checks = {{3, kRel, kAbs}, {4, kRel, kAbs}, {5, kRel, 0}};
         cases.push_back(f);
     }
+    // The residual addition fused with the layernorm of its sum. Inputs on a grid of 2^-5 (residual
+    // in [-1, 2), branch in [-1, 1), the branch's dropout scale 2 at p = 0.5) make every sum a
+    // multiple of 2^-5 below 4 in magnitude, 8 significant bits: exact in fp32 and bf16, so the CPU
+    // twin's fp32 sum is what the device stores and layernorms (the sum is compared bit for bit) and
+    // the layernorm's tolerances are layernorm_forward's. That the device layernorms its rounded sum
+    // in general is tested against its own two kernels (tests/cuda/test_cuda_layernorm.cpp). C = 2000:
+    // the fp32 rows too wide for registers.
+    auto on_grid = [](std::size_t n, std::uint64_t seed, float lo, float hi) {
+        std::vector<float> v = random_floats(n, seed, lo, hi);
+        for (float& x : v) x = std::floor(x * 32.0f) / 32.0f;
+        return Buffer{Elem::act, v};
+    };
+    for (const auto& [N, C] : {std::pair{1, 40}, std::pair{14, 72}, std::pair{37, 300}, std::pair{3, 2000}})
+        for (bool with_mask : {false, true}) {
+            const std::size_t n = static_cast<std::size_t>(N) * C;
+            // Outputs NaN-filled first: every element must be written.
+            OpCase f =
+                op_case("residual_layernorm_forward N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                            (with_mask ? " mask" : " no mask"),
+                        a, {Kernel::residual_layernorm_forward},
+                        {on_grid(n, 160 + C, -1.0f, 2.0f), on_grid(n, 170 + C, -1.0f, 1.0f),
+                         mask_values(n, 180 + C, 0.5f), act_values(a, C, 190 + C, 0.5f, 1.5f),
+                         act_values(a, C, 200 + C, -0.5f, 0.5f), act_nans(n), act_nans(n), f32_nans(N), f32_nans(N)});
+            f.run = [N = N, C = C, with_mask](const KernelTable& k, const KernelContext& ctx, const Placed& p) {
+                // Buffers: 0 residual, 1 branch, 2 mask, 3 weight, 4 bias, 5 sum, 6 out, 7 mean, 8 rstd.
+                k.residual_layernorm_forward(ctx, p.act(5), p.act(6), p.f32(7), p.f32(8), p.act(0), p.act(1),
+                                             with_mask ? p.u8(2) : nullptr, 0.5f, p.act(3), p.act(4), N, C);
+            };
+            f.checks = {{5}, {6, kRel, kAbs}, {7, kRel, kAbs}, {8, kRel, 0}};
+            cases.push_back(f);
+        }
     // Backward from the CPU's saved statistics (so both start from the same mean and rstd), with
     // nonzero dinp, dweight, dbias: all three accumulate. One row; odd widths; 300 rows = 10 row
     // groups of 32 (the last short) over 4-warp blocks; 16 KB of shared memory per warp (C = 2000:
