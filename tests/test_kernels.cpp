@@ -303,6 +303,47 @@ TEST_P(KernelGradTest, ResidualDropout) {
     EXPECT_LT(relative_error(w, finite_difference(residual, fwd, w)), kTolerance);  // identity branch
 }
 
+// The residual addition fused with the layernorm of its sum (CUDA's residual1_ln2 op), checked as
+// one function (sum, out) of the residual, the branch and the layernorm's parameters, with the op's
+// backward (models/op_table.cpp): layernorm_backward adds into the sum's gradient, which is the
+// residual's, then residual_dropout_backward gives the branch's. Its outputs are the two kernels'
+// bit for bit.
+TEST_P(KernelGradTest, ResidualLayernorm) {
+    const auto [B, T, C, NH] = GetParam();
+    const int N = B * T;
+    const long n = static_cast<long>(N) * C;
+    const float p = 0.25f;
+    Vec residual = random_vec(n, gen), branch = random_vec(n, gen), weight = random_vec(C, gen),
+        bias = random_vec(C, gen), w = random_vec(2 * n, gen);
+    std::vector<unsigned char> mask(n);
+    dropout_mask(kCtx, mask.data(), n, p, rng_key(9, 8, 7, 6, 4));
+    Vec mean(N), rstd(N);
+    auto fwd = [&] {  // sum, then out
+        Vec y(2 * n);
+        residual_layernorm_forward(kCtx, y.data(), y.data() + n, mean.data(), rstd.data(), residual.data(),
+                                   branch.data(), mask.data(), p, weight.data(), bias.data(), N, C);
+        return y;
+    };
+    const Vec y = fwd();
+    Vec sum(n), out(n), pair_mean(N), pair_rstd(N);
+    residual_dropout_forward(kCtx, sum.data(), residual.data(), branch.data(), mask.data(), p, n);
+    layernorm_forward(kCtx, out.data(), pair_mean.data(), pair_rstd.data(), sum.data(), weight.data(), bias.data(), N,
+                      C);
+    EXPECT_EQ(Vec(y.begin(), y.begin() + n), sum);
+    EXPECT_EQ(Vec(y.begin() + n, y.end()), out);
+    EXPECT_EQ(mean, pair_mean);
+    EXPECT_EQ(rstd, pair_rstd);
+
+    Vec dsum(w.begin(), w.begin() + n), dout(w.begin() + n, w.end()), dbranch(n), dweight(C), dbias(C);
+    layernorm_backward(kCtx, dsum.data(), dweight.data(), dbias.data(), dout.data(), sum.data(), weight.data(),
+                       mean.data(), rstd.data(), N, C);
+    residual_dropout_backward(kCtx, dbranch.data(), dsum.data(), mask.data(), p, n);
+    EXPECT_LT(relative_error(dsum, finite_difference(residual, fwd, w)), kTolerance);  // the residual's: dsum's
+    EXPECT_LT(relative_error(dbranch, finite_difference(branch, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(dweight, finite_difference(weight, fwd, w)), kTolerance);
+    EXPECT_LT(relative_error(dbias, finite_difference(bias, fwd, w)), kTolerance);
+}
+
 TEST_P(KernelGradTest, FusedClassifier) {
     const auto [B, T, C, NH] = GetParam();
     const int N = B * T, V = 5 * C + 3, Vp = (V + 7) / 8 * 8 + 8;

@@ -64,6 +64,8 @@ __device__ inline int slot(int c) {
 
 // A forward row's steps over lane's pack of channels [c, c + P), shared by both forward kernels so
 // that a row's statistics and outputs are the same sums in the same order from the same values.
+// Their products and sums are written as the explicit fmaf a compiler could contract them into, so
+// no compiler (nvcc, or the emulation's host compiler) contracts one kernel's and not the other's.
 // The mean's terms: every element of the pack (past C: zeros, which add 0).
 template <int P>
 __device__ inline void add_to_sum(float& sum, const float (&v)[P]) {
@@ -74,14 +76,14 @@ template <int P>
 __device__ inline void add_to_variance(float& var, const float (&v)[P], float m, int c, int C) {
     for (int j = 0; j < P && c + j < C; ++j) {
         const float d = v[j] - m;
-        var += d * d;
+        var = fmaf(d, d, var);
     }
 }
 __device__ inline float row_rstd(float var, int C) { return 1.0f / sqrtf(warp_sum(var) / C + 1e-5f); }
 // The pack's outputs, in place of its inputs.
 template <int P>
 __device__ inline void normalize(float (&v)[P], const float (&w)[P], const float (&b)[P], float m, float s) {
-    for (int j = 0; j < P; ++j) v[j] = (v[j] - m) * s * w[j] + b[j];
+    for (int j = 0; j < P; ++j) v[j] = fmaf((v[j] - m) * s, w[j], b[j]);
 }
 
 // Activations (out, inp) and the parameters of type T; mean and rstd are fp32, and so is the math.
