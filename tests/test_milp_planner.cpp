@@ -155,6 +155,16 @@ BlockProblem random_problem(std::mt19937& rng, int n, bool dense = false, std::s
         t.must_keep = i == 0 ? chance(0.7) : chance(dense ? 0.0 : 0.1);
         t.can_recompute = chance(dense ? 0.95 : 0.85);
         if (i > 0 && !t.must_keep && !dense && chance(0.15)) t.transient = true, t.can_recompute = true;
+        // Another output of an earlier op (same inputs and time): one re-run regenerates both.
+        if (i > 0 && !t.transient && chance(0.2)) {
+            const int j = static_cast<int>(rng() % i);
+            const int first = p.tensors[j].same_op_as >= 0 ? p.tensors[j].same_op_as : j;
+            if (!p.tensors[first].transient) {
+                t.same_op_as = first;
+                t.inputs = p.tensors[first].inputs;
+                t.recompute_ms = p.tensors[first].recompute_ms;
+            }
+        }
         p.tensors.push_back(std::move(t));
     }
     for (std::size_t i = p.tensors.size(); i-- > 0 && plan_count(p) > max_plans;)
@@ -495,6 +505,31 @@ TEST(MilpPlanner, RejectsMalformedProblemsAndOptions) {
     EXPECT_THROW(evaluate_block(q, {{Policy::keep, 1}}), std::invalid_argument);
     q.tensors[0].compress_options[0].ms = -1;
     EXPECT_THROW(validate_problem(q), std::invalid_argument);
+}
+
+// An op with two outputs (CUDA's fused fc GEMM writes fch and fch_gelu): dropping both re-runs it
+// once, so its time is paid once, in the cost and in both of the planner's models.
+TEST(MilpPlanner, AnOpWithSeveralDroppedOutputsIsPaidOnce) {
+    BlockProblem p;
+    p.tensors = {{"x", 128, {}, 0, {}, true}, {"fch", 512, {}, 5.0, {0}}, {"fch_gelu", 512, {}, 5.0, {0}}};
+    p.tensors[2].same_op_as = 1;
+    EXPECT_DOUBLE_EQ(evaluate_block(p, {{}, {Policy::recompute}, {Policy::recompute}}).extra_ms, 5.0);
+    EXPECT_DOUBLE_EQ(evaluate_block(p, {{}, {Policy::keep}, {Policy::recompute}}).extra_ms, 5.0);
+    EXPECT_DOUBLE_EQ(evaluate_block(p, {{}, {Policy::keep}, {Policy::keep}}).extra_ms, 0.0);
+    for (const bool literal : {false, true}) {
+        PlannerOptions o = untimed_options();
+        o.literal_model = literal;
+        const PlanResult r = MilpPlanner(o).solve({{p, 2}}, 0, 0, 2 * 128);
+        ASSERT_EQ(r.status, PlanResult::optimal) << r.message;
+        EXPECT_DOUBLE_EQ(r.extra_ms, 2 * 5.0) << "two layers, one re-run each";
+    }
+    BlockProblem other_inputs = p;
+    other_inputs.tensors[2].inputs.clear();
+    EXPECT_THROW(validate_problem(other_inputs), std::invalid_argument);
+    BlockProblem not_first = p;
+    not_first.tensors.push_back(p.tensors[2]);
+    not_first.tensors[3].same_op_as = 2;  // names a second output, not the op's first
+    EXPECT_THROW(validate_problem(not_first), std::invalid_argument);
 }
 
 TEST(MilpPlanner, EdgeCases) {

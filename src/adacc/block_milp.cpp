@@ -23,6 +23,9 @@
 //     (run_t could be continuous, the smallest feasible value given the other binaries being the
 //     0/1 chain closure; it is kept integer because lp_solve's "minimum objective step" logic,
 //     see lp::Model::solve in src/adacc/lp_solve_model.cpp, misbehaved worst on such mixed models.)
+//   * An op with several droppable outputs (same_op_as) re-runs once for all: a binary run_g with
+//     the op's time and run_g >= drop_i for each of them, whose drop columns then carry no time
+//     (the literal model shares one run column among them likewise).
 // Memory is counted in units of the gcd of all sizes, so every row is integral; the solution
 // found is re-evaluated exactly (evaluate_block) and, should lp_solve's tolerances have let the
 // memory row slip by a unit, the row is tightened and the model solved again.
@@ -70,6 +73,7 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
         std::vector<int> run(n);
         for (std::size_t i = 0; i < n; ++i) {
             const PlanTensor& t = ts[i];
+            const bool shares_run = t.same_op_as >= 0;  // the op's first output holds its run column
             const double b = t.transient ? 0 : static_cast<double>(t.bytes) / unit;
             lp::Column keep, drop;
             if (t.must_keep) keep.lb = 1;
@@ -88,7 +92,7 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
             m.drop_col[i] = add_col(m, drop, 0, 0);
             one_of.idx.push_back(m.drop_col[i]);
             one_of.val.push_back(1);
-            run[i] = add_col(m, {}, t.recompute_ms, 0);
+            run[i] = shares_run ? run[t.same_op_as] : add_col(m, {}, t.recompute_ms, 0);
             m.rows.push_back(std::move(one_of));
             if (!t.transient)  // a transient's op runs only when a chain needs it
                 m.rows.push_back({{run[i], m.drop_col[i]}, {1, -1}, lp::RowType::ge, 0});  // run >= drop
@@ -99,6 +103,10 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
     }
     // Reduced model (see the top of this file). run[i]: the column that is 1 when i's op re-runs.
     std::vector<int> run(n, -1);
+    std::vector<int> droppable_outputs(n, 0), shared_run(n, -1);  // per op, by its first output
+    for (std::size_t i = 0; i < n; ++i)
+        if (!ts[i].transient && decision_allowed(ts[i], {Policy::recompute, 0}))
+            ++droppable_outputs[op_first_output(ts[i], static_cast<int>(i))];
     for (std::size_t i = 0; i < n; ++i) {
         const PlanTensor& t = ts[i];
         if (t.transient) {
@@ -119,8 +127,15 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
             at_most_one.idx.push_back(m.comp_cols[i].back());
         }
         if (decision_allowed(t, {Policy::recompute, 0})) {
-            run[i] = m.drop_col[i] = add_col(m, {}, t.recompute_ms, -b);
+            const int op = op_first_output(t, static_cast<int>(i));
+            const bool shared = droppable_outputs[op] > 1;  // then run_g carries the time
+            run[i] = m.drop_col[i] = add_col(m, {}, shared ? 0.0 : t.recompute_ms, -b);
             at_most_one.idx.push_back(m.drop_col[i]);
+            if (shared) {
+                if (shared_run[op] < 0) shared_run[op] = add_col(m, {}, t.recompute_ms, 0);
+                run[i] = shared_run[op];
+                m.rows.push_back({{run[i], m.drop_col[i]}, {1, -1}, lp::RowType::ge, 0});  // run_g >= drop_i
+            }
         }
         at_most_one.val.assign(at_most_one.idx.size(), 1);
         if (at_most_one.idx.size() > 1) m.rows.push_back(std::move(at_most_one));

@@ -26,8 +26,17 @@ void validate_problem(const BlockProblem& problem) {
                 fail(std::string("has a negative or non-finite time for compress option ") + codec_name(c.codec));
         if (t.transient && t.must_keep) fail("is transient and must_keep");
         if (t.transient && !t.can_recompute) fail("is transient but cannot be recomputed");
+        if (t.same_op_as < 0) continue;
+        if (static_cast<std::size_t>(t.same_op_as) >= i || ts[t.same_op_as].same_op_as >= 0)
+            fail("has same_op_as " + std::to_string(t.same_op_as) + "; it must name an earlier op's first output");
+        const PlanTensor& first = ts[t.same_op_as];
+        if (t.transient || first.transient) fail("shares an op with a transient; transients are ops of their own");
+        if (t.inputs != first.inputs || t.recompute_ms != first.recompute_ms)
+            fail("shares an op with '" + first.name + "' but not its inputs and recompute_ms");
     }
 }
+
+int op_first_output(const PlanTensor& t, int index) { return t.same_op_as >= 0 ? t.same_op_as : index; }
 
 bool decision_allowed(const PlanTensor& t, const Decision& d) {
     if (d.policy != Policy::compress && d.option != 0) return false;
@@ -70,8 +79,11 @@ BlockCost evaluate_block(const BlockProblem& problem, const BlockPlan& plan) {
         if (cost.reruns[i])
             for (int p : ts[i].inputs)
                 if (plan[p].policy == Policy::recompute) cost.reruns[p] = true;
+    std::vector<bool> op_paid(ts.size(), false);  // by the op's first output
     for (std::size_t i = 0; i < ts.size(); ++i) {
-        if (cost.reruns[i]) cost.extra_ms += ts[i].recompute_ms;
+        const int op = op_first_output(ts[i], static_cast<int>(i));
+        if (cost.reruns[i] && !op_paid[op]) cost.extra_ms += ts[i].recompute_ms;
+        if (cost.reruns[i]) op_paid[op] = true;
         if (plan[i].policy == Policy::compress) {
             const CompressOption& c = ts[i].compress_options[plan[i].option];
             cost.extra_ms += c.ms;

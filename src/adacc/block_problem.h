@@ -14,8 +14,9 @@
 //     masks). A tensor has one compress option per codec that may store it (the planner picks at
 //     most one; src/adacc/budget_planner.h decides which codecs are candidates).
 //   * `recompute_ms`: the forward time of the op producing it; `inputs`: the saved tensors that op
-//     reads. Ops with several outputs (layernorm: y, mean, rstd) are listed once per planned
-//     output; only y is planned (the statistics are must_keep), so nothing is counted twice.
+//     reads. An op with several outputs (layernorm: y, mean, rstd; CUDA's fused fc GEMM: fch and
+//     fch_gelu) is listed once per output, each naming its first output in `same_op_as`: one re-run
+//     regenerates them all, so its time is paid once however many of them are dropped.
 //   * Non-saved intermediates (transients such as attproj and fcproj) are either
 //       - collapsed (the recommended form): the consumer's op is extended with the transient's
 //         producer. x2 = residual1(x, attproj, res1_mask) and attproj = matmul(atty), so x2 gets
@@ -62,6 +63,9 @@ struct PlanTensor {
     // Not on the tape at all (an intermediate backward does not read, e.g. attproj): never kept or
     // compressed; its op re-runs only when a recompute chain needs it. bytes/compression ignored.
     bool transient = false;
+    // The index of an earlier tensor made by the same op (its first output; -1: none, or this is
+    // the first). Both have the same inputs and recompute_ms, and neither is transient.
+    int same_op_as = -1;
 };
 
 struct BlockProblem {
@@ -80,8 +84,12 @@ using BlockPlan = std::vector<Decision>;  // one Decision per tensor
 
 // Throws std::invalid_argument naming the tensor when the problem is malformed: an input index
 // not earlier than the tensor, a negative or non-finite cost (compress options included), a
-// transient that is must_keep or cannot be recomputed.
+// transient that is must_keep or cannot be recomputed, a same_op_as that is not an earlier first
+// output of an op with the same inputs and time (or that joins a transient).
 void validate_problem(const BlockProblem& problem);
+
+// The index of the first output of the op that makes tensor `index` (t): its same_op_as, or itself.
+int op_first_output(const PlanTensor& t, int index);
 
 // Whether `d` is allowed for tensor t: must_keep -> keep only; transient -> recompute only;
 // compress needs `option` to name one of its compress options; recompute needs can_recompute;
@@ -92,12 +100,13 @@ std::vector<Decision> allowed_decisions(const PlanTensor& t);
 
 // The exact cost of one block under a plan, independent of any solver: the ops that re-run are
 // the dropped tensors' producers plus, transitively, the producers of every dropped or transient
-// input a re-running op reads (a chain stops at a kept or compressed tensor). Throws
-// std::invalid_argument on a wrong-sized plan or a disallowed decision.
+// input a re-running op reads (a chain stops at a kept or compressed tensor); an op re-runs once
+// for all its outputs (same_op_as). Throws std::invalid_argument on a wrong-sized plan or a
+// disallowed decision.
 struct BlockCost {
     double extra_ms = 0;       // sum over re-run ops of recompute_ms + over compressed of their option's ms
     std::size_t bytes = 0;     // sum over kept of bytes + over compressed of their option's bytes
-    std::vector<bool> reruns;  // per tensor: its producing op re-runs in backward
+    std::vector<bool> reruns;  // per tensor: regenerated in backward (dropped, or a transient a chain needs)
 };
 BlockCost evaluate_block(const BlockProblem& problem, const BlockPlan& plan);
 

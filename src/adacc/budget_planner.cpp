@@ -150,11 +150,13 @@ BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Pr
     x.must_keep = true;
     x.can_recompute = false;
     add(TensorKind::x, x);
-    for (const OpInfo& op : block.ops())
+    for (const OpInfo& op : block.ops()) {
+        int first_output = -1;  // the op's first planned output: one re-run makes them all
         for (TensorKind k : op.outputs) {
             const TensorInfo& info = block.tensor(k);
             if (!info.saved || info.numel == 0) continue;
             PlanTensor t;
+            t.same_op_as = first_output;
             t.name = info.name;
             t.bytes = tape_aligned(info.bytes());
             t.must_keep = info.tiny;
@@ -166,8 +168,10 @@ BlockProblem build_block_problem(const GPTConfig& config, int B, int T, const Pr
             const TensorProfile* measured = profile.find(k);
             if (allow_compress && !info.tiny && measured != nullptr)
                 t.compress_options = compress_options(config, info, B, T, *measured, params, codecs, layer);
+            if (first_output < 0) first_output = static_cast<int>(kinds.size());
             add(k, t);
         }
+    }
     if (kinds_out) *kinds_out = kinds;
     return problem;
 }

@@ -110,9 +110,11 @@ std::vector<Part> independent_parts(const BlockProblem& problem, bool split) {
         while (parent[i] != i) i = parent[i] = parent[parent[i]];
         return i;
     };
-    for (std::size_t i = 0; i < ts.size(); ++i)
+    for (std::size_t i = 0; i < ts.size(); ++i) {
         for (int p : ts[i].inputs)
             if (ts[p].transient) parent[find(static_cast<int>(i))] = find(p);
+        if (ts[i].same_op_as >= 0) parent[find(static_cast<int>(i))] = find(ts[i].same_op_as);  // one re-run
+    }
     std::vector<Part> parts;
     std::vector<int> part_of_root(ts.size(), -1), local(ts.size(), -1);
     for (std::size_t i = 0; i < ts.size(); ++i) {
@@ -128,6 +130,7 @@ std::vector<Part> independent_parts(const BlockProblem& problem, bool split) {
         t.inputs.clear();
         for (int p : ts[i].inputs)
             if (find(p) == root) t.inputs.push_back(local[p]);
+        if (t.same_op_as >= 0) t.same_op_as = local[t.same_op_as];
         part.problem.tensors.push_back(std::move(t));
     }
     return parts;
