@@ -34,7 +34,7 @@
 #   GPU_CHECK_STEPS       only these steps of the call, by name, comma-separated (the preflight always
 #                         runs): to run again what failed; adacc_4.7b takes its batch from max_batch_4.7b
 #   GPU_CHECK_TIME_SCALE  multiplies every timeout (default 1): for testing this script with fake
-#                         executables on a machine without a GPU
+#                         executables on a machine without a GPU (tests/scripts/gpu_check_harness.sh)
 #   CUDA_HOME             the CUDA toolkit (default: the one nvcc on PATH is in, else /usr/local/cuda)
 # The step functions are called by name (step_$NAME), which shellcheck cannot follow:
 # shellcheck disable=SC2317
@@ -575,9 +575,12 @@ write_shard() {  # LOG LIMIT
   SHARD_S=0
   [ -s "$SHARD" ] && return 0
   if ! command -v python3 >/dev/null; then STATUS=FAIL NOTE="no python3 to write the random token shard"; return 1; fi
-  run_timed "$1" "$2" python3 "$HERE/random_token_shard.py" "$SHARD" $((1 << 20)) 1337
+  # Written beside it and renamed once whole: a writer killed at its timeout must not leave a
+  # partial file that the next step's -s test takes for the shard.
+  run_timed "$1" "$2" python3 "$HERE/random_token_shard.py" "$SHARD.part" $((1 << 20)) 1337
   SHARD_S=$((SECONDS - t0))
-  [ "$RC" -eq 0 ] && return 0
+  [ "$RC" -eq 0 ] && mv -f "$SHARD.part" "$SHARD" && return 0
+  rm -f "$SHARD.part"
   STATUS=FAIL NOTE="writing the random token shard failed (exit $RC)"
   return 1
 }
