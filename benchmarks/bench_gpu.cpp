@@ -98,8 +98,8 @@ StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType
 // ---- the per-op table (--per-op) ----
 
 // Each kernel's op family, by its name (kernels/ops.inc names a kernel after its op), the first
-// prefix that matches: the residual addition fused with ln2 is layernorm's (its kernel is in
-// layernorm.cu, and the pass over the row is a layernorm's with one more input and output).
+// prefix that matches: a residual addition fused with the layernorm after it is layernorm's (its
+// kernel is in layernorm.cu, and the pass over the row is a layernorm's with one more input and output).
 const char* family_of(const std::string& kernel) {
     const std::pair<const char*, const char*> prefixes[] = {
         {"matmul", "matmul"},
@@ -134,9 +134,11 @@ struct FamilyCost {
 };
 // With the fusions of CUDA's graph (models/gpt_block.h: BlockFusions): the MLP's GELU in the
 // matmuls' epilogues, the matmul family also writes fch beside fch_gelu in forward and reads it in
-// backward, and there is no gelu family; residual1 fused with ln2, that forward reads x and attproj
-// and writes x2 beside ln2 in the layernorm family (2 more N x C than ln2's alone), and residual1's
-// forward (3 N x C) leaves the residual family: one N x C, x2 read back, saved per layer.
+// backward, and there is no gelu family; each residual add fused with the layernorm after it
+// (residual1 with ln2, residual2 with the next ln1 or the final layernorm: 2L of them), that forward
+// reads the residual and the branch and writes the sum beside the layernorm's output in the
+// layernorm family (2 more N x C than the layernorm's alone), and the residual's forward (3 N x C)
+// leaves the residual family: one N x C, the sum read back, saved per fused pair.
 std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T, DType dtype, std::size_t params,
                                                const BlockFusions& fused) {
     const double N = double(B) * T, C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab_size(), H = c.n_head;
@@ -157,7 +159,7 @@ std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T,
     const bool materialized = c.attention == AttentionImpl::materialized;
     cost["attention"] = {6 * N * T * C * L,
                          L * (e * 12 * N * C + (materialized ? e * 7 * scores : 8 * double(B) * H * T))};
-    const double fused_nc = fused.residual_layernorm ? L * e * N * C : 0;  // an N x C activation per fused layer
+    const double fused_nc = fused.residual_layernorm ? 2 * L * e * N * C : 0;  // an N x C per fused pair
     cost["layernorm"] = {0, (2 * L + 1) * (e * 6 * N * C + 16 * N) + 2 * fused_nc};
     if (!fused.gelu_epilogue) cost["gelu"] = {0, gelu_bytes};
     cost["residual+dropout"] = {0, 2 * L * e * N * C * 5 - 3 * fused_nc};
@@ -193,7 +195,8 @@ nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B
         "its kernels %.1f ms\n",
         name.c_str(), B, T, std::string(dtype_name(dtype)).c_str(), attention_impl_name(cfg.attention),
         fused.gelu_epilogue ? ", GELU in the matmuls' epilogues" : "",
-        fused.residual_layernorm ? ", residual1 fused with ln2" : "", t.median_ms, steps, kernels_ms);
+        fused.residual_layernorm ? ", residual adds fused with the layernorms after them" : "", t.median_ms, steps,
+        kernels_ms);
     std::printf("%-18s %9s %7s %11s %10s %9s %8s %9s\n", "family", "ms/step", "share", "GFLOP/step", "GB/step",
                 "TFLOP/s", "GB/s", "roofline");
     nlohmann::json out = {{"model", name},

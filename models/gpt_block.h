@@ -115,7 +115,9 @@ struct BlockFusions {
     // a matmul_gelu op writing fch and fch_gelu, fcproj a matmul_dgelu op reading both, no gelu op.
     bool gelu_epilogue = false;
     // residual1 and ln2 are one residual_layernorm op, "residual1_ln2", writing x2, ln2 and ln2's
-    // statistics in one pass over each row.
+    // statistics in one pass over each row. The driver's forward runs residual2 with the layernorm
+    // after it (the next block's ln1, or the final one) by the same kernel (Driver::
+    // fuses_next_layernorm); the graph keeps those two ops, which backward and recompute run.
     bool residual_layernorm = false;
 };
 

@@ -93,7 +93,7 @@ ActivationPlan mixed_plan(const GPTConfig& cfg, int B, int T) {
 }
 
 struct StepOutcome {
-    std::vector<float> losses, params, adam_m, logits;
+    std::vector<float> losses, params, adam_m, logits, inference_logits;
     std::vector<CodecSample> samples;
 };
 
@@ -124,6 +124,13 @@ StepOutcome two_steps(Backend& backend, const ActivationPlan& plan, int B, int T
     model.forward(tokens.data(), nullptr, B, T, DropoutContext{0, 0, 0, false}, 0.0f);
     out.logits.resize(static_cast<std::size_t>(B) * T * cfg.padded_vocab_size());
     model.read_logits(0, static_cast<std::size_t>(B) * T, out.logits.data());
+    // The trained weights in an inference model (one block's buffers for every layer).
+    GPTModel inference(cfg, B, T, ActivationPlan(BlockGraph(cfg, B, T), cfg.n_layer), {}, ModelUse::inference, backend,
+                       backend.device());
+    inference.write_arena(ModelArena::parameters, 0, out.params.size(), out.params.data());
+    inference.forward(tokens.data(), nullptr, B, T, DropoutContext{0, 0, 0, false}, 0.0f);
+    out.inference_logits.resize(out.logits.size());
+    inference.read_logits(0, static_cast<std::size_t>(B) * T, out.inference_logits.data());
     return out;
 }
 
@@ -141,23 +148,28 @@ ActivationPlan recomputing(const GPTConfig& cfg, int B, int T, TensorKind kind) 
     return plan;
 }
 
-// The remote backend runs CUDA's graph on the CPU's kernels, whose twins of the fused kernels are
-// the separate kernels in turn: the same numbers as the CPU's graph, bit for bit, also where a
-// recompute re-runs residual1_ln2 for x2 or ln2 alone (the other output kept, rewritten into an
-// idle gradient buffer) or for both (full).
+// The remote backend runs CUDA's graph and forward on the CPU's kernels, whose twins of the fused
+// kernels are the separate kernels in turn: the same numbers as the CPU's graph, bit for bit, also
+// where a recompute re-runs residual1_ln2 for x2 or ln2 alone (the other output kept, rewritten
+// into an idle gradient buffer) or for both (full), and where the ln1 that forward ran with the
+// previous block's residual2 is compressed (quant), recomputed alone, or not saved (inference).
 TEST(Backend, ARemoteBackendComputesTheCpuNumbersBitForBit) {
     const int B = 2, T = 16;
     const GPTConfig cfg = tiny_config();
     for (const ActivationPlan& plan :
          {plan_for_mode(cfg, B, T, MemoryMode::quant), mixed_plan(cfg, B, T),
           plan_for_mode(cfg, B, T, MemoryMode::full), recomputing(cfg, B, T, TensorKind::x2),
-          recomputing(cfg, B, T, TensorKind::ln2)}) {
+          recomputing(cfg, B, T, TensorKind::ln2), recomputing(cfg, B, T, TensorKind::ln1)}) {
         RemoteBackend remote;
         const StepOutcome cpu = two_steps(cpu_backend(), plan, B, T), far = two_steps(remote, plan, B, T);
         EXPECT_EQ(cpu.losses, far.losses);
         EXPECT_EQ(std::memcmp(cpu.params.data(), far.params.data(), cpu.params.size() * sizeof(float)), 0);
         EXPECT_EQ(std::memcmp(cpu.adam_m.data(), far.adam_m.data(), cpu.adam_m.size() * sizeof(float)), 0);
         EXPECT_EQ(std::memcmp(cpu.logits.data(), far.logits.data(), cpu.logits.size() * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(cpu.inference_logits.data(), far.inference_logits.data(),
+                              cpu.inference_logits.size() * sizeof(float)),
+                  0);
+        EXPECT_EQ(cpu.inference_logits, cpu.logits) << "an inference model computes the training model's logits";
         ASSERT_EQ(cpu.samples.size(), far.samples.size());
         ASSERT_NE(cpu.samples.empty(), compresses(plan)) << "a compressing plan's codecs are sampled";
         for (std::size_t i = 0; i < cpu.samples.size(); ++i) {
@@ -315,12 +327,14 @@ TEST(Backend, KernelTimingCountsEveryKernelOfAStepAndChangesNothing) {
     auto calls = [&](Kernel k) { return times.calls[static_cast<int>(k)]; };
     EXPECT_EQ(calls(Kernel::encoder_forward), 1);
     EXPECT_EQ(calls(Kernel::encoder_backward), 1);
-    // The remote backend stands in for CUDA, so it runs CUDA's graph: residual1 and ln2 as one
-    // residual_layernorm op, fc with the GELU in its epilogue, fcproj with dGELU in backward's, no
-    // gelu op (a kernel's own calls are its own: the CPU's fused kernels call no other through the table).
-    EXPECT_EQ(calls(Kernel::layernorm_forward), L + 1);
-    EXPECT_EQ(calls(Kernel::residual_layernorm_forward), L);
-    EXPECT_EQ(calls(Kernel::residual_dropout_forward), L);
+    // The remote backend stands in for CUDA, so it runs CUDA's graph and forward: residual1 and ln2
+    // as one residual_layernorm op, residual2 with the layernorm after it (the next ln1, the last
+    // block's with the final one) by the same kernel, leaving layer 0's ln1 the one plain layernorm
+    // forward; fc with the GELU in its epilogue, fcproj with dGELU in backward's, no gelu op (a
+    // kernel's own calls are its own: the CPU's fused kernels call no other through the table).
+    EXPECT_EQ(calls(Kernel::layernorm_forward), 1);
+    EXPECT_EQ(calls(Kernel::residual_layernorm_forward), 2 * L);
+    EXPECT_EQ(calls(Kernel::residual_dropout_forward), 0);
     EXPECT_EQ(calls(Kernel::layernorm_backward), 2 * L + 1);
     EXPECT_EQ(calls(Kernel::residual_dropout_backward), 2 * L);
     EXPECT_EQ(calls(Kernel::matmul_forward), 3 * L + 1);

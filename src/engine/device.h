@@ -113,8 +113,9 @@ DeviceTraits device_traits(const ComputeTarget& target);
 
 // The fused ops of `device`'s block graph (models/gpt_block.h: BlockFusions). On CUDA: the MLP's
 // GELU in its matmuls' epilogues, where cuBLASLt's GELU_AUX_BIAS and DGELU epilogues save the
-// elementwise passes over the N x 4C tensors, and residual1 with ln2, which saves writing x2 in
-// one kernel and reading it back in the next. None on the CPU, which would gain nothing and keeps
+// elementwise passes over the N x 4C tensors, and residual adds with the layernorms after them
+// (residual1 with ln2 in the graph, residual2 with the next ln1 in forward), which saves writing
+// each sum in one kernel and reading it back in the next. None on the CPU, which would gain nothing and keeps
 // its graph, profiles and plans. A profile is read against its device's graph.
 constexpr BlockFusions block_fusions(Device device) {
     return device == Device::cuda ? BlockFusions{.gelu_epilogue = true, .residual_layernorm = true} : BlockFusions{};

@@ -209,10 +209,16 @@ void Driver::report_op_times() {
 
 void Driver::forward_block(int layer, int B, int T) {
     const auto& ops = layout_->block().ops();
-    for (std::size_t i = 0; i < ops.size(); ++i) {
+    const std::size_t first = next_layernorm_ran_ ? 1 : 0;  // ln1 ran with the previous block's residual2
+    next_layernorm_ran_ = false;
+    for (std::size_t i = first; i < ops.size(); ++i) {
         const OpInfo& op = ops[i];
         if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
         for (TensorKind t : op.outputs) place_output(layer, t, B, T);
+        if (i + 1 == ops.size() && fuses_next_layernorm()) {
+            residual_with_next_layernorm(op, layer, B, T);  // its output, the next block's x, is never compressed
+            continue;
+        }
         if (op_timer_) op_timer_->start();
         run_op(op, layer, B, T);
         if (op_timer_) {
@@ -226,6 +232,58 @@ void Driver::forward_block(int layer, int B, int T) {
     }
 }
 
+// Whether forward adds each block's second residual and layernorms the sum for what comes next (the
+// next block's ln1, or the final layernorm) in one kernel, as llm.c does: where the backend fuses
+// residual adds with layernorms (DeviceTraits::fusions), and not while ops are timed, whose times
+// are what recomputing them costs (recompute runs ln1 alone). The kernel's outputs are the two
+// kernels' bit for bit, so backward and recompute, which keep the plain ops, see the same tensors.
+bool Driver::fuses_next_layernorm() const { return layout_->device_traits().fusions.residual_layernorm && !op_timer_; }
+
+// Block `layer`'s last op, `residual` (out = x2 + dropout(fcproj)), with the layernorm of out that
+// follows: the next block's ln1, its outputs placed (and compressed) as that block would place them,
+// in the tape schedule's order (out, the next x, comes just before them), or the final layernorm.
+void Driver::residual_with_next_layernorm(const OpInfo& residual, int layer, int B, int T) {
+    const OpCall r = op_call(residual, layer, B, T);
+    const OpInfo& ln1 = layout_->block().ops().front();
+    const bool last = layer + 1 == layout_->config().n_layer;
+    if (ln1.kind != OpKind::layernorm || residual.kind != OpKind::residual_dropout)
+        throw std::logic_error(
+            "residual_with_next_layernorm: the block does not start with a layernorm and end with a residual");
+    Act y;
+    float *mean = nullptr, *rstd = nullptr;
+    if (last) {
+        place_final_layernorm();
+        y = lnf_, mean = lnf_mean_, rstd = lnf_rstd_;
+    } else {
+        for (TensorKind t : ln1.outputs) place_output(layer + 1, t, B, T);
+        y = view(ln1.outputs[0]), mean = view(ln1.outputs[1]).as<float>(), rstd = view(ln1.outputs[2]).as<float>();
+    }
+    const ConstAct w = last ? weight(ParamId::lnfw) : weight(ln1.weight, layer + 1);
+    const ConstAct b = last ? weight(ParamId::lnfb) : weight(ln1.bias, layer + 1);
+    k_.residual_layernorm_forward(ctx_, r.out[0], y, mean, rstd, r.in[0], r.in[1], r.mask, r.dropout_p, w, b, r.N(),
+                                  r.C);
+    next_layernorm_ran_ = true;
+    if (last || layout_->use() == ModelUse::inference) return;
+    for (TensorKind t : ln1.outputs)
+        if (layout_->block().tensor(t).saved && layout_->plan().at(layer + 1, t).policy == Policy::compress)
+            compress_output(layer + 1, t, B, T);
+}
+
+// The final layernorm's outputs: the workspace's in inference, else the tape's last slots.
+void Driver::place_final_layernorm() {
+    const int L = layout_->config().n_layer;
+    const DType a = layout_->device_traits().activation;
+    if (layout_->use() == ModelUse::inference) {
+        const WorkspaceViews& w = arenas_.views;
+        lnf_ = w.lnf, lnf_mean_ = w.lnf_mean, lnf_rstd_ = w.lnf_rstd;
+        return;
+    }
+    lnf_ = Act(push_scheduled(L, TensorKind::lnf), a);
+    lnf_mean_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf_mean));
+    lnf_rstd_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf_rstd));
+    if (next_entry_ != schedule_.size()) throw std::logic_error("tape schedule out of step: entries left over");
+}
+
 void Driver::forward(const int* tokens, const int* targets, int B, int T, const DropoutContext& dropout, float dloss,
                      bool accumulate) {
     const GPTConfig& cfg = layout_->config();
@@ -237,6 +295,7 @@ void Driver::forward(const int* tokens, const int* targets, int B, int T, const 
     // Without dropout in this pass, the driver skips the mask ops and gates with null masks.
     dropout_active_ = dropout.training && layout_->block().has_dropout() && !inference;
     dropout_ = dropout;
+    next_layernorm_ran_ = false;
     if (observer_) observer_->forward_started();
     tape.release_to({});
     tape.reset_peak();
@@ -259,16 +318,12 @@ void Driver::forward(const int* tokens, const int* targets, int B, int T, const 
     }
     final_x_ = view(TensorKind::out);
     if (op_timer_) report_op_times();
-    if (inference) {
-        lnf_ = w.lnf, lnf_mean_ = w.lnf_mean, lnf_rstd_ = w.lnf_rstd;
-    } else {
-        lnf_ = Act(push_scheduled(L, TensorKind::lnf), a);
-        lnf_mean_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf_mean));
-        lnf_rstd_ = static_cast<float*>(push_scheduled(L, TensorKind::lnf_rstd));
-        if (next_entry_ != schedule_.size()) throw std::logic_error("tape schedule out of step: entries left over");
+    if (!next_layernorm_ran_) {
+        place_final_layernorm();
+        k_.layernorm_forward(ctx_, lnf_, lnf_mean_, lnf_rstd_, final_x_, weight(ParamId::lnfw), weight(ParamId::lnfb),
+                             N, C);
     }
-    k_.layernorm_forward(ctx_, lnf_, lnf_mean_, lnf_rstd_, final_x_, weight(ParamId::lnfw), weight(ParamId::lnfb), N,
-                         C);
+    next_layernorm_ran_ = false;
     classifier_forward(targets, N, dloss, accumulate);
 }
 

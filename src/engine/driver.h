@@ -78,6 +78,9 @@ private:
     void* push_scheduled(int layer, TensorKind kind);
 
     void forward_block(int layer, int B, int T);
+    bool fuses_next_layernorm() const;
+    void residual_with_next_layernorm(const OpInfo& residual, int layer, int B, int T);
+    void place_final_layernorm();
     void classifier_forward(const int* targets, int N, float dloss, bool accumulate);
     void place_output(int layer, TensorKind kind, int B, int T);
     void compress_output(int layer, TensorKind kind, int B, int T);
@@ -106,7 +109,10 @@ private:
     bool classifier_chunked_ = false;      // the last forward's classifier ran (or, inference, runs) chunk by chunk
     bool classifier_accumulated_ = false;  // ... with this accumulate flag
     bool dropout_active_ = false;          // the last forward applied dropout
-    DropoutContext dropout_;               // the last forward's, to regenerate its masks
+    // The layernorm after the block just run (the next block's ln1, or the final one) ran with its
+    // second residual (residual_with_next_layernorm).
+    bool next_layernorm_ran_ = false;
+    DropoutContext dropout_;  // the last forward's, to regenerate its masks
     ModelObserver* observer_ = nullptr;
     std::function<void(int layer)> block_gradients_hook_;
     std::unique_ptr<IntervalTimer> op_timer_;  // when the observer wants op times

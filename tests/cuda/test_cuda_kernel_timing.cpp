@@ -1,5 +1,5 @@
 // KernelTiming on the CUDA backend (bench_gpu --per-op's source): a training step timed kernel by
-// kernel runs the CPU's kernels (the MLP's GELU inside its matmuls, residual1 with ln2), as many
+// kernel runs the CPU's kernels (the MLP's GELU inside its matmuls, residual adds with layernorms), as many
 // times, and computes the same numbers as the step untimed; on a GPU every kernel the step ran took
 // some time on the device.
 #include <gtest/gtest.h>
@@ -46,17 +46,19 @@ TimedStep step_on(Backend& backend, bool timed) {
 
 // The CPU step's kernel calls as CUDA's graph makes them (models/gpt_block.h: BlockFusions): each
 // gelu_forward and its fc matmul_forward are one matmul_gelu_forward, each gelu_backward and its
-// fcproj matmul_backward one matmul_dgelu_backward, and each layer's residual1 and ln2 forwards
-// (one residual_dropout_forward and one layernorm_forward) one residual_layernorm_forward.
+// fcproj matmul_backward one matmul_dgelu_backward, and each layer's two residual adds with the
+// layernorm after each (residual1 with ln2, in the graph; residual2 with the next layer's ln1 or the
+// final layernorm, in forward: one residual_dropout_forward and one layernorm_forward each) one
+// residual_layernorm_forward.
 std::array<long, kNumKernels> in_cudas_graph(std::array<long, kNumKernels> calls, int n_layer) {
     auto at = [&](Kernel k) -> long& { return calls[static_cast<int>(k)]; };
     at(Kernel::matmul_forward) -= at(Kernel::gelu_forward);
     at(Kernel::matmul_gelu_forward) += std::exchange(at(Kernel::gelu_forward), 0);
     at(Kernel::matmul_backward) -= at(Kernel::gelu_backward);
     at(Kernel::matmul_dgelu_backward) += std::exchange(at(Kernel::gelu_backward), 0);
-    at(Kernel::residual_dropout_forward) -= n_layer;
-    at(Kernel::layernorm_forward) -= n_layer;
-    at(Kernel::residual_layernorm_forward) += n_layer;
+    at(Kernel::residual_dropout_forward) -= 2 * n_layer;
+    at(Kernel::layernorm_forward) -= 2 * n_layer;
+    at(Kernel::residual_layernorm_forward) += 2 * n_layer;
     return calls;
 }
 
