@@ -184,7 +184,7 @@ nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B
     };
     // What the graph fused at this shape (the GELU epilogue needs 4C a multiple of 8).
     const BlockFusions fused{.gelu_epilogue = !has(OpKind::gelu),
-                             .residual_layernorm = has(OpKind::residual_layernorm)};
+                             .residual_layernorm = block_fusions(Device::cuda).residual_layernorm};
     const std::map<std::string, FamilyCost> costs = family_costs(cfg, B, T, dtype, ParameterLayout(cfg).total(), fused);
     std::map<std::string, double> family_ms;
     for (int k = 0; k < kNumKernels; ++k)

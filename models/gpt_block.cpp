@@ -72,15 +72,14 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation, Blo
         ops_.push_back({name, OpKind::dropout_mask, {}, {out}, {}, {}, 0, 0, 0.0});
         ops_.back().rng_kind = out;
     };
-    const double layernorm_flops = 8.0 * n * c, residual_flops = 2.0 * n * c;
     auto layernorm = [&](const char* name, K in, K out, K mean, K rstd, ParamId w, ParamId b) {
-        ops_.push_back({name, OpKind::layernorm, {in}, {out, mean, rstd}, w, b, 0, 0, layernorm_flops});
+        ops_.push_back({name, OpKind::layernorm, {in}, {out, mean, rstd}, w, b, 0, 0, 8.0 * n * c});
     };
     // out = residual + dropout(branch), the mask an input only with dropout.
     auto residual = [&](const char* name, K residual_in, K branch, K dropout_mask, K out) {
         std::vector<K> inputs = {residual_in, branch};
         if (d) inputs.push_back(dropout_mask);
-        ops_.push_back({name, OpKind::residual_dropout, std::move(inputs), {out}, {}, {}, 0, 0, residual_flops});
+        ops_.push_back({name, OpKind::residual_dropout, std::move(inputs), {out}, {}, {}, 0, 0, 2.0 * n * c});
     };
     const int Ci = static_cast<int>(C);
     layernorm("ln1", K::x, K::ln1, K::ln1_mean, K::ln1_rstd, ParamId::ln1w, ParamId::ln1b);
@@ -105,22 +104,8 @@ BlockGraph::BlockGraph(const GPTConfig& cfg, int B, int T, DType activation, Blo
     }
     matmul("attproj", K::atty, K::attproj, ParamId::attprojw, ParamId::attprojb, Ci, Ci);
     mask("res1_dropout_mask", K::res1_mask);
-    if (fusions.residual_layernorm) {
-        std::vector<K> inputs = {K::x, K::attproj};
-        if (d) inputs.push_back(K::res1_mask);
-        ops_.push_back({"residual1_ln2",
-                        OpKind::residual_layernorm,
-                        std::move(inputs),
-                        {K::x2, K::ln2, K::ln2_mean, K::ln2_rstd},
-                        ParamId::ln2w,
-                        ParamId::ln2b,
-                        0,
-                        0,
-                        residual_flops + layernorm_flops});
-    } else {
-        residual("residual1", K::x, K::attproj, K::res1_mask, K::x2);
-        layernorm("ln2", K::x2, K::ln2, K::ln2_mean, K::ln2_rstd, ParamId::ln2w, ParamId::ln2b);
-    }
+    residual("residual1", K::x, K::attproj, K::res1_mask, K::x2);
+    layernorm("ln2", K::x2, K::ln2, K::ln2_mean, K::ln2_rstd, ParamId::ln2w, ParamId::ln2b);
     const double gelu_flops = 8.0 * n * 4 * c;
     if (fusions.gelu_epilogue && (4 * Ci) % kGeluEpilogueColumns == 0) {
         ops_.push_back({"fc",

@@ -68,11 +68,8 @@ enum class OpKind : std::uint8_t {
     attention_cudnn,    // attention_fused's inputs and outputs, cuDNN's kernels (dropout from its Philox)
     matmul_gelu,        // inputs {x}; outputs {pre, y = gelu(pre)}; params {w, b}: GELU in the epilogue
     matmul_dgelu,       // inputs {x = gelu(pre), pre}; outputs {y}; params {w, b}: dGELU in backward's
-    // inputs {residual, branch, mask?}; outputs {sum, y, mean, rstd}; params {w, b}: residual_dropout
-    // then layernorm of its sum, in one kernel
-    residual_layernorm,
 };
-constexpr int kNumOpKinds = static_cast<int>(OpKind::residual_layernorm) + 1;
+constexpr int kNumOpKinds = static_cast<int>(OpKind::matmul_dgelu) + 1;
 
 struct TensorInfo {
     TensorKind kind;
@@ -107,17 +104,17 @@ struct OpInfo {
     std::optional<std::pair<TensorKind, TensorKind>> grad_shared = std::nullopt;
 };
 
-// The fused ops a backend's block graph runs in place of their parts (a device's capability:
-// src/engine/device.h, block_fusions). The tensors are the same either way, so plans carry over;
-// the ops' times, and so profiles, do not.
+// What a backend fuses (a device's capability: src/engine/device.h, block_fusions): ops of the
+// block graph run as one in place of their parts, or kernels of forward. The tensors are the same
+// either way, so plans carry over; a fused graph's ops' times, and so profiles, do not.
 struct BlockFusions {
     // With 4C a multiple of kGeluEpilogueColumns, the MLP's GELU is in its matmuls' epilogues: fc is
     // a matmul_gelu op writing fch and fch_gelu, fcproj a matmul_dgelu op reading both, no gelu op.
     bool gelu_epilogue = false;
-    // residual1 and ln2 are one residual_layernorm op, "residual1_ln2", writing x2, ln2 and ln2's
-    // statistics in one pass over each row. The driver's forward runs residual2 with the layernorm
-    // after it (the next block's ln1, or the final one) by the same kernel (Driver::
-    // fuses_next_layernorm); the graph keeps those two ops, which backward and recompute run.
+    // Forward runs each residual add with the layernorm after it (residual1 with ln2, residual2 with
+    // the next block's ln1 or the final layernorm) in one kernel, residual_layernorm_forward, whose
+    // outputs are the two kernels' bit for bit (src/engine/driver.h: Driver::fuses_residual_layernorm).
+    // Not a change of the graph: it keeps both ops, which backward, recompute and the profiler run.
     bool residual_layernorm = false;
 };
 

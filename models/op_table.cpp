@@ -144,26 +144,6 @@ void matmul_dgelu_wiring(OpInfo& op) {
     op.grad_writes = {op.inputs[1]};
 }
 
-// residual_layernorm: inputs {residual, branch, mask?}; outputs {sum, y, mean, rstd}; params {w, b}:
-// residual_dropout's sum and layernorm's of it in one kernel. Backward is theirs in turn: layernorm's
-// adds into the sum's gradient, which is the residual's (as residual_dropout's), then the branch's
-// is computed from it.
-void residual_layernorm_forward(const OpCall& c) {
-    c.k.residual_layernorm_forward(c.ctx, c.out[0], c.out[1], c.out[2].as<float>(), c.out[3].as<float>(), c.in[0],
-                                   c.in[1], c.mask, c.dropout_p, c.weight, c.bias, c.N(), c.C);
-}
-void residual_layernorm_backward(const OpCall& c) {
-    c.k.layernorm_backward(c.ctx, c.dout[0], c.dweight, c.dbias, c.dout[1], c.out[0], c.weight, c.out[2].as<float>(),
-                           c.out[3].as<float>(), c.N(), c.C);
-    c.k.residual_dropout_backward(c.ctx, c.din[1], c.dout[0], c.mask, c.dropout_p, c.n);
-}
-void residual_layernorm_wiring(OpInfo& op) {
-    op.grad_reads = {op.outputs[0], op.outputs[1]};
-    op.grad_writes = {op.inputs[1]};
-    op.grad_updates = {op.inputs[0]};
-    op.grad_shared = std::pair{op.inputs[0], op.outputs[0]};
-}
-
 // In OpKind's order.
 const OpSpec kOpTable[] = {
     {{Kn::layernorm_forward, Kn::layernorm_backward}, layernorm_forward, layernorm_backward, layernorm_wiring},
@@ -196,10 +176,6 @@ const OpSpec kOpTable[] = {
      true},
     {{Kn::matmul_gelu_forward, Kn::matmul_backward}, matmul_gelu_forward, matmul_backward, matmul_gelu_wiring},
     {{Kn::matmul_forward, Kn::matmul_dgelu_backward}, matmul_forward, matmul_dgelu_backward, matmul_dgelu_wiring},
-    {{Kn::residual_layernorm_forward, Kn::layernorm_backward, Kn::residual_dropout_backward},
-     residual_layernorm_forward,
-     residual_layernorm_backward,
-     residual_layernorm_wiring},
 };
 static_assert(std::size(kOpTable) == kNumOpKinds, "one op table entry per OpKind, in the enum's order");
 

@@ -14,8 +14,7 @@
 
 namespace adacc {
 
-// The most inputs or outputs an op has (residual_layernorm's sum, y, mean and rstd; residual's three
-// inputs).
+// The most inputs or outputs an op has (layernorm's y, mean and rstd; residual's three inputs).
 constexpr std::size_t kMaxOpTensors = 4;
 
 // What one op's kernels are called with, in the order of its OpInfo's inputs and outputs: the

@@ -150,9 +150,10 @@ ActivationPlan recomputing(const GPTConfig& cfg, int B, int T, TensorKind kind) 
 
 // The remote backend runs CUDA's graph and forward on the CPU's kernels, whose twins of the fused
 // kernels are the separate kernels in turn: the same numbers as the CPU's graph, bit for bit, also
-// where a recompute re-runs residual1_ln2 for x2 or ln2 alone (the other output kept, rewritten
-// into an idle gradient buffer) or for both (full), and where the ln1 that forward ran with the
-// previous block's residual2 is compressed (quant), recomputed alone, or not saved (inference).
+// where a layernorm that forward ran with the residual add before it (ln2 with residual1, ln1
+// with the previous block's residual2) or that sum is compressed (quant: x2 compressed runs
+// residual1 and ln2 apart), recomputed alone (x2, ln2, ln1) or with everything (full), or not
+// saved (inference).
 TEST(Backend, ARemoteBackendComputesTheCpuNumbersBitForBit) {
     const int B = 2, T = 16;
     const GPTConfig cfg = tiny_config();
@@ -327,9 +328,9 @@ TEST(Backend, KernelTimingCountsEveryKernelOfAStepAndChangesNothing) {
     auto calls = [&](Kernel k) { return times.calls[static_cast<int>(k)]; };
     EXPECT_EQ(calls(Kernel::encoder_forward), 1);
     EXPECT_EQ(calls(Kernel::encoder_backward), 1);
-    // The remote backend stands in for CUDA, so it runs CUDA's graph and forward: residual1 and ln2
-    // as one residual_layernorm op, residual2 with the layernorm after it (the next ln1, the last
-    // block's with the final one) by the same kernel, leaving layer 0's ln1 the one plain layernorm
+    // The remote backend stands in for CUDA, so it runs CUDA's graph and forward: each residual add
+    // with the layernorm after it in one kernel (residual1 with ln2; residual2 with the next ln1,
+    // the last block's with the final layernorm), leaving layer 0's ln1 the one plain layernorm
     // forward; fc with the GELU in its epilogue, fcproj with dGELU in backward's, no gelu op (a
     // kernel's own calls are its own: the CPU's fused kernels call no other through the table).
     EXPECT_EQ(calls(Kernel::layernorm_forward), 1);

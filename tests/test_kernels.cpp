@@ -303,11 +303,11 @@ TEST_P(KernelGradTest, ResidualDropout) {
     EXPECT_LT(relative_error(w, finite_difference(residual, fwd, w)), kTolerance);  // identity branch
 }
 
-// The residual addition fused with the layernorm of its sum (CUDA's residual1_ln2 op), checked as
-// one function (sum, out) of the residual, the branch and the layernorm's parameters, with the op's
-// backward (models/op_table.cpp): layernorm_backward adds into the sum's gradient, which is the
-// residual's, then residual_dropout_backward gives the branch's. Its outputs are the two kernels'
-// bit for bit.
+// The residual addition fused with the layernorm of its sum (CUDA's forward runs each residual add
+// with the layernorm after it so), checked as one function (sum, out) of the residual, the branch
+// and the layernorm's parameters, with the backward of the plain ops that backward runs:
+// layernorm_backward adds into the sum's gradient, which is the residual's, then
+// residual_dropout_backward gives the branch's. Its outputs are the two kernels' bit for bit.
 TEST_P(KernelGradTest, ResidualLayernorm) {
     const auto [B, T, C, NH] = GetParam();
     const int N = B * T;

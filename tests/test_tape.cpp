@@ -208,36 +208,6 @@ TEST(GradientBuffers, GeluInTheEpilogueWritesFchsGradientAndNeverFchGelus) {
     }
 }
 
-// With residual1 and ln2 as one op (CUDA's graph), its backward reads x2's and ln2's gradients,
-// adds ln2's layernorm gradient into x2's, which is x's (the residual stream's buffer, as residual1
-// passes it), and writes attproj's: the buffers, the tensors and the FLOPs are the separate ops'.
-TEST(GradientBuffers, ResidualLayernormKeepsTheSeparateOpsBuffers) {
-    const GPTConfig cfg = config_with("gpt-micro", 2, 0.1f);
-    const int B = 2, T = 6;
-    using K = TensorKind;
-    const BlockGraph block(cfg, B, T, DType::f32, {.residual_layernorm = true}), unfused(cfg, B, T);
-    const OpInfo* op = block.producer(K::ln2);
-    ASSERT_NE(op, nullptr);
-    EXPECT_EQ(op->kind, OpKind::residual_layernorm);
-    EXPECT_EQ(op->inputs, (std::vector<K>{K::x, K::attproj, K::res1_mask}));
-    EXPECT_EQ(op->outputs, (std::vector<K>{K::x2, K::ln2, K::ln2_mean, K::ln2_rstd}));
-    for (K k : {K::x2, K::ln2_mean, K::ln2_rstd}) EXPECT_EQ(block.producer(k), op) << tensor_kind_name(k);
-    EXPECT_EQ(block.ops().size() + 1, unfused.ops().size());
-    const GradientBuffers g = gradient_buffers(block), plain = gradient_buffers(unfused);
-    EXPECT_EQ(g.of[static_cast<int>(K::x)], g.of[static_cast<int>(K::x2)]);
-    EXPECT_EQ(g.of[static_cast<int>(K::x2)], g.of[static_cast<int>(K::out)]);
-    EXPECT_NE(g.of[static_cast<int>(K::attproj)], g.of[static_cast<int>(K::ln2)]) << "written while ln2's is read";
-    std::vector<std::size_t> sizes = g.bytes, plain_sizes = plain.bytes;
-    std::sort(sizes.begin(), sizes.end());
-    std::sort(plain_sizes.begin(), plain_sizes.end());
-    EXPECT_EQ(sizes, plain_sizes);
-    EXPECT_EQ(block.forward_flops(), unfused.forward_flops());
-    for (const TensorInfo& t : block.tensors()) {
-        EXPECT_EQ(t.saved, unfused.tensor(t.kind).saved) << t.name;
-        EXPECT_EQ(t.bytes(), unfused.tensor(t.kind).bytes()) << t.name;
-    }
-}
-
 TEST(TapeAllocator, OverflowNamesTheSlot) {
     TapeAllocator tape(cpu_backend(), 256, 4);
     tape.push(0, TensorKind::ln1, Policy::keep, 200, 200);

@@ -73,7 +73,7 @@ void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, 
     }
 }
 
-// The CPU's block graph keeps residual1 and ln2 as two ops (a fused pass would gain it nothing), so
+// The CPU runs residual adds and layernorms as two kernels (a fused pass would gain it nothing), so
 // the twin of the device's fused kernel is the two kernels it fuses, run in turn.
 void residual_layernorm_forward(const KernelContext& ctx, Act sum, Act out, float* mean, float* rstd, ConstAct residual,
                                 ConstAct inp, const unsigned char* mask, float p, ConstAct weight, ConstAct bias, int N,

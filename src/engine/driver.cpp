@@ -63,6 +63,8 @@ void Driver::require_supported(const ModelLayout& layout) const {
             require(kernel, "the block's op \"" + op.name + "\"", spec.chosen_by_attention);
     }
     for (Kernel kernel : kModelKernels) require(kernel, "the embedding, final layernorm or classifier", false);
+    if (layout.device_traits().fusions.residual_layernorm)
+        require(Kernel::residual_layernorm_forward, "residual adds fused with the layernorms after them", false);
     if (layout.use() == ModelUse::training)
         for (Kernel kernel : kTrainingKernels) require(kernel, "the optimizer or the activation codecs", false);
 }
@@ -209,14 +211,19 @@ void Driver::report_op_times() {
 
 void Driver::forward_block(int layer, int B, int T) {
     const auto& ops = layout_->block().ops();
-    const std::size_t first = next_layernorm_ran_ ? 1 : 0;  // ln1 ran with the previous block's residual2
+    std::size_t i = next_layernorm_ran_ ? 1 : 0;  // ln1 ran with the previous block's residual2
     next_layernorm_ran_ = false;
-    for (std::size_t i = first; i < ops.size(); ++i) {
+    for (; i < ops.size(); ++i) {
         const OpInfo& op = ops[i];
         if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
         for (TensorKind t : op.outputs) place_output(layer, t, B, T);
-        if (i + 1 == ops.size() && fuses_next_layernorm()) {
-            residual_with_next_layernorm(op, layer, B, T);  // its output, the next block's x, is never compressed
+        if (fuses_residual_layernorm(layer, i)) {
+            const bool last = i + 1 == ops.size();
+            if (!last)
+                residual_with_layernorm(op, layer, &ops[++i], layer, B, T);  // this block's next op
+            else
+                residual_with_layernorm(op, layer, layer + 1 < layout_->config().n_layer ? &ops.front() : nullptr,
+                                        layer + 1, B, T);
             continue;
         }
         if (op_timer_) op_timer_->start();
@@ -232,41 +239,50 @@ void Driver::forward_block(int layer, int B, int T) {
     }
 }
 
-// Whether forward adds each block's second residual and layernorms the sum for what comes next (the
-// next block's ln1, or the final layernorm) in one kernel, as llm.c does: where the backend fuses
-// residual adds with layernorms (DeviceTraits::fusions), and not while ops are timed, whose times
-// are what recomputing them costs (recompute runs ln1 alone). The kernel's outputs are the two
-// kernels' bit for bit, so backward and recompute, which keep the plain ops, see the same tensors.
-bool Driver::fuses_next_layernorm() const { return layout_->device_traits().fusions.residual_layernorm && !op_timer_; }
+// Whether forward runs op `i` of block `layer`, a residual add, with the layernorm of its sum that
+// follows (residual1 with ln2; residual2, the block's last op, with the next block's ln1 or the
+// final layernorm) in one kernel, as llm.c does: where the backend fuses them (DeviceTraits::
+// fusions), not while ops are timed (their times price recomputes, which run the plain ops), and
+// not when the sum is compressed, whose tape slot comes before the layernorm's. The kernel's
+// outputs are the two kernels' bit for bit, so backward and recompute see the same tensors.
+bool Driver::fuses_residual_layernorm(int layer, std::size_t i) const {
+    const auto& ops = layout_->block().ops();
+    if (!layout_->device_traits().fusions.residual_layernorm || op_timer_ || ops[i].kind != OpKind::residual_dropout)
+        return false;
+    if (i + 1 == ops.size()) return true;  // out, the next block's x, is always kept
+    const OpInfo& next = ops[i + 1];
+    const TensorKind sum = ops[i].outputs[0];
+    const bool compressed = layout_->use() == ModelUse::training && layout_->block().tensor(sum).saved &&
+                            layout_->plan().at(layer, sum).policy == Policy::compress;
+    return next.kind == OpKind::layernorm && next.inputs[0] == sum && !compressed;
+}
 
-// Block `layer`'s last op, `residual` (out = x2 + dropout(fcproj)), with the layernorm of out that
-// follows: the next block's ln1, its outputs placed (and compressed) as that block would place them,
-// in the tape schedule's order (out, the next x, comes just before them), or the final layernorm.
-void Driver::residual_with_next_layernorm(const OpInfo& residual, int layer, int B, int T) {
+// `residual` of block `layer` with the layernorm of its sum: `norm` of block `norm_layer` (ln2 of
+// the same block, or ln1 of the next), its outputs placed before and compressed after as that
+// block would (the tape schedule's order), or, null, the final layernorm.
+void Driver::residual_with_layernorm(const OpInfo& residual, int layer, const OpInfo* norm, int norm_layer, int B,
+                                     int T) {
     const OpCall r = op_call(residual, layer, B, T);
-    const OpInfo& ln1 = layout_->block().ops().front();
-    const bool last = layer + 1 == layout_->config().n_layer;
-    if (ln1.kind != OpKind::layernorm || residual.kind != OpKind::residual_dropout)
-        throw std::logic_error(
-            "residual_with_next_layernorm: the block does not start with a layernorm and end with a residual");
     Act y;
     float *mean = nullptr, *rstd = nullptr;
-    if (last) {
+    ConstAct w, b;
+    if (norm) {
+        for (TensorKind t : norm->outputs) place_output(norm_layer, t, B, T);
+        y = view(norm->outputs[0]), mean = view(norm->outputs[1]).as<float>(),
+        rstd = view(norm->outputs[2]).as<float>();
+        w = weight(norm->weight, norm_layer), b = weight(norm->bias, norm_layer);
+    } else {
         place_final_layernorm();
         y = lnf_, mean = lnf_mean_, rstd = lnf_rstd_;
-    } else {
-        for (TensorKind t : ln1.outputs) place_output(layer + 1, t, B, T);
-        y = view(ln1.outputs[0]), mean = view(ln1.outputs[1]).as<float>(), rstd = view(ln1.outputs[2]).as<float>();
+        w = weight(ParamId::lnfw), b = weight(ParamId::lnfb);
     }
-    const ConstAct w = last ? weight(ParamId::lnfw) : weight(ln1.weight, layer + 1);
-    const ConstAct b = last ? weight(ParamId::lnfb) : weight(ln1.bias, layer + 1);
     k_.residual_layernorm_forward(ctx_, r.out[0], y, mean, rstd, r.in[0], r.in[1], r.mask, r.dropout_p, w, b, r.N(),
                                   r.C);
-    next_layernorm_ran_ = true;
-    if (last || layout_->use() == ModelUse::inference) return;
-    for (TensorKind t : ln1.outputs)
-        if (layout_->block().tensor(t).saved && layout_->plan().at(layer + 1, t).policy == Policy::compress)
-            compress_output(layer + 1, t, B, T);
+    next_layernorm_ran_ = norm_layer != layer;  // the next block's ln1 or the final layernorm
+    if (!norm || layout_->use() == ModelUse::inference) return;
+    for (TensorKind t : norm->outputs)
+        if (layout_->block().tensor(t).saved && layout_->plan().at(norm_layer, t).policy == Policy::compress)
+            compress_output(norm_layer, t, B, T);
 }
 
 // The final layernorm's outputs: the workspace's in inference, else the tape's last slots.
@@ -389,9 +405,8 @@ void Driver::classifier_logits(std::size_t row, int n) {
 // recomputed by re-running their producing op (and the transient ops feeding it) from tensors
 // already in view. Outputs of a re-run op that are already in view go to a discard buffer, so
 // kept tensors are never overwritten: the tiny ones (layernorm statistics, att_lse) to the
-// workspace's, a full-size one (matmul_gelu's fch or fch_gelu, residual1_ln2's x2 or ln2, when the
-// other is dropped) to the gradient buffer of another of the op's outputs, idle until this block's
-// backward begins (idle_gradient).
+// workspace's, a full-size one (matmul_gelu's fch or fch_gelu, when the other is dropped) to the
+// gradient buffer of the op's first output, idle until this block's backward begins.
 void Driver::materialize_block(int layer, int B, int T) {
     const BlockGraph& block = layout_->block();
     const ActivationPlan& plan = layout_->plan();
@@ -452,19 +467,17 @@ void Driver::materialize_block(int layer, int B, int T) {
     }
 }
 
-// A gradient buffer of one of `op`'s outputs, as the discard for its full-size output `kind`
-// (materialize_block): the first that holds a tensor as large and is not the residual stream's, the
-// one gradient alive across blocks (residual1_ln2's x2 is in it; its ln2's is idle).
+// The gradient buffer of `op`'s first output, as the discard for its full-size output `kind`
+// (materialize_block). It holds that output's gradient, so a tensor no larger fits; it must not be
+// the residual stream's, the one gradient alive across blocks.
 void* Driver::idle_gradient(const OpInfo& op, TensorKind kind, int B, int T) const {
     const WorkspaceLayout& w = layout_->workspace();
-    for (TensorKind o : op.outputs) {
-        const int i = static_cast<int>(o);
-        if (w.has_grad[i] && w.grad[i] != w.grad[static_cast<int>(TensorKind::out)] &&
-            layout_->bytes(kind, B, T) <= layout_->bytes(o, B, T))
-            return grad_buffer(o).data();
-    }
-    throw std::logic_error("materialize_block: no idle gradient buffer holds " + op.name + "'s kept output " +
-                           tensor_kind_name(kind));
+    const int first = static_cast<int>(op.outputs[0]);
+    if (!w.has_grad[first] || w.grad[first] == w.grad[static_cast<int>(TensorKind::out)] ||
+        layout_->bytes(kind, B, T) > layout_->bytes(op.outputs[0], B, T))
+        throw std::logic_error("materialize_block: no idle gradient buffer holds " + op.name + "'s kept output " +
+                               tensor_kind_name(kind));
+    return grad_buffer(op.outputs[0]).data();
 }
 
 void Driver::backward_op(const OpInfo& op, int layer, int B, int T, bool accumulate) {

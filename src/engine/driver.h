@@ -78,8 +78,8 @@ private:
     void* push_scheduled(int layer, TensorKind kind);
 
     void forward_block(int layer, int B, int T);
-    bool fuses_next_layernorm() const;
-    void residual_with_next_layernorm(const OpInfo& residual, int layer, int B, int T);
+    bool fuses_residual_layernorm(int layer, std::size_t i) const;
+    void residual_with_layernorm(const OpInfo& residual, int layer, const OpInfo* norm, int norm_layer, int B, int T);
     void place_final_layernorm();
     void classifier_forward(const int* targets, int N, float dloss, bool accumulate);
     void place_output(int layer, TensorKind kind, int B, int T);
@@ -110,7 +110,7 @@ private:
     bool classifier_accumulated_ = false;  // ... with this accumulate flag
     bool dropout_active_ = false;          // the last forward applied dropout
     // The layernorm after the block just run (the next block's ln1, or the final one) ran with its
-    // second residual (residual_with_next_layernorm).
+    // second residual (residual_with_layernorm).
     bool next_layernorm_ran_ = false;
     DropoutContext dropout_;  // the last forward's, to regenerate its masks
     ModelObserver* observer_ = nullptr;

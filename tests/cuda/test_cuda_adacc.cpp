@@ -160,7 +160,7 @@ std::vector<std::string> op_names(const BlockGraph& block) {
 // come from outlier counts within `outliers`, the counts the fp32 device's tensors can give
 // (exactly the CPU's where no channel is within rounding of the cutoff).
 void expect_same_profile(const Profile& device, const Profile& cpu, DType dtype, const OutlierRanges& outliers) {
-    // Each backend's ops: CUDA's have the GELU in the matmuls' epilogues (no gelu op) and residual1_ln2.
+    // Each backend's ops: CUDA's have the GELU in the matmuls' epilogues, no gelu op.
     ASSERT_EQ(device.op_names, op_names(BlockGraph(planned_model(), kB, kT, dtype, block_fusions(Device::cuda))));
     ASSERT_EQ(cpu.op_names, op_names(BlockGraph(planned_model(), kB, kT)));
     double device_ms = 0;
@@ -243,31 +243,18 @@ std::filesystem::path shared_profile_for(const std::filesystem::path& dir, const
     const BlockGraph block(cfg, kB, kT, target.activation, block_fusions(target.device));
     for (auto& t : p.tensors) t.bytes = block.tensor(t.kind).bytes();
     // The target's ops: on CUDA there is no gelu op (fc runs the GELU in its epilogue), so
-    // recomputing fch or fch_gelu re-runs fc, and residual1_ln2 is the CPU's residual1 and ln2, so it
-    // takes their two times. Those ops are priced out of recomputation (write_shared_inputs), every
-    // other op takes the same time on both, so both targets plan alike
-    // (TrainingRunsFollowTheCpuRunThroughAReplan compares their plans).
+    // recomputing fch or fch_gelu re-runs fc. Those ops are priced out of recomputation
+    // (write_shared_inputs), every other op takes the same time on both, so both targets plan
+    // alike (TrainingRunsFollowTheCpuRunThroughAReplan compares their plans).
     const Profile cpu = p;
     p.op_names.clear(), p.op_ms.clear(), p.op_spread_ms.clear();
-    auto cpu_time = [&](const std::string& name, double& ms, double& spread_ms) {
+    for (const OpInfo& op : block.ops())
         for (std::size_t i = 0; i < cpu.op_names.size(); ++i)
-            if (cpu.op_names[i] == name) {
-                ms += cpu.op_ms[i];
-                spread_ms += cpu.op_spread_ms[i];
-                return true;
+            if (cpu.op_names[i] == op.name) {
+                p.op_names.push_back(op.name);
+                p.op_ms.push_back(cpu.op_ms[i]);
+                p.op_spread_ms.push_back(cpu.op_spread_ms[i]);
             }
-        return false;
-    };
-    for (const OpInfo& op : block.ops()) {
-        double ms = 0, spread_ms = 0;
-        const bool found = op.kind == OpKind::residual_layernorm
-                               ? cpu_time("residual1", ms, spread_ms) && cpu_time("ln2", ms, spread_ms)
-                               : cpu_time(op.name, ms, spread_ms);
-        if (!found) continue;
-        p.op_names.push_back(op.name);
-        p.op_ms.push_back(ms);
-        p.op_spread_ms.push_back(spread_ms);
-    }
     const auto file = dir / ("profile_" + std::string(device_name(target.device)) + "_" +
                              std::string(dtype_name(target.activation)) + ".json");
     p.save(file);
@@ -329,9 +316,9 @@ RunRecord train_adacc(const std::filesystem::path& dir, const std::string& name,
 
 // A profile in which recomputing is expensive and compressing cheap (deterministic plans,
 // whatever the machine's timings), at the run's initial weights. The ops CUDA's graph fuses (fc
-// with gelu, residual1 with ln2) are priced out of recomputation altogether: CUDA re-runs a fused
-// op once for both its outputs where the CPU runs two ops, so with them in play the two graphs'
-// optimal plans could differ; without them every plan costs the same on both.
+// with gelu) are priced out of recomputation altogether: CUDA re-runs its fused op once for both
+// outputs where the CPU runs two ops, so with them in play the two graphs' optimal plans could
+// differ; without them every plan costs the same on both.
 void write_shared_inputs(const std::filesystem::path& dir) {
     std::mt19937 gen(2);
     std::vector<std::uint16_t> tokens(4000);
@@ -340,8 +327,7 @@ void write_shared_inputs(const std::filesystem::path& dir) {
     Profile p = profile_on(ComputeTarget{}, std::vector<int>(tokens.begin(), tokens.begin() + kB * kT));
     favour_compression(p);
     for (std::size_t i = 0; i < p.op_names.size(); ++i)
-        if (p.op_names[i] == "fc" || p.op_names[i] == "gelu" || p.op_names[i] == "residual1" || p.op_names[i] == "ln2")
-            p.op_ms[i] = 1e4;  // 100x favour_compression's ops
+        if (p.op_names[i] == "fc" || p.op_names[i] == "gelu") p.op_ms[i] = 1e4;  // 100x favour_compression's ops
     p.save(dir / "profile.json");
 }
 

@@ -47,8 +47,8 @@ TimedStep step_on(Backend& backend, bool timed) {
 // The CPU step's kernel calls as CUDA's graph makes them (models/gpt_block.h: BlockFusions): each
 // gelu_forward and its fc matmul_forward are one matmul_gelu_forward, each gelu_backward and its
 // fcproj matmul_backward one matmul_dgelu_backward, and each layer's two residual adds with the
-// layernorm after each (residual1 with ln2, in the graph; residual2 with the next layer's ln1 or the
-// final layernorm, in forward: one residual_dropout_forward and one layernorm_forward each) one
+// layernorm after each (residual1 with ln2; residual2 with the next layer's ln1 or the final
+// layernorm: one residual_dropout_forward and one layernorm_forward each) one
 // residual_layernorm_forward.
 std::array<long, kNumKernels> in_cudas_graph(std::array<long, kNumKernels> calls, int n_layer) {
     auto at = [&](Kernel k) -> long& { return calls[static_cast<int>(k)]; };

@@ -3,11 +3,12 @@
 // micro-batches each. fp32 throughout: relative 1e-5 on losses and logits, the parameters within
 // AdamW's rounding of what each backend's own gradients give (params_within_rounding); bf16 on
 // CUDA against fp32 on the CPU: within bf16's precision, measured as relative L2 errors (below).
-// The CUDA backend runs the MLP's GELU in its matmuls' epilogues and residual1 with ln2 as one op,
-// the CPU each as ops of their own (models/gpt_block.h: BlockFusions), so these compare the two
-// graphs too. On the CUDA backend alone, recompute-only plans (full, selective, and each fused op's
-// outputs alone or together: fch, fch_gelu; x2, ln2) give the keep-all gradients bit for bit in
-// both dtypes, and a checkpoint written from a CUDA model loads into a CPU model and back.
+// The CUDA backend runs the MLP's GELU in its matmuls' epilogues and each residual add with the
+// layernorm after it in one forward kernel, the CPU each as ops of their own (models/gpt_block.h:
+// BlockFusions), so these compare the two too. On the CUDA backend alone, recompute-only plans
+// (full, selective, the fused matmul's outputs alone or together: fch, fch_gelu; and x2, ln2, a
+// fused residual's sum and layernorm) give the keep-all gradients bit for bit in both dtypes, and
+// a checkpoint written from a CUDA model loads into a CPU model and back.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -264,9 +265,9 @@ TEST(CudaModel, RecomputePlansGiveTheKeepAllGradientsBitForBit) {
             EXPECT_TRUE(bit_identical(recomputed.grads, none.grads)) << what;
             EXPECT_TRUE(bit_identical(recomputed.params, none.params)) << what;
         }
-        // CUDA's fused ops re-run for either of their outputs alone, the other kept (and rewritten
-        // into an idle gradient buffer), or for both: the MLP's matmul_gelu (GELU in the epilogue),
-        // and residual1_ln2 (its x2's gradient is the residual stream's, so the kept one goes to ln2's).
+        // The MLP's matmul_gelu (GELU in the epilogue) re-run for either of its outputs alone, the
+        // other kept (and rewritten into an idle gradient buffer), or for both; and x2, ln2 or both,
+        // which forward wrote with one kernel and recompute writes with two.
         using K = TensorKind;
         for (const std::vector<K>& dropped :
              {std::vector<K>{K::fch}, {K::fch_gelu}, {K::fch, K::fch_gelu}, {K::x2}, {K::ln2}, {K::x2, K::ln2}}) {
