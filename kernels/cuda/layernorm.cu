@@ -49,6 +49,21 @@ constexpr int kMaxRegisterSteps = 8;
 // spill under 128.
 template <int Steps>
 inline constexpr int kMinBackwardBlocks = Steps <= 4 ? 4 : 2;
+// Calls launch(std::integral_constant<int, Steps>{}) with the register steps a row of C channels
+// takes, chosen by C alone: the fewest of 2, 4 or kMaxRegisterSteps packs a lane that hold it
+// (fewer registers, more warps resident), else 0, the fallback that rereads the row.
+template <typename T, typename Launch>
+void with_register_steps(int C, Launch&& launch) {
+    const int steps = static_cast<int>(ceil_div(C, kRowStep<T>));
+    if (steps <= 2)
+        launch(std::integral_constant<int, 2>{});
+    else if (steps <= 4)
+        launch(std::integral_constant<int, 4>{});
+    else if (steps <= kMaxRegisterSteps)
+        launch(std::integral_constant<int, kMaxRegisterSteps>{});
+    else
+        launch(std::integral_constant<int, 0>{});
+}
 
 // A warp's shared slice of C channels, padded to whole steps, stores channel c at the slot that
 // makes lane l's j-th element of a step land at word j * 32 + l: the 32 lanes hit 32 banks.
@@ -371,22 +386,12 @@ void residual_layernorm_forward(const KernelContext& ctx, Act sum_act, Act out_a
         const T *residual = device_ptr<T>(residual_act), *inp = device_ptr<T>(inp_act);
         const T *w = device_ptr<T>(weight), *b = device_ptr<T>(bias);
         const bool aligned = C % kPack<T> == 0 && packs_aligned({sum, out, residual, inp, w, b});
-        auto launch = [&](auto steps_tag) {
+        with_register_steps<T>(C, [&](auto steps_tag) {
             constexpr int S = decltype(steps_tag)::value;
             ADACC_LAUNCH((residual_layernorm_forward_kernel<T, S>), ceil_div(N, rows_per_block), kForwardThreads, 0,
                          ctx.stream)
             (sum, out, mean, rstd, residual, inp, mask, scale, w, b, N, C, aligned);
-        };
-        // Packs per lane, chosen by C alone as the backward's are.
-        const int steps = ceil_div(C, kRowStep<T>);
-        if (steps <= 2)
-            launch(std::integral_constant<int, 2>{});
-        else if (steps <= 4)
-            launch(std::integral_constant<int, 4>{});
-        else if (steps <= kMaxRegisterSteps)
-            launch(std::integral_constant<int, kMaxRegisterSteps>{});
-        else
-            launch(std::integral_constant<int, 0>{});
+        });
     });
     check_launch("residual_layernorm_forward");
 }
@@ -419,22 +424,11 @@ void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, 
         T* dinp = device_ptr<T>(dinp_act);
         const T *dout = device_ptr<T>(dout_act), *inp = device_ptr<T>(inp_act), *w = device_ptr<T>(weight);
         const bool aligned = C % kPack<T> == 0 && packs_aligned({dinp, dout, inp, w});
-        // Packs per lane, chosen by C alone: the fewest register steps that hold the row (fewer
-        // registers, more warps resident), else the two-pass fallback.
-        const int steps = ceil_div(C, kRowStep<T>);
-        auto launch = [&](auto steps_tag) {
+        with_register_steps<T>(C, [&](auto steps_tag) {
             constexpr int S = decltype(steps_tag)::value;
             ADACC_LAUNCH((layernorm_backward_rows_kernel<T, S>), groups, warps * 32, warps * slice_bytes, ctx.stream)
             (dinp, partials, dout, inp, w, mean, rstd, N, C, padded, rows_per_group, aligned);
-        };
-        if (steps <= 2)
-            launch(std::integral_constant<int, 2>{});
-        else if (steps <= 4)
-            launch(std::integral_constant<int, 4>{});
-        else if (steps <= kMaxRegisterSteps)
-            launch(std::integral_constant<int, kMaxRegisterSteps>{});
-        else
-            launch(std::integral_constant<int, 0>{});
+        });
     });
     check_launch("layernorm_backward (rows)");
     const dim3 params_grid(ceil_div(C, kParamChannels), 2);

@@ -272,6 +272,12 @@ CudaDeviceInfo cuda_device_info() {
 }
 
 namespace {
+// Whether this machine has a GPU the backend can start on, asked once.
+bool gpu_here() {
+    static const bool gpu = cuda_device_info().available;
+    return gpu;
+}
+
 CudaBackend& the_cuda_backend() {
     static std::unique_ptr<CudaBackend> backend = [] {
         const CudaDeviceInfo info = cuda_device_info();
@@ -290,15 +296,13 @@ Backend& cuda_backend() { return the_cuda_backend(); }
 // estimate. The measurement changes once, when start_collectives makes the ranks agree on it,
 // before any total is taken.
 CudaFixedOverhead cuda_fixed_overhead() {
-    static const bool gpu = cuda_device_info().available;
-    if (!gpu) return {kCudaContextEstimateBytes, false};
+    if (!gpu_here()) return {kCudaContextEstimateBytes, false};
     return {the_cuda_backend().fixed_overhead(), true};
 }
 
 CudaFixedOverhead cuda_collectives_overhead(int world_size) {
     if (world_size <= 1) return {};
-    static const bool gpu = cuda_device_info().available;
-    if (gpu)
+    if (gpu_here())
         if (const std::optional<std::size_t> measured = the_cuda_backend().collectives_bytes())
             return {*measured, true};
     return {kNcclBuffersEstimateBytes, false};

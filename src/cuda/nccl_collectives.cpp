@@ -120,10 +120,8 @@ std::string named(const char* collective, std::size_t count) {
 
 bool nccl_available() { return nccl_library() != nullptr; }
 
-bool nccl_start() {
-    const NcclLibrary* nccl = nccl_library();
-    if (nccl) job_communicator(*nccl);
-    return nccl != nullptr;
+void nccl_start() {
+    if (const NcclLibrary* nccl = nccl_library()) job_communicator(*nccl);
 }
 
 bool nccl_sums(std::span<const SumPiece> pieces, cudaStream_t stream) {

@@ -15,8 +15,8 @@ namespace adacc {
 // Whether libnccl.so.2 could be opened (with every function used here).
 bool nccl_available();
 // Makes the job's communicator now, with all its connections and their buffers (a collective:
-// every rank at the same point); false, doing nothing, when NCCL is not available.
-bool nccl_start();
+// every rank at the same point); nothing when NCCL is not available.
+void nccl_start();
 // Each queues in-place collectives over the job's ranks on `stream` and returns true; false,
 // doing nothing, when NCCL is not available. As src/dist/process_group.h's start_sums: the sums
 // of `pieces` (device memory), one NCCL group (an all-reduce per piece, or a reduce into its
