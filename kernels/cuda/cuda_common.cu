@@ -7,7 +7,41 @@
 namespace adacc::cuda {
 
 void check(cudaError_t status, const char* what) {
-    if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": CUDA error: " + cudaGetErrorString(status));
+    if (status != cudaSuccess)
+        throw std::runtime_error(std::string(what) + ": CUDA error: " + cudaGetErrorString(status));
+}
+
+namespace {
+
+// A block sums 32 channels (a warp's coalesced 128 bytes of a partials row) by 32 lanes of groups.
+constexpr int kPartialChannels = 32;
+constexpr int kPartialGroupLanes = 32;
+
+// Thread (lane g, channel c) adds groups g, g + 32, ... in order; then one thread per channel adds
+// the 32 lane sums in lane order.
+__global__ void group_partials_sum_kernel(float* out, const float* partials, int groups, int C, bool accumulate) {
+    __shared__ float sums[kPartialGroupLanes][kPartialChannels + 1];  // +1: no bank conflicts down a column
+    const int channel = threadIdx.x % kPartialChannels, lane = threadIdx.x / kPartialChannels;
+    const int c = blockIdx.x * kPartialChannels + channel;
+    float acc = 0.0f;
+    if (c < C)
+        for (int g = lane; g < groups; g += kPartialGroupLanes) acc += partials[static_cast<long>(g) * C + c];
+    sums[lane][channel] = acc;
+    __syncthreads();
+    if (lane != 0 || c >= C) return;
+    float total = 0.0f;
+    for (int l = 0; l < kPartialGroupLanes; ++l) total += sums[l][channel];
+    out[c] = accumulate ? out[c] + total : total;
+}
+
+}  // namespace
+
+void sum_group_partials(const KernelContext& ctx, float* out, const float* partials, int groups, int C, bool accumulate,
+                        const char* what) {
+    ADACC_LAUNCH(group_partials_sum_kernel, ceil_div(C, kPartialChannels), kPartialChannels * kPartialGroupLanes, 0,
+                 ctx.stream)
+    (out, partials, groups, C, accumulate);
+    check_launch(what);
 }
 
 }  // namespace adacc::cuda

@@ -48,6 +48,14 @@ inline cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cud
 
 inline unsigned ceil_div(std::size_t a, std::size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
+// The second pass of the two-pass column sums (layernorm's dweight and dbias, matmul's dbias):
+// out[c] (+)= the sum over g < groups of partials[g * C + c], for c < C, where the first pass left
+// one row of C partial sums per row group. Lane l of a channel adds groups l, l + 32, ... in
+// order, then the 32 lane sums are added in lane order: an order fixed by groups and C, with 32
+// loads in flight per channel. `what` names the caller in a launch error.
+void sum_group_partials(const KernelContext& ctx, float* out, const float* partials, int groups, int C, bool accumulate,
+                        const char* what);
+
 // ---- activation element types -----------------------------------------------------------------
 // Kernels are templates on the activation type T (float or __nv_bfloat16); they load with
 // to_f32, compute in fp32 and store with from_f32 (bf16: round to nearest even). A launcher

@@ -15,8 +15,6 @@ inline constexpr std::size_t kBlasWorkspaceBytes = std::size_t{32} << 20;
 inline constexpr std::size_t kReductionScratchBytes = std::size_t{16} << 20;
 // The backend's own buffers, both allocated when it starts.
 inline constexpr std::size_t kBackendBufferBytes = kBlasWorkspaceBytes + kReductionScratchBytes;
-// Row groups a reduction splits N rows into; fewer when OC x groups floats exceed the scratch.
-inline constexpr int kReductionRowGroups = 64;
 
 // cuDNN's attention workspace (model.attention = "cudnn"), which the backend grows to what a graph
 // asks for: its deterministic sm90 backward keeps a B x H x T x T bf16 matrix, padded to whole

@@ -13,8 +13,8 @@
 // bf16, 1024 in fp32; wider rows reread them, the same values in the same order). It sums dweight / dbias over all rows
 // without atomics: each block owns a group of rows, accumulates its rows' contributions in
 // shared memory (one slice per warp), and writes one partial per channel into
-// ctx.reduction_scratch; a second kernel adds the groups' partials, 32 channels by 32 strided
-// sets of groups per block, in a fixed order. Every sum's order depends on N and C alone, so the
+// ctx.reduction_scratch; sum_group_partials (kernels/cuda/cuda_common.cuh) adds the groups'
+// partials in a fixed order. Every sum's order depends on N and C alone, so the
 // result depends neither on timing nor on alignment.
 #include <initializer_list>
 #include <stdexcept>
@@ -29,13 +29,9 @@ namespace {
 
 constexpr int kForwardThreads = 256;  // 8 rows per block: 2048 blocks at N = 16384
 constexpr int kMaxBackwardWarps = 4;
-// Rows each backward block (row group) owns: 512 groups at N = 16384, several blocks per SM. More
-// groups than the other reductions' kReductionRowGroups (kernels/cuda/device_sizes.h) because the
+// Rows each backward block (row group) owns: 512 groups at N = 16384, several blocks per SM: the
 // row pass (dinp) runs in the same blocks and must fill the GPU; the partials stay small (3 MiB).
 constexpr int kRowsPerGroup = 32;
-// The partials' sum: 32 channels (a warp's coalesced 128 bytes) by 32 lanes of groups per block.
-constexpr int kParamChannels = 32;
-constexpr int kParamGroupLanes = 32;
 constexpr std::size_t kSharedLimit = 48 * 1024;
 
 // Channels a warp's pass over a row covers per step: 32 lanes of one pack each.
@@ -334,26 +330,6 @@ __global__ void __launch_bounds__(kMaxBackwardWarps * 32, kMinBackwardBlocks<Ste
     }
 }
 
-// dweight (blockIdx.y 0) or dbias (1) += the sum of the groups' partials. Thread (lane g, channel
-// c) of a block adds groups g, g + 32, ... in order, then one thread per channel adds the 32 lane
-// sums in lane order: a fixed order, with enough loads in flight to stream the partials.
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* partials, int groups,
-                                                 int C) {
-    __shared__ float sums[kParamGroupLanes][kParamChannels + 1];  // +1: no bank conflicts down a column
-    const int channel = threadIdx.x % kParamChannels, lane = threadIdx.x / kParamChannels;
-    const int c = blockIdx.x * kParamChannels + channel;
-    const float* part = partials + static_cast<long>(blockIdx.y) * groups * C;
-    float acc = 0.0f;
-    if (c < C)
-        for (int g = lane; g < groups; g += kParamGroupLanes) acc += part[static_cast<long>(g) * C + c];
-    sums[lane][channel] = acc;
-    __syncthreads();
-    if (lane != 0 || c >= C) return;
-    float total = 0.0f;
-    for (int l = 0; l < kParamGroupLanes; ++l) total += sums[l][channel];
-    (blockIdx.y == 0 ? dweight : dbias)[c] += total;
-}
-
 }  // namespace
 
 void layernorm_forward(const KernelContext& ctx, Act out_act, float* mean, float* rstd, ConstAct inp_act,
@@ -431,10 +407,9 @@ void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, 
         });
     });
     check_launch("layernorm_backward (rows)");
-    const dim3 params_grid(ceil_div(C, kParamChannels), 2);
-    ADACC_LAUNCH(layernorm_backward_params_kernel, params_grid, kParamChannels * kParamGroupLanes, 0, ctx.stream)
-    (dweight, dbias, partials, static_cast<int>(groups), C);
-    check_launch("layernorm_backward (dweight, dbias)");
+    const int group_count = static_cast<int>(groups);
+    sum_group_partials(ctx, dweight, partials, group_count, C, true, "layernorm_backward (dweight)");
+    sum_group_partials(ctx, dbias, partials + groups * C, group_count, C, true, "layernorm_backward (dbias)");
 }
 
 }  // namespace adacc::cuda

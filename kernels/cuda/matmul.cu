@@ -1,6 +1,6 @@
 // Linear layers: the three GEMMs go to cuBLASLt through kernels/cuda/blas.h (fp32 compute, the
 // bias fused as its epilogue, and for the MLP GELU too: GELU_AUX_BIAS forward, DGELU backward);
-// the bias gradient is a handwritten two-pass column sum, because
+// the bias gradient is a handwritten two-pass column sum (16-byte loads), because
 // cuBLASLt's bias-gradient epilogues do not promise a fixed reduction order. Activations, the
 // weight and the bias are the model's dtype T (f32, or bf16 from the working copy); dweight and
 // dbias are fp32 always, so in bf16 the dweight GEMM reads bf16 and accumulates into fp32 D.
@@ -10,67 +10,75 @@
 
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/device_sizes.h"
 #include "kernels/cuda/ops.h"
 
 namespace adacc::cuda {
 namespace {
 
-// The column sum's tile: 32 columns (one per lane, so a warp reads 128 contiguous bytes of a row)
-// by kSumRowLanes rows in flight.
+// The column sum's tile: 32 packs of kPack columns (one per lane, so a warp reads 512 contiguous
+// bytes of a row) by kSumRowLanes rows, each lane with kSumRowsInFlight rows' packs loaded before it
+// adds them.
 constexpr int kSumRowLanes = 8;
-constexpr int kFinalThreads = 256;
+constexpr int kSumRowsInFlight = 4;
+// Rows of a group: 1024 groups at B x T = 262,144, a few thousand blocks to fill the GPU, and
+// partials (a row of OC floats per group) a hundredth of what dout's rows hold.
+constexpr int kSumRowsPerGroup = 256;
 
 // Pass 1: partial[g * OC + col] = sum of dout[r, col] over row group g (rows [g * rows_per_group,
-// ...)). Lane (x, y) sums rows y, y + 8, ... of the group in order; the 8 lanes of a column are
-// then added in y order: a fixed order that depends only on the shape.
+// ...)). Lane (x, y) sums rows y, y + 8, ... of the group in order for its pack of columns; the 8
+// lanes of a column are then added in y order: a fixed order that depends only on the shape.
+// `aligned`: dout's rows start 16-byte aligned (dout is, and OC is a multiple of kPack).
 template <typename T>
-__global__ void column_sum_partial_kernel(float* partial, const T* dout, int N, int OC, int rows_per_group) {
-    __shared__ float sums[kSumRowLanes][32];
-    const int col = blockIdx.x * 32 + threadIdx.x;
+__global__ void column_sum_partial_kernel(float* partial, const T* dout, int N, int OC, int rows_per_group,
+                                          bool aligned) {
+    constexpr int P = kPack<T>;
+    __shared__ float sums[kSumRowLanes][P][32];  // [y][j][x]: a column's lanes 32 words apart, no bank conflict
+    const int col = (blockIdx.x * 32 + threadIdx.x) * P;
     const int group = blockIdx.y;
     const int row_end = (group + 1) * rows_per_group < N ? (group + 1) * rows_per_group : N;
-    float sum = 0.0f;
+    float sum[P] = {};
     if (col < OC)
-        for (int r = group * rows_per_group + threadIdx.y; r < row_end; r += kSumRowLanes)
-            sum += to_f32(dout[static_cast<long>(r) * OC + col]);
-    sums[threadIdx.y][threadIdx.x] = sum;
+        for (int first = group * rows_per_group + threadIdx.y; first < row_end;
+             first += kSumRowsInFlight * kSumRowLanes) {
+            float v[kSumRowsInFlight][P] = {};
+            ADACC_UNROLL
+            for (int u = 0; u < kSumRowsInFlight; ++u) {
+                const int r = first + u * kSumRowLanes;
+                if (r < row_end) load_pack(v[u], dout + static_cast<long>(r) * OC, col, OC, aligned);
+            }
+            ADACC_UNROLL
+            for (int u = 0; u < kSumRowsInFlight && first + u * kSumRowLanes < row_end; ++u)
+                for (int j = 0; j < P; ++j) sum[j] += v[u][j];
+        }
+    for (int j = 0; j < P; ++j) sums[threadIdx.y][j][threadIdx.x] = sum[j];
     __syncthreads();
-    if (threadIdx.y == 0 && col < OC) {
-        float total = sums[0][threadIdx.x];
-        for (int y = 1; y < kSumRowLanes; ++y) total += sums[y][threadIdx.x];
-        partial[static_cast<long>(group) * OC + col] = total;
+    if (threadIdx.y != 0) return;
+    for (int j = 0; j < P && col + j < OC; ++j) {
+        float total = sums[0][j][threadIdx.x];
+        for (int y = 1; y < kSumRowLanes; ++y) total += sums[y][j][threadIdx.x];
+        partial[static_cast<long>(group) * OC + col + j] = total;
     }
 }
 
-// Pass 2: dbias[col] (+)= the groups' partials, added in group order.
-__global__ void column_sum_final_kernel(float* dbias, const float* partial, int groups, int OC, bool accumulate) {
-    const int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= OC) return;
-    float total = partial[col];
-    for (int g = 1; g < groups; ++g) total += partial[static_cast<long>(g) * OC + col];
-    dbias[col] = accumulate ? dbias[col] + total : total;
-}
-
-// dbias (OC) (+)= column sums of dout (N x OC), N >= 1.
+// dbias (OC) (+)= column sums of dout (N x OC), N >= 1: row groups of kSumRowsPerGroup rows (more
+// rows each where their partials would not fit the reduction scratch), then sum_group_partials.
 template <typename T>
 void bias_gradient(const KernelContext& ctx, float* dbias, const T* dout, int N, int OC, bool accumulate) {
     if (OC <= 0) return;
     const long fit = static_cast<long>(ctx.reduction_scratch_bytes / (sizeof(float) * static_cast<std::size_t>(OC)));
-    int groups = kReductionRowGroups;
-    if (groups > N) groups = N;
-    if (groups > fit) groups = static_cast<int>(fit);
-    if (!ctx.reduction_scratch || groups < 1)
+    if (!ctx.reduction_scratch || fit < 1)
         throw std::runtime_error("matmul_backward: the reduction scratch cannot hold one row of dbias partials");
+    long groups = ceil_div(N, kSumRowsPerGroup);
+    if (groups > fit) groups = fit;
     const int rows_per_group = static_cast<int>(ceil_div(N, groups));
-    groups = static_cast<int>(ceil_div(N, rows_per_group));  // no empty trailing group
+    groups = ceil_div(N, rows_per_group);  // no empty trailing group
     auto* partial = static_cast<float*>(ctx.reduction_scratch);
-    ADACC_LAUNCH(column_sum_partial_kernel<T>, dim3(ceil_div(OC, 32), groups), dim3(32, kSumRowLanes), 0, ctx.stream)
-    (partial, dout, N, OC, rows_per_group);
+    const bool aligned = OC % kPack<T> == 0 && packs_aligned({dout});
+    const dim3 grid(ceil_div(OC, 32 * kPack<T>), static_cast<unsigned>(groups));
+    ADACC_LAUNCH(column_sum_partial_kernel<T>, grid, dim3(32, kSumRowLanes), 0, ctx.stream)
+    (partial, dout, N, OC, rows_per_group, aligned);
     check_launch("matmul_backward (column_sum_partial_kernel)");
-    ADACC_LAUNCH(column_sum_final_kernel, ceil_div(OC, kFinalThreads), kFinalThreads, 0, ctx.stream)
-    (dbias, partial, groups, OC, accumulate);
-    check_launch("matmul_backward (column_sum_final_kernel)");
+    sum_group_partials(ctx, dbias, partial, static_cast<int>(groups), OC, accumulate, "matmul_backward (dbias)");
 }
 
 // out (N x OC) = inp (N x C) @ weight^T, weight stored OC x C; the bias (OC) is added to every
