@@ -10,12 +10,13 @@
 //
 // The backward makes two passes over a row (its two sums, then dinp) but reads x and dout from
 // global memory once: each lane keeps its packs in registers in between (rows up to C = 2048 in
-// bf16, 1024 in fp32; wider rows reread them, the same values in the same order). It sums dweight / dbias over all rows
-// without atomics: each block owns a group of rows, accumulates its rows' contributions in
-// shared memory (one slice per warp), and writes one partial per channel into
-// ctx.reduction_scratch; sum_group_partials (kernels/cuda/cuda_common.cuh) adds the groups'
-// partials in a fixed order. Every sum's order depends on N and C alone, so the
-// result depends neither on timing nor on alignment.
+// bf16, 1024 in fp32; wider rows reread them, the same values in the same order). While a warp
+// works on a row, the next row it takes is prefetched into L2 (cuda_common.cuh, prefetch_row_l2).
+// It sums dweight / dbias over all rows without atomics: each block owns a group of rows,
+// accumulates its rows' contributions in shared memory (one slice per warp), and writes one
+// partial per channel into ctx.reduction_scratch; sum_group_partials (cuda_common.cuh) adds the
+// groups' partials in a fixed order. Every sum's order depends on N and C alone, so the result
+// depends neither on timing nor on alignment.
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -40,19 +41,24 @@ inline constexpr int kRowStep = 32 * kPack<T>;
 // The most packs of x and dout a backward lane holds in registers (64 registers): rows up to
 // C = 2048 in bf16, 1024 in fp32. Wider rows take the two-pass fallback.
 constexpr int kMaxRegisterSteps = 8;
-// Blocks of 4 warps each SM must hold (a register cap for ptxas): 4 (128 registers a thread) up to
-// 4 steps, which hold C = 768 and 1024 in bf16 without spilling; 2 for 8 steps, which would
-// spill under 128.
+// Blocks of 4 warps each SM must hold (a register cap for ptxas), the most that hold a lane's packs
+// without spilling (ptxas -v, sm_90, bf16): 4 (128 registers a thread) up to 3 steps (C = 768 in
+// bf16), 3 (168) at 4 steps (C = 1024), 2 (256) at 8.
 template <int Steps>
-inline constexpr int kMinBackwardBlocks = Steps <= 4 ? 4 : 2;
+inline constexpr int kMinBackwardBlocks = Steps <= 3   ? 4
+                                          : Steps == 4 ? 3
+                                                       : 2;
 // Calls launch(std::integral_constant<int, Steps>{}) with the register steps a row of C channels
-// takes, chosen by C alone: the fewest of 2, 4 or kMaxRegisterSteps packs a lane that hold it
-// (fewer registers, more warps resident), else 0, the fallback that rereads the row.
+// takes, chosen by C alone: the fewest of 2, 3, 4 or kMaxRegisterSteps packs a lane that hold it
+// (fewer registers, more warps resident; 3 is GPT-2 small's C = 768 in bf16 exactly), else 0, the
+// fallback that rereads the row.
 template <typename T, typename Launch>
 void with_register_steps(int C, Launch&& launch) {
     const int steps = static_cast<int>(ceil_div(C, kRowStep<T>));
     if (steps <= 2)
         launch(std::integral_constant<int, 2>{});
+    else if (steps == 3)
+        launch(std::integral_constant<int, 3>{});
     else if (steps <= 4)
         launch(std::integral_constant<int, 4>{});
     else if (steps <= kMaxRegisterSteps)
@@ -311,8 +317,18 @@ __global__ void __launch_bounds__(kMaxBackwardWarps * 32, kMinBackwardBlocks<Ste
     float* my_dbias = my_dweight + padded;
     const int row_begin = blockIdx.x * rows_per_group;
     const int row_end = row_begin + rows_per_group < N ? row_begin + rows_per_group : N;
+    // A row waits on memory for x and dout, then, after its sums, for dinp. So the warp asks for
+    // its first row's dinp, and for each next row's three, into L2 while it works on a row: those
+    // waits are then for L2, and DRAM streams the rows ahead.
+    if (row_begin + warp < row_end) prefetch_row_l2(dinp + static_cast<long>(row_begin + warp) * C, C, lane);
     for (int row = row_begin + warp; row < row_end; row += warps) {
         const long offset = static_cast<long>(row) * C;
+        if (row + warps < row_end) {
+            const long next = offset + static_cast<long>(warps) * C;
+            prefetch_row_l2(inp + next, C, lane);
+            prefetch_row_l2(dout + next, C, lane);
+            prefetch_row_l2(dinp + next, C, lane);
+        }
         layernorm_backward_row<T, Steps>(dinp + offset, my_dweight, my_dbias, dout + offset, inp + offset, weight,
                                          mean[row], rstd[row], C, lane, aligned);
     }

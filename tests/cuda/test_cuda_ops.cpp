@@ -479,15 +479,16 @@ std::vector<OpCase> layernorm_cases(DType a) {
     // groups of 32 (the last short) over 4-warp blocks; 16 KB of shared memory per warp (C = 2000:
     // 3 warps per block) and 48000 bytes (C = 6000: one warp); and a reduction scratch shrunk to 3
     // groups of 2 * 40 floats, so 300 rows become 3 groups of 100 (the CPU ignores it). The widths
-    // take every row path of the kernel: rows held in registers in 2, 4 and 8 steps of 32 packs
-    // (C = 300, 1024 in fp32; C <= 300, 1024, 2000 in bf16) and the two-pass fallback (C = 2000,
-    // 6000 in fp32; 6000 in bf16).
+    // take every row path of the kernel: rows held in registers in 2, 3, 4 and 8 steps of 32 packs
+    // (C <= 100, 300, 500, 768 and 1024 in fp32; C <= 500, 768, 1024, 2000 in bf16, 768 being GPT-2
+    // small's) and the two-pass fallback (C = 2000, 6000 in fp32; 6000 in bf16).
     struct Shape {
         int N, C;
         std::size_t scratch_bytes;
     };
-    for (const Shape& s : {Shape{1, 40, 0}, Shape{14, 72, 0}, Shape{300, 100, 0}, Shape{6, 300, 0}, Shape{4, 1024, 0},
-                           Shape{5, 2000, 0}, Shape{3, 6000, 0}, Shape{300, 40, 3 * 2 * 40 * sizeof(float)}}) {
+    for (const Shape& s :
+         {Shape{1, 40, 0}, Shape{14, 72, 0}, Shape{300, 100, 0}, Shape{6, 300, 0}, Shape{6, 500, 0}, Shape{5, 768, 0},
+          Shape{4, 1024, 0}, Shape{5, 2000, 0}, Shape{3, 6000, 0}, Shape{300, 40, 3 * 2 * 40 * sizeof(float)}}) {
         const std::size_t n = static_cast<std::size_t>(s.N) * s.C;
         std::vector<Buffer> buffers = inputs(s.N, s.C, 200 + s.C);
         std::vector<float> out(n), mean(s.N), rstd(s.N);
