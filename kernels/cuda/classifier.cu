@@ -1,7 +1,8 @@
 // Fused classifier: log-softmax + cross-entropy over the first V of Vp columns, one block per row.
 // The row's max and sum of exp(x - max) come from one read (an online softmax: each thread keeps
-// a running max and a sum rescaled whenever the max grows), then, when dloss != 0, a second sweep
-// overwrites the logits with dlogits = (softmax - onehot) * dloss and zeroes the padded columns.
+// a running max and a sum rescaled whenever the max grows), then, when dloss != 0, a second sweep,
+// backwards, overwrites the logits with dlogits = (softmax - onehot) * dloss and zeroes the padded
+// columns.
 // Both sweeps move 16 bytes at a time (kernels/cuda/cuda_common.cuh: load_pack, store_pack).
 // The reductions are fixed butterflies and one shared broadcast, so every thread uses the same
 // (max, sum) and the result does not depend on timing.
@@ -80,7 +81,12 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) - (target_logit - maxv);
     if (dloss == 0.0f) return;
     const float scale = dloss / sum;
-    for (int j = threadIdx.x * P; j < Vp; j += blockDim.x * P) {
+    // The second sweep goes from the row's end back to its start (llm.c's two sweeps also run in
+    // opposite directions): the packs the first sweep read last are the likeliest to be still in
+    // cache. Each element's dlogit depends on nothing else, so the order changes no result.
+    const int stride = blockDim.x * P, first = threadIdx.x * P;
+    const int last = first < Vp ? first + (Vp - 1 - first) / stride * stride : first - stride;
+    for (int j = last; j >= first; j -= stride) {
         float d[P];
         load_pack(d, row, j, Vp, aligned);
         for (int k = 0; k < P; ++k) {

@@ -1089,9 +1089,11 @@ std::vector<OpCase> classifier_cases(DType a) {
         float dloss, spread;
     };
     // One row, several, no padding, and wider than the block (512 threads): several columns per
-    // thread, the running max moving.
-    const Shape shapes[] = {{1, 101, 128, 0.0f, 4.0f}, {5, 101, 128, 0.0f, 4.0f}, {1, 101, 128, 1.0f, 4.0f},
-                            {5, 101, 128, 0.2f, 4.0f}, {3, 101, 101, 0.5f, 8.0f}, {4, 2051, 2112, 0.25f, 8.0f}};
+    // thread, the running max moving; V = 9001 is more than two of the block's sweeps of 16-byte
+    // packs in bf16 (4096 columns each), so its threads take their packs in both directions.
+    const Shape shapes[] = {{1, 101, 128, 0.0f, 4.0f},   {5, 101, 128, 0.0f, 4.0f}, {1, 101, 128, 1.0f, 4.0f},
+                            {5, 101, 128, 0.2f, 4.0f},   {3, 101, 101, 0.5f, 8.0f}, {4, 2051, 2112, 0.25f, 8.0f},
+                            {2, 9001, 9024, 0.25f, 8.0f}};
     std::vector<OpCase> cases;
     for (const Shape& s : shapes) {
         std::vector<float> targets(s.N);
