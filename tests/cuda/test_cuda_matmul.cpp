@@ -46,6 +46,55 @@ struct Operand {
 
 void check_blas(cublasStatus_t s, const char* what) { ASSERT_EQ(s, CUBLAS_STATUS_SUCCESS) << what; }
 
+// The cuBLASLt objects a test asks with, destroyed with it: a matmul descriptor (fp32 compute and
+// scale), a preference and the layouts made through make_layout. `created`: the first two were.
+struct LtObjects {
+    explicit LtObjects(const cuda::BlasContext& blas) : handle(blas.handle) {
+        created = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+                  cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+    }
+    ~LtObjects() {
+        for (cublasLtMatrixLayout_t l : layouts) cublasLtMatrixLayoutDestroy(l);
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (desc) cublasLtMatmulDescDestroy(desc);
+    }
+    LtObjects(const LtObjects&) = delete;
+    LtObjects& operator=(const LtObjects&) = delete;
+
+    cublasStatus_t make_layout(cublasLtMatrixLayout_t* out, cudaDataType type, long rows, long cols, long ld) {
+        const cublasStatus_t status = cublasLtMatrixLayoutCreate(out, type, rows, cols, ld);
+        if (status == CUBLAS_STATUS_SUCCESS) layouts.push_back(*out);
+        return status;
+    }
+    template <typename V>
+    cublasStatus_t set(cublasLtMatmulDescAttributes_t attribute, const V& value) const {
+        return cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value));
+    }
+    template <typename V>
+    cublasStatus_t prefer(cublasLtMatmulPreferenceAttributes_t attribute, const V& value) const {
+        return cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value));
+    }
+    // Asks for one algorithm for D = A B (+ C) with these layouts, into *result; how many it found
+    // is left in `found`.
+    cublasStatus_t heuristic(cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                             cublasLtMatrixLayout_t d, cublasLtMatmulHeuristicResult_t* result) {
+        found = 0;
+        return cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, d, pref, 1, result, &found);
+    }
+    cublasStatus_t heuristic(cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                             cublasLtMatrixLayout_t d) {
+        cublasLtMatmulHeuristicResult_t result{};
+        return heuristic(a, b, c, d, &result);
+    }
+
+    cublasLtHandle_t handle;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    std::vector<cublasLtMatrixLayout_t> layouts;
+    int found = 0;
+    bool created = false;
+};
+
 // Values as a matrix of `type` holds them, that matrix's bytes (uploaded as they are) and back.
 std::uint32_t element_bytes(cudaDataType type) { return type == CUDA_R_16BF ? 2 : 4; }
 std::vector<float> representable_as(const std::vector<float>& v, cudaDataType type) {
@@ -109,29 +158,22 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
     DeviceArray<unsigned char> da(bytes_of(ha, c.in)), db(bytes_of(hb, c.in)), dd(bytes_of(hd, c.out)),
         dbias(bytes_of(hbias, c.out));
 
-    cublasLtMatmulDesc_t desc = nullptr;
-    check_blas(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    LtObjects lt(blas);
+    ASSERT_TRUE(lt.created);
     const std::int32_t opa = c.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = c.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)), "transa");
-    check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)), "transb");
+    check_blas(lt.set(CUBLASLT_MATMUL_DESC_TRANSA, opa), "transa");
+    check_blas(lt.set(CUBLASLT_MATMUL_DESC_TRANSB, opb), "transb");
     if (c.bias) {
-        const std::uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-        const void* bias = dbias.get();
-        const std::int32_t bias_type = c.out;
-        check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
-                   "epilogue");
-        check_blas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
-                   "bias");
-        check_blas(
-            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
-            "bias type");
+        check_blas(lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE, std::uint32_t{CUBLASLT_EPILOGUE_BIAS}), "epilogue");
+        check_blas(lt.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(dbias.get())), "bias");
+        check_blas(lt.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(c.out)), "bias type");
     }
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
     const Operand* ops[3] = {&as, &bs, &ds};
     const cudaDataType types[3] = {c.in, c.in, c.out};
     cublasLtMatrixLayout_t* layouts[3] = {&la, &lb, &ld};
     for (int i = 0; i < 3; ++i) {
-        check_blas(cublasLtMatrixLayoutCreate(layouts[i], types[i], ops[i]->rows, ops[i]->cols, ops[i]->ld), "layout");
+        check_blas(lt.make_layout(layouts[i], types[i], ops[i]->rows, ops[i]->cols, ops[i]->ld), "layout");
         if (c.batch > 1) {
             const std::int32_t count = c.batch;
             const std::int64_t stride = ops[i]->stride;
@@ -143,12 +185,7 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
                        "batch stride");
         }
     }
-    cublasLtMatmulPreference_t pref = nullptr;
-    check_blas(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    const std::uint64_t workspace = blas.workspace_bytes;
-    check_blas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                    sizeof(workspace)),
-               "workspace");
+    check_blas(lt.prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{blas.workspace_bytes}), "workspace");
     // Odd lds and strides: element alignment only.
     const std::uint32_t align_in = element_bytes(c.in), align_out = element_bytes(c.out);
     const std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t> aligns[4] = {
@@ -156,15 +193,12 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_in},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_out},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_out}};
-    for (const auto& [attr, align] : aligns)
-        check_blas(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)), "alignment");
+    for (const auto& [attr, align] : aligns) check_blas(lt.prefer(attr, align), "alignment");
     cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    check_blas(cublasLtMatmulAlgoGetHeuristic(blas.handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found),
-               "heuristic");
-    ASSERT_EQ(found, 1);
-    check_blas(cublasLtMatmul(blas.handle, desc, &c.alpha, da.get(), la, db.get(), lb, &c.beta, dd.get(), ld, dd.get(),
-                              ld, &heuristic.algo, blas.workspace, blas.workspace_bytes, stream),
+    check_blas(lt.heuristic(la, lb, ld, ld, &heuristic), "heuristic");
+    ASSERT_EQ(lt.found, 1);
+    check_blas(cublasLtMatmul(blas.handle, lt.desc, &c.alpha, da.get(), la, db.get(), lb, &c.beta, dd.get(), ld,
+                              dd.get(), ld, &heuristic.algo, blas.workspace, blas.workspace_bytes, stream),
                "matmul");
     // The emulation sums in double in the reference's order: bit-identical. A GPU sums in fp32,
     // within gamma(k + 3) mag (k products, alpha, beta C, the bias), and the reference is the exact
@@ -182,9 +216,6 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
     EXPECT_TRUE(all_within(floats_of(dd.download(), c.out), want, rel, limit))
         << "m=" << c.m << " n=" << c.n << " k=" << c.k << " ta=" << c.ta << " tb=" << c.tb << " batch=" << c.batch
         << " beta=" << c.beta << " bias=" << c.bias << " in=" << c.in << " out=" << c.out;
-    cublasLtMatmulPreferenceDestroy(pref);
-    for (auto* l : layouts) cublasLtMatrixLayoutDestroy(*l);
-    cublasLtMatmulDescDestroy(desc);
 }
 
 TEST(CudaMatmulCublasLt, ColumnMajorSemanticsMatchABruteForceReference) {
@@ -223,24 +254,17 @@ TEST(CudaMatmulCublasLt, Bf16InputsMatchABruteForceReference) {
 TEST(CudaMatmulCublasLt, EmulationRefusesWhatItDoesNotEmulate) {
     ADACC_REQUIRE_CUDA_DEVICE();
     if (!running_under_emulation()) GTEST_SKIP() << "checks the emulation only";
-    cublasLtMatmulDesc_t desc = nullptr;
-    EXPECT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F), CUBLAS_STATUS_NOT_SUPPORTED);
-    ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
-    const std::uint32_t gelu = CUBLASLT_EPILOGUE_GELU_BIAS;
-    EXPECT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &gelu, sizeof(gelu)),
+    CudaTestContext ctx;
+    cublasLtMatmulDesc_t tf32 = nullptr;
+    EXPECT_EQ(cublasLtMatmulDescCreate(&tf32, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F), CUBLAS_STATUS_NOT_SUPPORTED);
+    LtObjects lt(*static_cast<const cuda::BlasContext*>(ctx.get().blas));
+    ASSERT_TRUE(lt.created);
+    EXPECT_EQ(lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE, std::uint32_t{CUBLASLT_EPILOGUE_GELU_BIAS}),
               CUBLAS_STATUS_NOT_SUPPORTED);
-    const std::int32_t conj = CUBLAS_OP_C;
-    EXPECT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &conj, sizeof(conj)),
-              CUBLAS_STATUS_NOT_SUPPORTED);
-    cublasLtMatmulDescDestroy(desc);
-    cublasLtMatrixLayout_t layout = nullptr;
-    EXPECT_EQ(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16F, 4, 4, 4), CUBLAS_STATUS_NOT_SUPPORTED);
-    cublasLtMatmulPreference_t pref = nullptr;
-    ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
-    const std::uint64_t impl_mask = 1;
-    EXPECT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_IMPL_MASK, &impl_mask, sizeof(impl_mask)),
-              CUBLAS_STATUS_NOT_SUPPORTED);
-    cublasLtMatmulPreferenceDestroy(pref);
+    EXPECT_EQ(lt.set(CUBLASLT_MATMUL_DESC_TRANSA, std::int32_t{CUBLAS_OP_C}), CUBLAS_STATUS_NOT_SUPPORTED);
+    cublasLtMatrixLayout_t f16 = nullptr;
+    EXPECT_EQ(lt.make_layout(&f16, CUDA_R_16F, 4, 4, 4), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(lt.prefer(CUBLASLT_MATMUL_PREF_IMPL_MASK, std::uint64_t{1}), CUBLAS_STATUS_NOT_SUPPORTED);
 }
 
 // Element types are emulated in the combinations cuBLASLt supports with CUBLAS_COMPUTE_32F only:
@@ -249,45 +273,25 @@ TEST(CudaMatmulCublasLt, EmulationRefusesTypeCombinationsCublasLtDoesNotSupport)
     ADACC_REQUIRE_CUDA_DEVICE();
     if (!running_under_emulation()) GTEST_SKIP() << "checks the emulation only";
     CudaTestContext ctx;
-    const auto& blas = *static_cast<const cuda::BlasContext*>(ctx.get().blas);
-    cublasLtMatmulDesc_t desc = nullptr;
-    ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    LtObjects lt(*static_cast<const cuda::BlasContext*>(ctx.get().blas));
+    ASSERT_TRUE(lt.created);
     cublasLtMatrixLayout_t f32 = nullptr, bf = nullptr;
-    ASSERT_EQ(cublasLtMatrixLayoutCreate(&f32, CUDA_R_32F, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
-    ASSERT_EQ(cublasLtMatrixLayoutCreate(&bf, CUDA_R_16BF, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
-    cublasLtMatmulPreference_t pref = nullptr;
-    ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
-    auto heuristic = [&](cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                         cublasLtMatrixLayout_t d) {
-        cublasLtMatmulHeuristicResult_t result{};
-        int found = 0;
-        return cublasLtMatmulAlgoGetHeuristic(blas.handle, desc, a, b, c, d, pref, 1, &result, &found);
-    };
-    EXPECT_EQ(heuristic(f32, f32, f32, f32), CUBLAS_STATUS_SUCCESS);
-    EXPECT_EQ(heuristic(bf, bf, bf, bf), CUBLAS_STATUS_SUCCESS);
-    EXPECT_EQ(heuristic(bf, bf, f32, f32), CUBLAS_STATUS_SUCCESS);
-    EXPECT_EQ(heuristic(f32, bf, f32, f32), CUBLAS_STATUS_NOT_SUPPORTED);
-    EXPECT_EQ(heuristic(bf, f32, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);
-    EXPECT_EQ(heuristic(f32, f32, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);
-    EXPECT_EQ(heuristic(bf, bf, f32, bf), CUBLAS_STATUS_NOT_SUPPORTED);
+    ASSERT_EQ(lt.make_layout(&f32, CUDA_R_32F, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(lt.make_layout(&bf, CUDA_R_16BF, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(lt.heuristic(f32, f32, f32, f32), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(lt.heuristic(bf, bf, bf, bf), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(lt.heuristic(bf, bf, f32, f32), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(lt.heuristic(f32, bf, f32, f32), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(lt.heuristic(bf, f32, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(lt.heuristic(f32, f32, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(lt.heuristic(bf, bf, f32, bf), CUBLAS_STATUS_NOT_SUPPORTED);
     // A bias of another type than D.
     DeviceArray<float> bias(4);
-    const void* bias_pointer = bias.get();
-    const std::uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    const std::int32_t bias_type = CUDA_R_32F;
-    ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
-              CUBLAS_STATUS_SUCCESS);
-    ASSERT_EQ(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer, sizeof(bias_pointer)),
-        CUBLAS_STATUS_SUCCESS);
-    ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
-              CUBLAS_STATUS_SUCCESS);
-    EXPECT_EQ(heuristic(bf, bf, f32, f32), CUBLAS_STATUS_SUCCESS);
-    EXPECT_EQ(heuristic(bf, bf, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(bf);
-    cublasLtMatrixLayoutDestroy(f32);
-    cublasLtMatmulDescDestroy(desc);
+    ASSERT_EQ(lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE, std::uint32_t{CUBLASLT_EPILOGUE_BIAS}), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(lt.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias.get())), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(lt.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, std::int32_t{CUDA_R_32F}), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(lt.heuristic(bf, bf, f32, f32), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(lt.heuristic(bf, bf, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);
 }
 
 // The GELU epilogues' aux matrix as cublasLt.h states its rules: a leading dimension that is a
@@ -296,56 +300,36 @@ TEST(CudaMatmulCublasLt, EmulationChecksTheGeluEpiloguesAuxMatrix) {
     ADACC_REQUIRE_CUDA_DEVICE();
     if (!running_under_emulation()) GTEST_SKIP() << "checks the emulation only";
     CudaTestContext ctx;
-    const auto& blas = *static_cast<const cuda::BlasContext*>(ctx.get().blas);
-    cublasLtMatmulDesc_t desc = nullptr;
-    ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    LtObjects lt(*static_cast<const cuda::BlasContext*>(ctx.get().blas));
+    ASSERT_TRUE(lt.created);
     cublasLtMatrixLayout_t f32 = nullptr;  // D has 8 rows
-    ASSERT_EQ(cublasLtMatrixLayoutCreate(&f32, CUDA_R_32F, 8, 8, 8), CUBLAS_STATUS_SUCCESS);
-    cublasLtMatmulPreference_t pref = nullptr;
-    ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(lt.make_layout(&f32, CUDA_R_32F, 8, 8, 8), CUBLAS_STATUS_SUCCESS);
     const std::uint32_t element = sizeof(float);  // so that only the aux pointer can be what is refused
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-        ASSERT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, attr, &element, sizeof(element)), CUBLAS_STATUS_SUCCESS);
-    auto heuristic = [&] {
-        cublasLtMatmulHeuristicResult_t result{};
-        int found = 0;
-        return cublasLtMatmulAlgoGetHeuristic(blas.handle, desc, f32, f32, f32, f32, pref, 1, &result, &found);
-    };
-    auto set_ld = [&](std::int64_t ld) {
-        return cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld));
-    };
+        ASSERT_EQ(lt.prefer(attr, element), CUBLAS_STATUS_SUCCESS);
+    auto set_ld = [&](std::int64_t ld) { return lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, ld); };
     for (std::uint32_t epilogue : {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_DGELU}) {
-        ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
-                  CUBLAS_STATUS_SUCCESS);
+        ASSERT_EQ(lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue), CUBLAS_STATUS_SUCCESS);
         ASSERT_EQ(set_ld(8), CUBLAS_STATUS_SUCCESS);
-        EXPECT_EQ(heuristic(), CUBLAS_STATUS_SUCCESS) << epilogue;
+        EXPECT_EQ(lt.heuristic(f32, f32, f32, f32), CUBLAS_STATUS_SUCCESS) << epilogue;
         ASSERT_EQ(set_ld(12), CUBLAS_STATUS_SUCCESS);  // not a multiple of 8
-        EXPECT_EQ(heuristic(), CUBLAS_STATUS_INVALID_VALUE) << epilogue;
+        EXPECT_EQ(lt.heuristic(f32, f32, f32, f32), CUBLAS_STATUS_INVALID_VALUE) << epilogue;
         ASSERT_EQ(set_ld(0), CUBLAS_STATUS_SUCCESS);  // fewer than D's rows (and unset)
-        EXPECT_EQ(heuristic(), CUBLAS_STATUS_INVALID_VALUE) << epilogue;
+        EXPECT_EQ(lt.heuristic(f32, f32, f32, f32), CUBLAS_STATUS_INVALID_VALUE) << epilogue;
     }
-    const std::int32_t bf16 = CUDA_R_16BF;
     ASSERT_EQ(set_ld(8), CUBLAS_STATUS_SUCCESS);
-    ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &bf16, sizeof(bf16)),
-              CUBLAS_STATUS_SUCCESS);
-    EXPECT_EQ(heuristic(), CUBLAS_STATUS_NOT_SUPPORTED);  // an aux of another type than D
+    ASSERT_EQ(lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, std::int32_t{CUDA_R_16BF}), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(lt.heuristic(f32, f32, f32, f32), CUBLAS_STATUS_NOT_SUPPORTED);  // an aux of another type than D
     // Without its pointer the matmul itself is refused.
-    const std::int32_t same = -1;
-    ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &same, sizeof(same)),
-              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, std::int32_t{-1}), CUBLAS_STATUS_SUCCESS);
     cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(blas.handle, desc, f32, f32, f32, f32, pref, 1, &result, &found),
-              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(lt.heuristic(f32, f32, f32, f32, &result), CUBLAS_STATUS_SUCCESS);
     DeviceArray<float> a(64), b(64), d(64);
     const float alpha = 1.0f, beta = 0.0f;
-    EXPECT_EQ(cublasLtMatmul(blas.handle, desc, &alpha, a.get(), f32, b.get(), f32, &beta, d.get(), f32, d.get(), f32,
+    EXPECT_EQ(cublasLtMatmul(lt.handle, lt.desc, &alpha, a.get(), f32, b.get(), f32, &beta, d.get(), f32, d.get(), f32,
                              &result.algo, nullptr, 0, nullptr),
               CUBLAS_STATUS_INVALID_VALUE);
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(f32);
-    cublasLtMatmulDescDestroy(desc);
 }
 
 // A pointer less aligned than the heuristic was told is an error, as on the GPU.
@@ -353,25 +337,17 @@ TEST(CudaMatmulCublasLt, EmulationChecksThePromisedAlignment) {
     ADACC_REQUIRE_CUDA_DEVICE();
     if (!running_under_emulation()) GTEST_SKIP() << "checks the emulation only";
     CudaTestContext ctx;
-    const auto& blas = *static_cast<const cuda::BlasContext*>(ctx.get().blas);
+    LtObjects lt(*static_cast<const cuda::BlasContext*>(ctx.get().blas));
+    ASSERT_TRUE(lt.created);
     DeviceArray<float> a(64), b(64), d(64);
-    cublasLtMatmulDesc_t desc = nullptr;
-    ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
     cublasLtMatrixLayout_t l = nullptr;
-    ASSERT_EQ(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
-    cublasLtMatmulPreference_t pref = nullptr;
-    ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);  // default: 256-byte alignment
-    cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(blas.handle, desc, l, l, l, l, pref, 1, &heuristic, &found),
-              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(lt.make_layout(&l, CUDA_R_32F, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulHeuristicResult_t heuristic{};  // the preference's default: 256-byte alignment
+    ASSERT_EQ(lt.heuristic(l, l, l, l, &heuristic), CUBLAS_STATUS_SUCCESS);
     const float one = 1.0f, zero = 0.0f;
-    EXPECT_EQ(cublasLtMatmul(blas.handle, desc, &one, a.get() + 1, l, b.get(), l, &zero, d.get(), l, d.get(), l,
+    EXPECT_EQ(cublasLtMatmul(lt.handle, lt.desc, &one, a.get() + 1, l, b.get(), l, &zero, d.get(), l, d.get(), l,
                              &heuristic.algo, nullptr, 0, nullptr),
               CUBLAS_STATUS_INVALID_VALUE);
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(l);
-    cublasLtMatmulDescDestroy(desc);
 }
 
 // ---- matmul_forward / matmul_backward beyond their twin comparison (the table of
