@@ -61,15 +61,18 @@ __global__ void column_sum_partial_kernel(float* partial, const T* dout, int N, 
 }
 
 // dbias (OC) (+)= column sums of dout (N x OC), N >= 1: row groups of kSumRowsPerGroup rows (more
-// rows each where their partials would not fit the reduction scratch), then sum_group_partials.
+// rows each where their partials would not fit the reduction scratch, or the groups a grid's
+// height), then sum_group_partials.
 template <typename T>
 void bias_gradient(const KernelContext& ctx, float* dbias, const T* dout, int N, int OC, bool accumulate) {
     if (OC <= 0) return;
     const long fit = static_cast<long>(ctx.reduction_scratch_bytes / (sizeof(float) * static_cast<std::size_t>(OC)));
     if (!ctx.reduction_scratch || fit < 1)
         throw std::runtime_error("matmul_backward: the reduction scratch cannot hold one row of dbias partials");
+    constexpr long kMaxGridY = 65535;  // the groups are the grid's y dimension
     long groups = ceil_div(N, kSumRowsPerGroup);
     if (groups > fit) groups = fit;
+    if (groups > kMaxGridY) groups = kMaxGridY;
     const int rows_per_group = static_cast<int>(ceil_div(N, groups));
     groups = ceil_div(N, rows_per_group);  // no empty trailing group
     auto* partial = static_cast<float*>(ctx.reduction_scratch);
