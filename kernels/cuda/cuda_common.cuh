@@ -206,14 +206,14 @@ __device__ inline void prefetch_l2(const void* p) {
     (void)p;
 #endif
 }
-// The lines of elements [0, n) of row, asked for by the 32 lanes of a warp, a line each in turn.
+// Elements [0, n) of row, a 128-byte line at a time from the row's start, asked for by the 32
+// lanes of a warp in turn (a row that does not start on a line may leave its last line to the
+// loads). Plain int offsets: its registers count in kernels that hold rows in them.
 template <typename T>
-__device__ inline void prefetch_row_l2(const T* row, long n, int lane) {
-    constexpr std::uintptr_t kLine = 128;
-    const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(row) / kLine,
-                         last = (reinterpret_cast<std::uintptr_t>(row + n) - 1) / kLine;
-    for (std::uintptr_t line = first + lane; n > 0 && line <= last; line += 32)
-        prefetch_l2(reinterpret_cast<const void*>(line * kLine));
+__device__ inline void prefetch_row_l2(const T* row, int n, int lane) {
+    const char* bytes = reinterpret_cast<const char*>(row);
+    const int size = n * static_cast<int>(sizeof(T));
+    for (int b = lane * 128; b < size; b += 32 * 128) prefetch_l2(bytes + b);
 }
 
 // ---- residual additions -----------------------------------------------------------------------

@@ -41,24 +41,19 @@ inline constexpr int kRowStep = 32 * kPack<T>;
 // The most packs of x and dout a backward lane holds in registers (64 registers): rows up to
 // C = 2048 in bf16, 1024 in fp32. Wider rows take the two-pass fallback.
 constexpr int kMaxRegisterSteps = 8;
-// Blocks of 4 warps each SM must hold (a register cap for ptxas), the most that hold a lane's packs
-// without spilling (ptxas -v, sm_90, bf16): 4 (128 registers a thread) up to 3 steps (C = 768 in
-// bf16), 3 (168) at 4 steps (C = 1024), 2 (256) at 8.
+// Blocks of 4 warps each SM must hold (a register cap for ptxas): 4 (128 registers a thread) up to
+// 4 steps, which hold C = 768 and 1024 in bf16 without spilling; 2 for 8 steps, which would
+// spill under 128.
 template <int Steps>
-inline constexpr int kMinBackwardBlocks = Steps <= 3   ? 4
-                                          : Steps == 4 ? 3
-                                                       : 2;
+inline constexpr int kMinBackwardBlocks = Steps <= 4 ? 4 : 2;
 // Calls launch(std::integral_constant<int, Steps>{}) with the register steps a row of C channels
-// takes, chosen by C alone: the fewest of 2, 3, 4 or kMaxRegisterSteps packs a lane that hold it
-// (fewer registers, more warps resident; 3 is GPT-2 small's C = 768 in bf16 exactly), else 0, the
-// fallback that rereads the row.
+// takes, chosen by C alone: the fewest of 2, 4 or kMaxRegisterSteps packs a lane that hold it
+// (fewer registers, more warps resident), else 0, the fallback that rereads the row.
 template <typename T, typename Launch>
 void with_register_steps(int C, Launch&& launch) {
     const int steps = static_cast<int>(ceil_div(C, kRowStep<T>));
     if (steps <= 2)
         launch(std::integral_constant<int, 2>{});
-    else if (steps == 3)
-        launch(std::integral_constant<int, 3>{});
     else if (steps <= 4)
         launch(std::integral_constant<int, 4>{});
     else if (steps <= kMaxRegisterSteps)

@@ -70,7 +70,7 @@ void expect_fused_is_the_pair(const Shape& s, bool with_mask) {
     EXPECT_TRUE(all_equal_bytes(rstd.download(), pair_rstd.download())) << "rstd";
 }
 
-// Widths take every row path of the fused kernel: the row in registers in 2, 3, 4 and 8 steps of 32
+// Widths take every row path of the fused kernel: the row in registers in 2, 4 and 8 steps of 32
 // packs, and the fallback that rereads it: C = 40, 300, 500, 1024, 2000 in fp32 (1, 3, 4, 8 and 16
 // steps of 128 channels) and 40, 768, 1024, 2000, 6000 in bf16 (steps of 256: 1, 3, 4, 8, 24);
 // C = 300 is no multiple of bf16's 8-element packs (unaligned rows). 14 rows: two blocks of 8, the

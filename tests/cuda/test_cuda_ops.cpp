@@ -479,8 +479,8 @@ std::vector<OpCase> layernorm_cases(DType a) {
     // groups of 32 (the last short) over 4-warp blocks; 16 KB of shared memory per warp (C = 2000:
     // 3 warps per block) and 48000 bytes (C = 6000: one warp); and a reduction scratch shrunk to 3
     // groups of 2 * 40 floats, so 300 rows become 3 groups of 100 (the CPU ignores it). The widths
-    // take every row path of the kernel: rows held in registers in 2, 3, 4 and 8 steps of 32 packs
-    // (C <= 100, 300, 500, 768 and 1024 in fp32; C <= 500, 768, 1024, 2000 in bf16, 768 being GPT-2
+    // take every row path of the kernel: rows held in registers in 2, 4 and 8 steps of 32 packs
+    // (C <= 100; 300, 500; 768, 1024 in fp32. C <= 500; 768, 1024; 2000 in bf16, 768 being GPT-2
     // small's) and the two-pass fallback (C = 2000, 6000 in fp32; 6000 in bf16).
     struct Shape {
         int N, C;
