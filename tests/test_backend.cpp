@@ -151,9 +151,8 @@ ActivationPlan recomputing(const GPTConfig& cfg, int B, int T, TensorKind kind) 
 // The remote backend runs CUDA's graph and forward on the CPU's kernels, whose twins of the fused
 // kernels are the separate kernels in turn: the same numbers as the CPU's graph, bit for bit, also
 // where a layernorm that forward ran with the residual add before it (ln2 with residual1, ln1
-// with the previous block's residual2) or that sum is compressed (quant: x2 compressed runs
-// residual1 and ln2 apart), recomputed alone (x2, ln2, ln1) or with everything (full), or not
-// saved (inference).
+// with the previous block's residual2; in quant with x2 compressed from the fused kernel's sum),
+// recomputed alone (x2, ln2, ln1) or with everything (full), or not saved (inference).
 TEST(Backend, ARemoteBackendComputesTheCpuNumbersBitForBit) {
     const int B = 2, T = 16;
     const GPTConfig cfg = tiny_config();
@@ -211,12 +210,15 @@ TEST(Backend, ATrainingStepCopiesOnlyTokensInAndTheLossAndNormOut) {
 
 // The tape reserves a compressed tensor at its codec's bound and learns the exact size only when
 // the codec sampler measures it: reserved bytes match the layout's schedule, measured ones the
-// sampler's, and the outlier codec's blob is no larger than its reservation.
-TEST(Backend, CompressedSlotsAreReservedAtTheBoundAndMeasuredWhenSampled) {
+// sampler's, and the outlier codec's blob is no larger than its reservation. The same on the
+// remote backend, which runs CUDA's forward: residual1 with ln2 in one kernel although x2 is
+// compressed (its slot reserved before ln2's and measured after them).
+void expect_compressed_slots_reserved_and_measured(Backend& backend) {
     const int B = 2, T = 16, N = B * T;
     const GPTConfig cfg = tiny_config();
     const ActivationPlan plan = mixed_plan(cfg, B, T);
-    GPTModel model(cfg, B, T, plan);
+    ASSERT_EQ(plan.at(0, TensorKind::x2).policy, Policy::compress);
+    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend, backend.device());
     model.init_weights(5);
     const auto tokens = random_tokens(N, cfg.vocab_size, 1), targets = random_tokens(N, cfg.vocab_size, 2);
     std::vector<TapeEntry> schedule;
@@ -244,6 +246,19 @@ TEST(Backend, CompressedSlotsAreReservedAtTheBoundAndMeasuredWhenSampled) {
     std::size_t worst_per_kind = 0;
     for (const CodecSample& s : sampler.samples()) worst_per_kind += s.bytes * cfg.n_layer;
     EXPECT_GE(worst_per_kind, u.measured_bytes);  // per kind the worst layer, times layers
+}
+
+TEST(Backend, CompressedSlotsAreReservedAtTheBoundAndMeasuredWhenSampled) {
+    expect_compressed_slots_reserved_and_measured(cpu_backend());
+    RemoteBackend remote;
+    {
+        KernelTiming timing(remote);
+        expect_compressed_slots_reserved_and_measured(remote);
+        const KernelTimes times = timing.take();
+        // Two forwards, each with every residual add fused with the layernorm after it.
+        EXPECT_EQ(times.calls[static_cast<int>(Kernel::residual_layernorm_forward)], 2 * 2 * tiny_config().n_layer);
+        EXPECT_EQ(times.calls[static_cast<int>(Kernel::residual_dropout_forward)], 0);
+    }
 }
 
 // The message a model's construction on `backend` refuses with (empty when it does not throw a

@@ -162,12 +162,17 @@ void Driver::place_output(int layer, TensorKind kind, int B, int T) {
     if (policy == Policy::recompute) push_scheduled(layer, kind);
 }
 
-// The blob goes straight into a slot reserved at the codec's bound, so its size need not be
-// known: nothing is read back from the device per tensor.
-void Driver::compress_output(int layer, TensorKind kind, int B, int T) {
+// Whether forward compresses op output `kind` of `layer` onto the tape (training only).
+bool Driver::compresses(int layer, TensorKind kind) const {
+    return layout_->use() == ModelUse::training && layout_->block().tensor(kind).saved &&
+           layout_->plan().at(layer, kind).policy == Policy::compress;
+}
+
+// The blob goes straight into `blob`, its tape slot (push_scheduled) reserved at the codec's
+// bound, so its size need not be known: nothing is read back from the device per tensor.
+void Driver::compress_output(int layer, TensorKind kind, void* blob, int B, int T) {
     const TensorPolicy& p = layout_->plan().at(layer, kind);
     const std::size_t numel = layout_->numel(kind, B, T), rows = layout_->rows(kind, B, T);
-    void* blob = push_scheduled(layer, kind);
     k_.codec_compress(ctx_, p.codec, view(kind), rows, numel / rows, layout_->codec_params(), blob);
     if (observer_ && observer_->wants_compressed_tensors()) report_compressed(layer, kind, p.codec, blob, B, T);
 }
@@ -188,7 +193,7 @@ void Driver::report_compressed(int layer, TensorKind kind, Codec codec, const vo
         codec_bytes(codec, t.rows, t.cols, layout_->codec_params(), k_.codec_outlier_count(ctx_, codec, blob));
     // The gradient buffers of the largest tensors, att's or fch's: at least the tensor's size.
     t.decode_buffer = grad_buffer(is_attention_matrix(kind) ? TensorKind::att : TensorKind::fch);
-    arenas_.tape.set_measured_bytes(t.exact_bytes);
+    arenas_.tape.set_measured_bytes(layer, kind, t.exact_bytes);
     observer_->tensor_compressed(backend_, t);
 }
 
@@ -217,7 +222,7 @@ void Driver::forward_block(int layer, int B, int T) {
         const OpInfo& op = ops[i];
         if (op.kind == OpKind::dropout_mask && !dropout_active_) continue;
         for (TensorKind t : op.outputs) place_output(layer, t, B, T);
-        if (fuses_residual_layernorm(layer, i)) {
+        if (fuses_residual_layernorm(i)) {
             const bool last = i + 1 == ops.size();
             if (!last)
                 residual_with_layernorm(op, layer, &ops[++i], layer, B, T);  // this block's next op
@@ -232,36 +237,35 @@ void Driver::forward_block(int layer, int B, int T) {
             op_timer_->stop();
             timed_ops_.push_back(i);
         }
-        if (layout_->use() == ModelUse::inference) continue;
         for (TensorKind t : op.outputs)
-            if (layout_->block().tensor(t).saved && layout_->plan().at(layer, t).policy == Policy::compress)
-                compress_output(layer, t, B, T);
+            if (compresses(layer, t)) compress_output(layer, t, push_scheduled(layer, t), B, T);
     }
 }
 
-// Whether forward runs op `i` of block `layer`, a residual add, with the layernorm of its sum that
+// Whether forward runs block op `i`, a residual add, with the layernorm of its sum that
 // follows (residual1 with ln2; residual2, the block's last op, with the next block's ln1 or the
 // final layernorm) in one kernel, as llm.c does: where the backend fuses them (DeviceTraits::
-// fusions), not while ops are timed (their times price recomputes, which run the plain ops), and
-// not when the sum is compressed, whose tape slot comes before the layernorm's. The kernel's
-// outputs are the two kernels' bit for bit, so backward and recompute see the same tensors.
-bool Driver::fuses_residual_layernorm(int layer, std::size_t i) const {
+// fusions) and not while ops are timed (their times price recomputes, which run the plain ops).
+// The kernel's outputs are the two kernels' bit for bit, so backward and recompute see the same
+// tensors.
+bool Driver::fuses_residual_layernorm(std::size_t i) const {
     const auto& ops = layout_->block().ops();
     if (!layout_->device_traits().fusions.residual_layernorm || op_timer_ || ops[i].kind != OpKind::residual_dropout)
         return false;
     if (i + 1 == ops.size()) return true;  // out, the next block's x, is always kept
     const OpInfo& next = ops[i + 1];
-    const TensorKind sum = ops[i].outputs[0];
-    const bool compressed = layout_->use() == ModelUse::training && layout_->block().tensor(sum).saved &&
-                            layout_->plan().at(layer, sum).policy == Policy::compress;
-    return next.kind == OpKind::layernorm && next.inputs[0] == sum && !compressed;
+    return next.kind == OpKind::layernorm && next.inputs[0] == ops[i].outputs[0];
 }
 
 // `residual` of block `layer` with the layernorm of its sum: `norm` of block `norm_layer` (ln2 of
 // the same block, or ln1 of the next), its outputs placed before and compressed after as that
-// block would (the tape schedule's order), or, null, the final layernorm.
+// block would, or, null, the final layernorm. Tape slots are taken in the schedule's order: a
+// compressed sum's (x2 in quant and adacc plans) before the layernorm's, so it is reserved first
+// and filled once the kernel has written the sum.
 void Driver::residual_with_layernorm(const OpInfo& residual, int layer, const OpInfo* norm, int norm_layer, int B,
                                      int T) {
+    const TensorKind sum = residual.outputs[0];
+    void* sum_blob = compresses(layer, sum) ? push_scheduled(layer, sum) : nullptr;
     const OpCall r = op_call(residual, layer, B, T);
     Act y;
     float *mean = nullptr, *rstd = nullptr;
@@ -279,10 +283,10 @@ void Driver::residual_with_layernorm(const OpInfo& residual, int layer, const Op
     k_.residual_layernorm_forward(ctx_, r.out[0], y, mean, rstd, r.in[0], r.in[1], r.mask, r.dropout_p, w, b, r.N(),
                                   r.C);
     next_layernorm_ran_ = norm_layer != layer;  // the next block's ln1 or the final layernorm
-    if (!norm || layout_->use() == ModelUse::inference) return;
+    if (sum_blob) compress_output(layer, sum, sum_blob, B, T);
+    if (!norm) return;
     for (TensorKind t : norm->outputs)
-        if (layout_->block().tensor(t).saved && layout_->plan().at(norm_layer, t).policy == Policy::compress)
-            compress_output(norm_layer, t, B, T);
+        if (compresses(norm_layer, t)) compress_output(norm_layer, t, push_scheduled(norm_layer, t), B, T);
 }
 
 // The final layernorm's outputs: the workspace's in inference, else the tape's last slots.

@@ -78,12 +78,13 @@ private:
     void* push_scheduled(int layer, TensorKind kind);
 
     void forward_block(int layer, int B, int T);
-    bool fuses_residual_layernorm(int layer, std::size_t i) const;
+    bool fuses_residual_layernorm(std::size_t i) const;
     void residual_with_layernorm(const OpInfo& residual, int layer, const OpInfo* norm, int norm_layer, int B, int T);
     void place_final_layernorm();
     void classifier_forward(const int* targets, int N, float dloss, bool accumulate);
     void place_output(int layer, TensorKind kind, int B, int T);
-    void compress_output(int layer, TensorKind kind, int B, int T);
+    bool compresses(int layer, TensorKind kind) const;
+    void compress_output(int layer, TensorKind kind, void* blob, int B, int T);
     void report_compressed(int layer, TensorKind kind, Codec codec, const void* blob, int B, int T);
     void report_op_times();
     void materialize_block(int layer, int B, int T);

@@ -34,10 +34,10 @@ void TapeAllocator::check_fits(int layer, TensorKind kind, std::size_t bytes) co
                                  " are free");
 }
 
-
 void* TapeAllocator::push(int layer, TensorKind kind, Policy policy, std::size_t bytes, std::size_t full_bytes) {
     check_fits(layer, kind, bytes);
-    if (slots_.size() == slots_.capacity()) throw std::runtime_error("tape: more slots than the " + std::to_string(slots_.capacity()) + " reserved");
+    if (slots_.size() == slots_.capacity())
+        throw std::runtime_error("tape: more slots than the " + std::to_string(slots_.capacity()) + " reserved");
     TapeSlot slot{layer, kind, policy, usage_.used, bytes, full_bytes};
     slots_.push_back(slot);
     usage_.used += tape_aligned(bytes);
@@ -47,12 +47,15 @@ void* TapeAllocator::push(int layer, TensorKind kind, Policy policy, std::size_t
     return base_ + slot.offset;
 }
 
-void TapeAllocator::set_measured_bytes(std::size_t bytes) {
-    if (slots_.empty() || slots_.back().policy != Policy::compress)
-        throw std::logic_error("tape: set_measured_bytes needs a compressed slot at the top");
-    account(slots_.back(), -1);
-    slots_.back().measured_bytes = bytes;
-    account(slots_.back(), +1);
+void TapeAllocator::set_measured_bytes(int layer, TensorKind kind, std::size_t bytes) {
+    auto slot = slots_.rbegin();
+    while (slot != slots_.rend() && (slot->layer != layer || slot->kind != kind)) ++slot;
+    if (slot == slots_.rend() || slot->policy != Policy::compress)
+        throw std::logic_error("tape: set_measured_bytes needs a compressed slot for " +
+                               std::string(tensor_kind_name(kind)) + " of layer " + std::to_string(layer));
+    account(*slot, -1);
+    slot->measured_bytes = bytes;
+    account(*slot, +1);
     if (usage_.used == peak_.used) peak_ = usage_;
     notify();
 }

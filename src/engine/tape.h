@@ -50,8 +50,9 @@ public:
     // A slot of `bytes` at the top; returns its memory (64-byte aligned). Throws
     // std::runtime_error naming the tensor and the capacity when it does not fit.
     void* push(int layer, TensorKind kind, Policy policy, std::size_t bytes, std::size_t full_bytes);
-    // Records the exact size of the compressed blob in the top slot (which must be compressed).
-    void set_measured_bytes(std::size_t bytes);
+    // Records the exact size of the compressed blob in the newest slot of (layer, kind), which must
+    // be compressed (not always the top one: a fused kernel's later outputs may sit above it).
+    void set_measured_bytes(int layer, TensorKind kind, std::size_t bytes);
     // Drops every slot pushed after `mark`.
     void release_to(const Mark& mark);
     // The slot for (layer, kind), searching from the top; null when absent.
