@@ -82,8 +82,10 @@ BlockCost evaluate_block(const BlockProblem& problem, const BlockPlan& plan) {
     std::vector<bool> op_paid(ts.size(), false);  // by the op's first output
     for (std::size_t i = 0; i < ts.size(); ++i) {
         const int op = op_first_output(ts[i], static_cast<int>(i));
-        if (cost.reruns[i] && !op_paid[op]) cost.extra_ms += ts[i].recompute_ms;
-        if (cost.reruns[i]) op_paid[op] = true;
+        if (cost.reruns[i] && !op_paid[op]) {
+            cost.extra_ms += ts[i].recompute_ms;
+            op_paid[op] = true;
+        }
         if (plan[i].policy == Policy::compress) {
             const CompressOption& c = ts[i].compress_options[plan[i].option];
             cost.extra_ms += c.ms;

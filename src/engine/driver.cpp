@@ -168,6 +168,12 @@ bool Driver::compresses(int layer, TensorKind kind) const {
            layout_->plan().at(layer, kind).policy == Policy::compress;
 }
 
+// Each output of `op` (of block `layer`) that the plan compresses, into its tape slot taken now.
+void Driver::compress_outputs(const OpInfo& op, int layer, int B, int T) {
+    for (TensorKind t : op.outputs)
+        if (compresses(layer, t)) compress_output(layer, t, push_scheduled(layer, t), B, T);
+}
+
 // The blob goes straight into `blob`, its tape slot (push_scheduled) reserved at the codec's
 // bound, so its size need not be known: nothing is read back from the device per tensor.
 void Driver::compress_output(int layer, TensorKind kind, void* blob, int B, int T) {
@@ -237,8 +243,7 @@ void Driver::forward_block(int layer, int B, int T) {
             op_timer_->stop();
             timed_ops_.push_back(i);
         }
-        for (TensorKind t : op.outputs)
-            if (compresses(layer, t)) compress_output(layer, t, push_scheduled(layer, t), B, T);
+        compress_outputs(op, layer, B, T);
     }
 }
 
@@ -284,9 +289,7 @@ void Driver::residual_with_layernorm(const OpInfo& residual, int layer, const Op
                                   r.C);
     next_layernorm_ran_ = norm_layer != layer;  // the next block's ln1 or the final layernorm
     if (sum_blob) compress_output(layer, sum, sum_blob, B, T);
-    if (!norm) return;
-    for (TensorKind t : norm->outputs)
-        if (compresses(norm_layer, t)) compress_output(norm_layer, t, push_scheduled(norm_layer, t), B, T);
+    if (norm) compress_outputs(*norm, norm_layer, B, T);
 }
 
 // The final layernorm's outputs: the workspace's in inference, else the tape's last slots.
@@ -343,7 +346,6 @@ void Driver::forward(const int* tokens, const int* targets, int B, int T, const 
         k_.layernorm_forward(ctx_, lnf_, lnf_mean_, lnf_rstd_, final_x_, weight(ParamId::lnfw), weight(ParamId::lnfb),
                              N, C);
     }
-    next_layernorm_ran_ = false;
     classifier_forward(targets, N, dloss, accumulate);
 }
 

@@ -84,6 +84,7 @@ private:
     void classifier_forward(const int* targets, int N, float dloss, bool accumulate);
     void place_output(int layer, TensorKind kind, int B, int T);
     bool compresses(int layer, TensorKind kind) const;
+    void compress_outputs(const OpInfo& op, int layer, int B, int T);
     void compress_output(int layer, TensorKind kind, void* blob, int B, int T);
     void report_compressed(int layer, TensorKind kind, Codec codec, const void* blob, int B, int T);
     void report_op_times();
