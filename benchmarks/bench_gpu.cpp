@@ -8,7 +8,7 @@
 // CUDA events around every kernel), with each family's FLOPs and bytes per step and the fraction
 // of the GPU's roofline its time reaches.
 //   bench_gpu [--presets gpt-117m,gpt-345m] [--seq 1024] [--steps 6] [--warmup 2] [--json FILE]
-//             [--attention materialized|fused|cudnn] [--per-op]
+//             [--attention materialized|fused|cudnn] [--nondeterministic] [--per-op]
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -65,9 +65,9 @@ struct StepTiming {
 
 // Steps as TrainingStep runs them: everything queued, the loss and norm read back once at the end.
 // With `per_kernel`, the timed steps run under a KernelTiming and their kernels' times add up there.
-StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, DType dtype, int steps, int warmup,
-                      KernelTimes* per_kernel = nullptr) {
-    GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, mode), {}, ModelUse::training, {Device::cuda, dtype});
+StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, const ComputeTarget& target, int steps,
+                      int warmup, KernelTimes* per_kernel = nullptr) {
+    GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, mode), {}, ModelUse::training, target);
     Backend& backend = model.backend();
     std::unique_ptr<KernelTiming> kernel_timing;
     model.init_weights(1337);
@@ -172,10 +172,11 @@ std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T,
 // One preset's step, kernel by kernel, grouped by family: ms per step, the share of the step,
 // FLOPs and bytes per step, and the roofline fraction: the least time the family's FLOPs and
 // bytes need at the GPU's peaks over the time it took.
-nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B, int T, DType dtype,
+nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B, int T, const ComputeTarget& target,
                             const GpuPeak& peak, int steps, int warmup) {
     KernelTimes kernels;
-    const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, dtype, steps, warmup, &kernels);
+    const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, target, steps, warmup, &kernels);
+    const DType dtype = target.activation;
     const double peak_flops = (dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops) * 1e12;
     const double peak_bytes = peak.memory_gbps * 1e9;
     const BlockGraph block(cfg, B, T, dtype, block_fusions(Device::cuda));
@@ -191,9 +192,10 @@ nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B
         if (kernels.calls[k] > 0) family_ms[family_of(kKernelNames[k])] += kernels.ms[k] / steps;
     const double kernels_ms = kernels.total_ms() / steps;
     std::printf(
-        "\n%s, batch %d x seq %d, %s, mode none, %s attention%s%s: step %.1f ms (median of %d, kernels timed), "
+        "\n%s, batch %d x seq %d, %s, mode none, %s attention%s%s%s: step %.1f ms (median of %d, kernels timed), "
         "its kernels %.1f ms\n",
         name.c_str(), B, T, std::string(dtype_name(dtype)).c_str(), attention_impl_name(cfg.attention),
+        target.deterministic ? "" : " (training.deterministic = false)",
         fused.gelu_epilogue ? ", GELU in the matmuls' epilogues" : "",
         fused.residual_layernorm ? ", residual adds fused with the layernorms after them" : "", t.median_ms, steps,
         kernels_ms);
@@ -239,22 +241,22 @@ nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B
     return out;
 }
 
-int largest_power_of_two_batch(const GPTConfig& cfg, int T, MemoryMode mode, DType dtype) {
+int largest_power_of_two_batch(const GPTConfig& cfg, int T, MemoryMode mode, const ComputeTarget& target) {
     const std::uint64_t free = device_memory_bytes(Device::cuda);
     int B = 0;
     for (int b = 1; b <= 4096; b *= 2)
-        if (memory_for_mode(cfg, b, T, mode, {Device::cuda, dtype}).total() <= free) B = b;
+        if (memory_for_mode(cfg, b, T, mode, target).total() <= free) B = b;
     return B;
 }
 
 // The preset `name` with `attention`, and the largest power-of-two batch at which it fits in mode
 // none; nullopt (after saying so) when not even batch 1 does.
 std::optional<std::pair<GPTConfig, int>> preset_at_largest_batch(const std::string& name, int T,
-                                                                 AttentionImpl attention, DType dtype) {
+                                                                 AttentionImpl attention, const ComputeTarget& target) {
     auto cfg = gpt_preset(name);
     if (!cfg) throw UserError("unknown preset " + name);
     cfg->attention = attention;
-    const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none, dtype);
+    const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none, target);
     if (B == 0) {
         std::printf("%-10s does not fit even at batch 1\n", name.c_str());
         return std::nullopt;
@@ -270,7 +272,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> presets{"gpt-117m", "gpt-345m"};
     int T = 1024, steps = 6, warmup = 2;
     std::string json_file, dtype_name = "bf16", attention_name = "materialized";
-    bool per_op = false;
+    bool per_op = false, nondeterministic = false;
     app.option("--presets", presets, "model presets").comma_separated();
     app.option("--seq", T, "sequence length");
     app.option("--steps", steps, "measured steps").in_range(1, 1000);
@@ -279,6 +281,8 @@ int main(int argc, char** argv) {
     app.option("--dtype", dtype_name, "model dtype: bf16 (default) or fp32").one_of({"bf16", "fp32"});
     app.option("--attention", attention_name, "model.attention: materialized (default), fused or cudnn (bf16 only)")
         .one_of(attention_impl_names());
+    app.flag("--nondeterministic", nondeterministic,
+             "training.deterministic = false: cuDNN's attention backward sums dQ by atomics (--attention cudnn)");
     app.flag("--per-op", per_op, "where each preset's step goes: ms, FLOPs, bytes and roofline per op family");
     if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
     try {
@@ -290,12 +294,15 @@ int main(int argc, char** argv) {
         const GpuPeak peak = peak_for(gpu.name);
         const AttentionImpl attention = *parse_attention_impl(attention_name);
         const DType dtype = resolve_model_dtype(dtype_name, Device::cuda);
+        ComputeTarget target(Device::cuda, dtype);
+        target.deterministic = !nondeterministic;
         // MFU against the dense peak of the matmuls' input type (fp32 runs true fp32, never TF32).
         const double peak_tflops = dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops;
         nlohmann::json out = {{"gpu", gpu.name},
                               {"compute_capability", gpu.compute_capability},
                               {"precision", dtype_name},
                               {"attention", attention_name},
+                              {"deterministic", target.deterministic},
                               {"peak_tflops_fp32", peak.fp32_tflops},
                               {"peak_tflops_bf16", peak.bf16_tflops},
                               {"flops_per_token", "6N + 6LCT (llm.c)"},
@@ -310,37 +317,52 @@ int main(int argc, char** argv) {
                 dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops, peak.memory_gbps);
             out["per_op"] = nlohmann::json::array();
             for (const std::string& name : presets)
-                if (const auto run = preset_at_largest_batch(name, T, attention, dtype))
-                    out["per_op"].push_back(per_op_table(name, run->first, run->second, T, dtype, peak, steps, warmup));
+                if (const auto run = preset_at_largest_batch(name, T, attention, target))
+                    out["per_op"].push_back(
+                        per_op_table(name, run->first, run->second, T, target, peak, steps, warmup));
             if (!json_file.empty()) std::ofstream(json_file) << out.dump(2) << '\n';
             return 0;
         }
         std::printf(
-            "GPU %s (sm_%d), %s, %s attention; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 %.1f, "
+            "GPU %s (sm_%d), %s, %s attention%s; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 %.1f, "
             "bf16 %.0f TFLOP/s)\n\n",
-            gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(), attention_name.c_str(), dtype_name.c_str(),
-            peak.fp32_tflops, peak.bf16_tflops);
+            gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(), attention_name.c_str(),
+            target.deterministic ? "" : " (training.deterministic = false)", dtype_name.c_str(), peak.fp32_tflops,
+            peak.bf16_tflops);
         std::printf("%-10s %6s %6s %10s %12s %9s %12s %8s\n", "model", "batch", "seq", "step_ms", "tokens/s", "TFLOP/s",
                     "MFU", "loss");
-        int modes_batch = 0;
-        for (const std::string& name : presets) {
-            const auto run = preset_at_largest_batch(name, T, attention, dtype);
-            if (!run) continue;
-            const GPTConfig& cfg = run->first;
-            const int B = run->second;
-            if (modes_batch == 0) modes_batch = B;
-            const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, dtype, steps, warmup);
+        // One row: the preset's step at batch B on `row_target`, printed and added to out["runs"].
+        auto run_row = [&](const std::string& name, const GPTConfig& cfg, int B, const ComputeTarget& row_target,
+                           const char* label) {
+            const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, row_target, steps, warmup);
             const double tokens_per_s = B * T / (t.median_ms / 1e3);
             const double tflops = llmc_flops_per_token(cfg, ParameterLayout(cfg).total(), T) * tokens_per_s / 1e12;
             const double mfu = peak_tflops > 0 ? tflops / peak_tflops : 0.0;
-            std::printf("%-10s %6d %6d %10.1f %12.0f %9.1f %11.1f%% %8.4f\n", name.c_str(), B, T, t.median_ms,
-                        tokens_per_s, tflops, 100 * mfu, t.loss);
+            std::printf("%-10s %6d %6d %10.1f %12.0f %9.1f %11.1f%% %8.4f%s\n", name.c_str(), B, T, t.median_ms,
+                        tokens_per_s, tflops, 100 * mfu, t.loss, label);
             out["runs"].push_back({{"model", name},
                                    {"batch", B},
+                                   {"deterministic", row_target.deterministic},
                                    {"step_ms", t.median_ms},
                                    {"tokens_per_s", tokens_per_s},
                                    {"tflops", tflops},
                                    {"mfu", mfu}});
+        };
+        int modes_batch = 0;
+        for (const std::string& name : presets) {
+            const auto run = preset_at_largest_batch(name, T, attention, target);
+            if (!run) continue;
+            if (modes_batch == 0) modes_batch = run->second;
+            run_row(name, run->first, run->second, target, "");
+        }
+        // cuDNN's other attention backward (training.deterministic = false) beside the first
+        // preset's row, at its batch (the atomics' workspace is the smaller one).
+        if (modes_batch > 0 && attention == AttentionImpl::cudnn && target.deterministic) {
+            GPTConfig cfg = *gpt_preset(presets.front());
+            cfg.attention = attention;
+            ComputeTarget atomics = target;
+            atomics.deterministic = false;
+            run_row(presets.front(), cfg, modes_batch, atomics, "  training.deterministic = false");
         }
         if (modes_batch > 0) {
             GPTConfig cfg = *gpt_preset(presets.front());
@@ -348,8 +370,8 @@ int main(int argc, char** argv) {
             std::printf("\n%s at batch %d x seq %d, fixed memory modes:\n%-10s %10s %12s %12s\n",
                         presets.front().c_str(), modes_batch, T, "mode", "step_ms", "tape", "total");
             for (MemoryMode mode : fixed_memory_modes()) {
-                const ModelMemory m = memory_for_mode(cfg, modes_batch, T, mode, {Device::cuda, dtype});
-                const StepTiming t = time_steps(cfg, modes_batch, T, mode, dtype, steps, warmup);
+                const ModelMemory m = memory_for_mode(cfg, modes_batch, T, mode, target);
+                const StepTiming t = time_steps(cfg, modes_batch, T, mode, target, steps, warmup);
                 std::printf("%-10s %10.1f %12s %12s\n", memory_mode_name(mode), t.median_ms,
                             format_bytes(m.tape).c_str(), format_bytes(m.total()).c_str());
                 out["modes"].push_back({{"mode", memory_mode_name(mode)},

@@ -26,6 +26,10 @@ struct KernelContext {
     // CUDA: cuDNN's handle, graph cache and workspace (kernels/cuda/attention_cudnn.h:DnnContext),
     // null where cuDNN did not load (and on the CPU): only the attention_cudnn kernels read it.
     void* dnn = nullptr;
+    // CUDA: whether cuDNN's attention backward must be deterministic (its default algorithm sums
+    // dQ by atomics: faster, less workspace, last bits vary run to run). The model's
+    // training.deterministic; the other kernels are deterministic either way.
+    bool deterministic = true;
 };
 
 }  // namespace adacc

@@ -455,8 +455,9 @@ sanitize() {  # TOOL LIMIT FILTER
 step_memcheck() { sanitize memcheck "$1" "$KERNEL_TESTS"; }
 step_racecheck() { sanitize racecheck "$1" "$RACECHECK_TESTS"; }
 
-# Each preset at the largest power-of-two batch that fits, then the four fixed modes at gpt-117m's
-# batch: six runs of 1 warm-up + 3 measured steps, 24 steps of at most a few hundred ms each on an
+# Each preset at the largest power-of-two batch that fits, gpt-117m again with cuDNN's other
+# attention backward (training.deterministic = false), then the four fixed modes at gpt-117m's
+# batch: seven runs of 1 warm-up + 3 measured steps, 28 steps of at most a few hundred ms each on an
 # H200, with room for slow kernels and the runs' setup within 60 s (the first H200 run took 18 s). With
 # cuDNN's attention, the engine's default on CUDA in bf16 (it passed its device tests on an H200).
 # shellcheck disable=SC2054  # the commas are bench_gpu's list syntax

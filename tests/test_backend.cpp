@@ -60,6 +60,8 @@ public:
         return cpu_backend().make_interval_timer(max_intervals);
     }
 
+    KernelTable& table() { return kernels_; }  // a test's stand-ins for kernels
+
     std::size_t to_device = 0, to_host = 0;
     std::optional<Kernel> declined;  // a kernel this backend says it does not run (supports)
 };
@@ -298,6 +300,36 @@ TEST(Backend, AKernelTheBackendDeclinesIsRefusedNamingItsOpAndTheFix) {
     // A kernel outside the blocks is checked too.
     remote.declined = Kernel::fused_classifier;
     EXPECT_NE(refusal(cfg, remote, DType::f32).find("kernel fused_classifier (the embedding"), std::string::npos);
+}
+
+// training.deterministic reaches the kernels: the driver hands a model's setting (its ComputeTarget,
+// through DeviceTraits) to every kernel in its KernelContext, where cuDNN's attention backward
+// reads it. Here the fused backward stands in for cuDNN's and records what it was handed.
+bool backward_saw_deterministic = true;
+void recording_attention_backward(const KernelContext& ctx, Act dqkv, ConstAct datty, ConstAct qkv, ConstAct atty,
+                                  const float* lse, int B, int T, int C, int NH, float dropout_p,
+                                  unsigned long long key) {
+    backward_saw_deterministic = ctx.deterministic;
+    cpu_backend().kernels().attention_fused_backward(ctx, dqkv, datty, qkv, atty, lse, B, T, C, NH, dropout_p, key);
+}
+
+TEST(Backend, TheModelsDeterminismReachesItsKernels) {
+    const int B = 2, T = 16, N = B * T;
+    GPTConfig cfg = tiny_config();
+    cfg.attention = AttentionImpl::fused;
+    RemoteBackend remote;
+    remote.table().attention_fused_backward = recording_attention_backward;
+    for (const bool deterministic : {false, true, false}) {
+        ComputeTarget target(remote.device(), DType::f32);
+        target.deterministic = deterministic;
+        GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, MemoryMode::none), {}, ModelUse::training, remote, target);
+        model.init_weights(5);
+        const auto tokens = random_tokens(N, cfg.vocab_size, 1), targets = random_tokens(N, cfg.vocab_size, 2);
+        backward_saw_deterministic = !deterministic;
+        model.forward(tokens.data(), targets.data(), B, T, DropoutContext{}, 1.0f / N);
+        model.backward(tokens.data(), B, T, false);
+        EXPECT_EQ(backward_saw_deterministic, deterministic);
+    }
 }
 
 // KernelTiming (bench_gpu --per-op's source) times every kernel a step runs without changing a

@@ -349,6 +349,7 @@ void expect_same_config(const RunConfig& a, const RunConfig& b) {
     EXPECT_EQ(a.training.val_batches, b.training.val_batches);
     EXPECT_EQ(a.training.threads, b.training.threads);
     EXPECT_EQ(a.training.overlap_grads, b.training.overlap_grads);
+    EXPECT_EQ(a.training.deterministic, b.training.deterministic);
     EXPECT_EQ(a.optimizer.beta1, b.optimizer.beta1);
     EXPECT_EQ(a.optimizer.beta2, b.optimizer.beta2);
     EXPECT_EQ(a.optimizer.eps, b.optimizer.eps);
@@ -388,6 +389,7 @@ TEST(Config, ToTomlRoundTripsEveryField) {
     config.model.dropout = 0.1f;
     config.training = {7, 33, 1234, 3, 9007199254740993ull, 17, 5, 2};
     config.training.overlap_grads = false;  // not the default
+    config.training.deterministic = false;  // not the default
     config.optimizer = {0.85f, 0.999f, 1.234e-7f, 0.05f, 0.7f};
     config.lr = {3.3e-4f, 1.1e-5f, 123, "constant"};
     config.data = {"data/with \"quotes\" and \\ backslash/train_*.bin", "", true};
@@ -437,7 +439,7 @@ TEST(Config, TableListsEveryKeyWithAlignedValues) {
         ++rows;
         start = end + 1;
     }
-    EXPECT_EQ(rows, 55u);  // the 52 fields of run_config.h, plus model.preset, model.attention and model.dtype
+    EXPECT_EQ(rows, 56u);  // the 53 fields of run_config.h, plus model.preset, model.attention and model.dtype
 }
 
 TEST(Config, ReferenceDescribesEveryKey) {
@@ -550,6 +552,19 @@ TEST(Config, CudnnAttentionOnTheCpuIsRefusedNamingFused) {
     const std::string message = toml_error(run_on("cpu", "attention = \"cudnn\"\n"));
     EXPECT_NE(message.find("runs on CUDA only"), std::string::npos) << message;
     EXPECT_NE(message.find("model.attention = \"fused\""), std::string::npos) << message;
+}
+
+// training.deterministic: true unless set, and it reaches the compute target the model is built
+// for (its kernel context and cuDNN's workspace: tests/test_device_memory.cpp).
+TEST(Config, DeterministicIsTheDefaultAndReachesTheComputeTarget) {
+    const auto config = config_from_toml_string(run_on("cpu"), "t.toml");
+    EXPECT_TRUE(config.training.deterministic);
+    EXPECT_TRUE(compute_target(config, 1).deterministic);
+    RunConfig fast = config;
+    apply_override(fast, "training.deterministic=false");
+    EXPECT_FALSE(fast.training.deterministic);
+    EXPECT_FALSE(compute_target(fast, 1).deterministic);
+    EXPECT_NE(to_toml(fast).find("deterministic = false"), std::string::npos);
 }
 
 TEST(Config, CudnnAttentionInFp32IsRefusedNamingBf16) {

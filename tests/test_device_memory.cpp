@@ -53,18 +53,31 @@ TEST(DeviceMemory, CudaArenasFollowTheFormulas) {
     }
 }
 
-// Training with cuDNN's attention counts its workspace as the backend's: the deterministic
+// Training with cuDNN's attention counts its device memory as the backend's: the deterministic
 // backward's bf16 B x H x T x T matrix (T = 1024 fills whole 64 x 128 tiles), 4 bytes per
-// (batch, head, position) and 256 bytes, as cuDNN asked on an H200 (kernels/cuda/device_sizes.h).
+// (batch, head, position) and 256 bytes, as cuDNN asked on an H200, and the dropout seed and offset
+// (16 bytes); with training.deterministic = false an fp32 B x H x T x hs dQ accumulator in place of
+// the matrix, as cuDNN's frontend sizes it (kernels/cuda/device_sizes.h).
 TEST(DeviceMemory, CudnnAttentionsWorkspaceIsCountedInTraining) {
     GPTConfig cfg = *gpt_preset("gpt-345m");
-    const std::size_t B = 8, T = 1024, H = cfg.n_head;
+    const std::size_t B = 8, T = 1024, H = cfg.n_head, hs = cfg.n_embd / cfg.n_head;
     cfg.attention = AttentionImpl::fused;
     const ModelMemory fused = memory_for_mode(cfg, B, T, MemoryMode::none, {Device::cuda, DType::bf16});
     cfg.attention = AttentionImpl::cudnn;
     const ModelMemory cudnn = memory_for_mode(cfg, B, T, MemoryMode::none, {Device::cuda, DType::bf16});
-    EXPECT_EQ(cudnn.backend - fused.backend, 2 * B * H * T * T + 4 * B * H * T + 256);
+    EXPECT_EQ(cudnn.backend - fused.backend, 2 * B * H * T * T + 4 * B * H * T + 256 + 16);
     EXPECT_EQ(cudnn.total() - cudnn.backend, fused.total() - fused.backend) << "the same arenas otherwise";
+    ComputeTarget atomics(Device::cuda, DType::bf16);
+    atomics.deterministic = false;
+    const ModelMemory fast = memory_for_mode(cfg, B, T, MemoryMode::none, atomics);
+    EXPECT_EQ(fast.backend - fused.backend, 4 * B * H * T * hs + 4 * B * H * T + 256 + 16);
+    EXPECT_EQ(fast.total() - fast.backend, fused.total() - fused.backend) << "the same arenas otherwise";
+    // On the CPU the flag changes nothing (no cuDNN there; the fused kernels are deterministic).
+    cfg.attention = AttentionImpl::fused;
+    ComputeTarget cpu_atomics;
+    cpu_atomics.deterministic = false;
+    EXPECT_EQ(memory_for_mode(cfg, B, T, MemoryMode::none, cpu_atomics).total(),
+              memory_for_mode(cfg, B, T, MemoryMode::none).total());
 }
 
 // bf16 (CUDA's default dtype): the fp32 masters, gradients and AdamW state stay, a bf16 copy of

@@ -24,7 +24,9 @@
 // one allocates on the host and may grow the workspace (cudaMalloc), so a model's first step does,
 // its later steps do not. Backward asks for cuDNN's deterministic algorithm (no atomics: the same
 // inputs give the same dqkv bit for bit) and takes the default one where cuDNN has none for the
-// shape (dnn_describe says which).
+// shape (dnn_describe says which). With KernelContext::deterministic false (training.deterministic)
+// it takes the default one, which sums dQ by atomics: on Hopper it skips writing and reading the
+// deterministic algorithm's B x H x T x T matrix, and its workspace is linear in T.
 #include "kernels/cuda/attention_cudnn.h"
 
 #include <cuda_runtime.h>
@@ -57,9 +59,10 @@ struct GraphKey {
     bool bf16;
     float dropout_p;  // 0: no dropout nodes
     bool backward;
+    bool deterministic;  // backward: ask for cuDNN's deterministic algorithm (forward: always true)
     bool operator<(const GraphKey& o) const {
-        return std::tie(B, H, T, hs, bf16, dropout_p, backward) <
-               std::tie(o.B, o.H, o.T, o.hs, o.bf16, o.dropout_p, o.backward);
+        return std::tie(B, H, T, hs, bf16, dropout_p, backward, deterministic) <
+               std::tie(o.B, o.H, o.T, o.hs, o.bf16, o.dropout_p, o.backward, o.deterministic);
     }
     std::string name() const {
         return std::string(backward ? "backward" : "forward") + " graph (B=" + std::to_string(B) +
@@ -118,11 +121,14 @@ std::size_t dnn_device_bytes(const DnnContext* dnn) {
 std::string dnn_describe(const DnnContext* dnn) {
     std::string out;
     if (!dnn) return out;
-    for (const auto& [key, built] : dnn->graphs)
-        out +=
-            key.name() + ": workspace " + std::to_string(built.workspace_bytes) + " bytes" +
-            (key.backward ? (built.deterministic ? ", deterministic" : ", NOT deterministic (cuDNN has none)") : "") +
-            "\n";
+    for (const auto& [key, built] : dnn->graphs) {
+        out += key.name() + ": workspace " + std::to_string(built.workspace_bytes) + " bytes";
+        if (key.backward)
+            out += built.deterministic ? ", deterministic"
+                   : key.deterministic ? ", NOT deterministic (cuDNN has none)"
+                                       : ", not deterministic (training.deterministic = false)";
+        out += "\n";
+    }
     return out;
 }
 
@@ -266,6 +272,7 @@ BuiltGraph build_backward_as(cudnnHandle_t handle, const GraphKey& key, bool det
 }
 
 BuiltGraph build_backward(cudnnHandle_t handle, const GraphKey& key) {
+    if (!key.deterministic) return build_backward_as(handle, key, false);
     try {
         return build_backward_as(handle, key, true);
     } catch (const std::runtime_error& deterministic_failed) {
@@ -278,10 +285,11 @@ BuiltGraph build_backward(cudnnHandle_t handle, const GraphKey& key) {
     }
 }
 
-// The workspace of `need` bytes for `key`'s graph. The accounting reserves what cuDNN asked for on
-// an H200 (device_sizes.h: cudnn_attention_workspace_bytes), so this fails only when the device
-// is fuller than planned or a cuDNN asks for more: the user's to fix, with less budget or batch.
-void allocate_workspace(DnnContext& dnn, std::size_t need, const GraphKey& key) {
+// The workspace of `need` bytes for `key`'s graph, built deterministic or not. The accounting
+// reserves what cuDNN asks for (device_sizes.h: cudnn_attention_device_bytes), so this fails
+// only when the device is fuller than planned or a cuDNN asks for more: the user's to fix, with
+// less budget or batch.
+void allocate_workspace(DnnContext& dnn, std::size_t need, const GraphKey& key, bool deterministic) {
     if (cudaMalloc(&dnn.workspace, need) == cudaSuccess) {
         dnn.workspace_bytes = need;
         return;
@@ -289,7 +297,7 @@ void allocate_workspace(DnnContext& dnn, std::size_t need, const GraphKey& key) 
     cudaGetLastError();  // clear the error so later calls do not see it
     std::size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
-    const std::size_t reserved = cudnn_attention_workspace_bytes(key.B, key.H, key.T);
+    const std::size_t reserved = cudnn_attention_device_bytes(key.B, key.H, key.T, key.hs, deterministic);
     throw UserError("cuDNN's attention needs a workspace of " + std::to_string(need) + " bytes for its " + key.name() +
                     " (the memory accounting reserved " + std::to_string(reserved) + "), and the GPU has " +
                     std::to_string(free) + " bytes free; lower memory.budget or training.batch_size, or use " +
@@ -307,7 +315,7 @@ const BuiltGraph& graph_for(DnnContext& dnn, const GraphKey& key) {
             if (dnn.workspace) check_cuda(cudaFree(dnn.workspace), "cudaFree (workspace)");
             dnn.workspace = nullptr;
             dnn.workspace_bytes = 0;
-            allocate_workspace(dnn, need, key);
+            allocate_workspace(dnn, need, key, built.deterministic);
         }
         it = dnn.graphs.emplace(key, std::move(built)).first;
     }
@@ -322,12 +330,12 @@ void set_seed(DnnContext& dnn, cudaStream_t stream, unsigned long long key) {
                    "cudaMemsetAsync (seed)");
 }
 
-GraphKey key_for(ConstAct qkv, int B, int T, int C, int NH, float dropout_p, bool backward) {
+GraphKey key_for(ConstAct qkv, int B, int T, int C, int NH, float dropout_p, bool backward, bool deterministic) {
     if (qkv.dtype() != DType::bf16)
         throw std::logic_error(
             "attention_cudnn: cuDNN's fused attention runs bf16 activations only (the backend's supports() refuses "
             "fp32)");
-    return {B, NH, T, C / NH, true, dropout_p > 0 ? dropout_p : 0.0f, backward};
+    return {B, NH, T, C / NH, true, dropout_p > 0 ? dropout_p : 0.0f, backward, deterministic || !backward};
 }
 
 void run(const DnnContext& dnn, const BuiltGraph& built, const GraphKey& key,
@@ -347,7 +355,7 @@ void* mutable_ptr(ConstAct a) { return const_cast<bf16*>(a.as<bf16>()); }
 void attention_cudnn_forward(const KernelContext& ctx, Act atty, float* lse, ConstAct qkv, int B, int T, int C, int NH,
                              float dropout_p, unsigned long long key) {
     DnnContext& dnn = dnn_for(ctx);
-    const GraphKey gk = key_for(qkv, B, T, C, NH, dropout_p, false);
+    const GraphKey gk = key_for(qkv, B, T, C, NH, dropout_p, false, true);
     const BuiltGraph& built = graph_for(dnn, gk);
     if (gk.dropout_p > 0) set_seed(dnn, static_cast<cudaStream_t>(ctx.stream), key);
     auto* base = static_cast<bf16*>(mutable_ptr(qkv));
@@ -359,7 +367,7 @@ void attention_cudnn_forward(const KernelContext& ctx, Act atty, float* lse, Con
 void attention_cudnn_backward(const KernelContext& ctx, Act dqkv, ConstAct datty, ConstAct qkv, ConstAct atty,
                               const float* lse, int B, int T, int C, int NH, float dropout_p, unsigned long long key) {
     DnnContext& dnn = dnn_for(ctx);
-    const GraphKey gk = key_for(qkv, B, T, C, NH, dropout_p, true);
+    const GraphKey gk = key_for(qkv, B, T, C, NH, dropout_p, true, ctx.deterministic);
     const BuiltGraph& built = graph_for(dnn, gk);
     if (gk.dropout_p > 0) set_seed(dnn, static_cast<cudaStream_t>(ctx.stream), key);
     auto* base = static_cast<bf16*>(mutable_ptr(qkv));

@@ -18,8 +18,8 @@ void destroy_dnn_context(DnnContext* dnn);
 // Device memory the context holds now: the largest workspace a built graph asked for, and the
 // dropout seed and offset.
 std::size_t dnn_device_bytes(const DnnContext* dnn);
-// One line per graph built so far: its shape and, for backward, whether cuDNN's deterministic
-// algorithm was available (tests print it).
+// One line per graph built so far: its shape and, for backward, whether it is cuDNN's
+// deterministic algorithm, and if not, why (not asked for, or none for the shape; tests print it).
 std::string dnn_describe(const DnnContext* dnn);
 
 }  // namespace adacc::cuda

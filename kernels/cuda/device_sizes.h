@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace adacc::cuda {
 
@@ -16,15 +17,24 @@ inline constexpr std::size_t kReductionScratchBytes = std::size_t{16} << 20;
 // The backend's own buffers, both allocated when it starts.
 inline constexpr std::size_t kBackendBufferBytes = kBlasWorkspaceBytes + kReductionScratchBytes;
 
-// cuDNN's attention workspace (model.attention = "cudnn"), which the backend grows to what a graph
-// asks for: its deterministic sm90 backward keeps a B x H x T x T bf16 matrix, padded to whole
-// 64 x 128 tiles, and 4 bytes per (batch, head, position); its forward asks for 256 bytes. Not
-// cuDNN's promise but what its graphs asked for on an H200 (cuDNN 9 from torch 2.11's wheel),
-// exactly, at 7 shapes from B=1 H=1 T=100 to B=133 H=24 T=1024 (hs 32 to 128; README's GPU
-// section): a cuDNN that asks for more is refused with the sizes (kernels/cuda/attention_cudnn.cpp).
-inline constexpr std::size_t cudnn_attention_workspace_bytes(std::size_t B, std::size_t H, std::size_t T) {
+// The device memory of cuDNN's attention (model.attention = "cudnn"): its workspace, which the
+// backend grows to what a graph asks for, and the dropout seed and offset (two int64s). Its
+// deterministic sm90 backward asks for a B x H x T x T bf16 matrix (dP), padded to whole 64 x 128
+// tiles, 4 bytes per (batch, head, position) and 256 bytes; its forward for 256 bytes. Not cuDNN's
+// promise but what its graphs asked for on an H200 (cuDNN 9 from torch 2.11's wheel), exactly, at
+// 7 shapes from B=1 H=1 T=100 to B=133 H=24 T=1024 (hs 32 to 128; README's GPU section). Its
+// other backward (training.deterministic = false) sums dQ by atomics into an fp32 B x H x T x hs
+// buffer instead of the dP matrix: the frontend's composite SDPA backward sizes it and the 4 bytes
+// per position (cudnn_frontend/node/scaled_dot_product_flash_attention.h: dQ_accum, softmax_sum);
+// the 256 bytes are assumed as in the deterministic case, not yet measured on a GPU. A cuDNN that
+// asks for more is refused with the sizes when the device is full (kernels/cuda/attention_cudnn.cpp).
+inline constexpr std::size_t cudnn_attention_device_bytes(std::size_t B, std::size_t H, std::size_t T, std::size_t hs,
+                                                          bool deterministic) {
+    const std::size_t softmax_sums = 4 * B * H * T, engine = 256, seed_and_offset = 2 * sizeof(std::int64_t);
+    const std::size_t fixed = softmax_sums + engine + seed_and_offset;
+    if (!deterministic) return 4 * B * H * T * hs + fixed;
     const std::size_t rows = (T + 63) / 64 * 64, cols = (T + 127) / 128 * 128;
-    return 2 * B * H * rows * cols + 4 * B * H * T + 256;
+    return 2 * B * H * rows * cols + fixed;
 }
 
 }  // namespace adacc::cuda

@@ -430,6 +430,11 @@ const std::vector<KeySpec>& registry() {
             "training", "overlap_grads", any_value(),
             "data parallelism: sum each block's gradients over the ranks while backward goes on below it (the "
             "same sums as false, which sums them after the whole backward)"),
+        field<&R::training, &TrainingSection::deterministic>(
+            "training", "deterministic", any_value(),
+            "the same inputs give the same bytes (bit-exact resume on a GPU too); false lets cuDNN's attention "
+            "backward sum dQ by atomics: faster, less workspace, last bits vary run to run (the only kernel it "
+            "changes; the CPU's are deterministic either way)"),
         field<&R::training, &TrainingSection::collective_timeout_s>(
             "training", "collective_timeout_s", above(0),
             "seconds one GPU collective (NCCL) may stay pending before the job is ended as hung: a rank died or "
@@ -852,7 +857,10 @@ void resolve_default_attention(RunConfig& config) {
 
 ComputeTarget compute_target(const RunConfig& config, int world_size) {
     const Device device = parse_device(config.training.device);
-    return {device, resolve_model_dtype(config.dtype, device), config.training.zero ? world_size : 1, world_size};
+    ComputeTarget target(device, resolve_model_dtype(config.dtype, device), config.training.zero ? world_size : 1,
+                         world_size);
+    target.deterministic = config.training.deterministic;
+    return target;
 }
 
 std::uint64_t budget_bytes(const MemorySection& memory) {

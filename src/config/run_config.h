@@ -35,6 +35,7 @@ struct TrainingSection {
     int skip_nonfinite = 0;      // steps with a non-finite loss or gradient norm skipped before stopping
     int zero = 0;                // 1: ZeRO-1, AdamW's m and v sharded over the data-parallel ranks
     bool overlap_grads = true;   // the gradient sums start per block during the last backward
+    bool deterministic = true;   // false: cuDNN's attention backward may sum by atomics (src/engine/device.h)
     // How long one GPU collective may stay pending before its watchdog ends the job
     // (src/dist/collective_watchdog.h).
     float collective_timeout_s = static_cast<float>(kDefaultCollectiveTimeoutS);

@@ -66,6 +66,7 @@ DeviceTraits device_traits(const ComputeTarget& target) {
     traits.working_weight_bytes = target.activation == DType::f32 ? 0 : dtype_size(target.activation);
     traits.optimizer_shards = target.optimizer_shards;
     traits.fusions = block_fusions(target.device);
+    traits.deterministic = target.deterministic;
     return traits;
 }
 

@@ -49,7 +49,8 @@ DType resolve_model_dtype(const std::string& name, Device device);
 
 // Where a model runs: the device, the activations' dtype (what sizes every arena), how many
 // data-parallel ranks share its AdamW state (ZeRO-1; 1: it holds all of it) and how many ranks the
-// job has (whose collectives hold buffers of their own on a GPU). From a bare Device, fp32, one rank.
+// job has (whose collectives hold buffers of their own on a GPU), and whether its kernels must be
+// deterministic (training.deterministic). From a bare Device, fp32, one rank, deterministic.
 struct ComputeTarget {
     ComputeTarget(Device d = Device::cpu, DType a = DType::f32, int shards = 1, int ranks = 1)
         : device(d), activation(a), optimizer_shards(shards), world_size(ranks) {}
@@ -57,6 +58,7 @@ struct ComputeTarget {
     DType activation;
     int optimizer_shards;
     int world_size;
+    bool deterministic = true;
 };
 
 // The device memory a CUDA process holds beyond what it allocates itself: the CUDA context with
@@ -106,6 +108,10 @@ struct DeviceTraits {
     int optimizer_shards = 1;
     // The fused ops of the backend's block graph (models/gpt_block.h): block_fusions(device).
     BlockFusions fusions;
+    // Whether every kernel gives the same bytes for the same inputs. Only cuDNN's attention
+    // backward has a faster variant that does not (its dQ sums by atomics), with a smaller
+    // workspace (kernels/cuda/device_sizes.h); the CPU's kernels and CUDA's own are deterministic.
+    bool deterministic = true;
     // Whether a training model's fp32 masters are sharded too (ZeRO-1 beside a working copy).
     bool masters_sharded() const { return optimizer_shards > 1 && working_weight_bytes > 0; }
 };

@@ -37,6 +37,7 @@ void Driver::rebind(const ModelLayout& layout) {
     ctx_ = backend_.context();
     ctx_.scratch = arenas_.views.codec_scratch;
     ctx_.scratch_bytes = layout.workspace().codec_scratch_bytes;
+    ctx_.deterministic = layout.device_traits().deterministic;
     schedule_.clear();
     schedule_.reserve(layout.max_tape_entries());
     layer_mark_.assign(layout.config().n_layer + 1, {});

@@ -14,10 +14,11 @@ namespace adacc {
 namespace {
 // What a library's kernels take beside the arenas for this model: cuDNN's attention workspace
 // when training with it (inference runs the fused kernels: GPTModel::for_inference).
-std::size_t library_workspace_bytes(const GPTConfig& config, int B, int T, ModelUse use) {
+std::size_t library_workspace_bytes(const GPTConfig& config, int B, int T, ModelUse use, bool deterministic) {
     if (use != ModelUse::training || config.attention != AttentionImpl::cudnn) return 0;
-    return cuda::cudnn_attention_workspace_bytes(static_cast<std::size_t>(B), static_cast<std::size_t>(config.n_head),
-                                                 static_cast<std::size_t>(T));
+    const auto H = static_cast<std::size_t>(config.n_head);
+    return cuda::cudnn_attention_device_bytes(static_cast<std::size_t>(B), H, static_cast<std::size_t>(T),
+                                              static_cast<std::size_t>(config.n_embd) / H, deterministic);
 }
 
 constexpr std::size_t kAlign = 64;  // every tape slot and workspace buffer starts on a cache line
@@ -168,7 +169,7 @@ ModelLayout::ModelLayout(const GPTConfig& config, int B, int T, const Activation
     const std::size_t span = training ? sharded_span(params, traits.optimizer_shards) : params;
     memory_.parameters = (masters_sharded() ? shard : span) * sizeof(float);  // whole ones all-gathered: padded
     memory_.working_weights = span * traits.working_weight_bytes;
-    memory_.backend = traits.resident_bytes + library_workspace_bytes(config, B, T, use);
+    memory_.backend = traits.resident_bytes + library_workspace_bytes(config, B, T, use, traits.deterministic);
     memory_.gradients = training ? span * sizeof(float) : 0;
     memory_.optimizer_state = training ? 2 * shard * sizeof(float) : 0;
     if (training) {

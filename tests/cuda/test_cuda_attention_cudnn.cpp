@@ -209,21 +209,24 @@ struct DeviceResult {
     std::vector<float> lse_bits;
 };
 
-// cuDNN's forward and then backward (from `y_in`, the output backward reads, and lse_in) on the device.
-DeviceResult run_cudnn(const CudaTestContext& ctx, const Shape& s, const std::vector<float>& qkv,
+// cuDNN's forward and then backward (from `y_in`, the output backward reads, and lse_in) on the
+// device; backward with cuDNN's deterministic algorithm or its default one (training.deterministic).
+DeviceResult run_cudnn(const CudaTestContext& test_ctx, const Shape& s, const std::vector<float>& qkv,
                        const std::vector<float>& dy, const std::vector<float>& y_in, const std::vector<float>& lse_in,
-                       float p, unsigned long long key) {
+                       float p, unsigned long long key, bool deterministic = true) {
     const auto [B, T, C, NH] = s;
+    KernelContext ctx = test_ctx.get();
+    ctx.deterministic = deterministic;
     const std::size_t N = std::size_t(B) * T;
     DeviceArray<bf16> g_qkv(device_values<bf16>(qkv)), g_y(device_values<bf16>(nans(N * C)));
     DeviceArray<float> g_lse(nans(N * NH));
-    cuda::attention_cudnn_forward(ctx.get(), g_y.get(), g_lse.get(), g_qkv.get(), B, T, C, NH, p, key);
+    cuda::attention_cudnn_forward(ctx, g_y.get(), g_lse.get(), g_qkv.get(), B, T, C, NH, p, key);
     DeviceArray<bf16> g_yin(device_values<bf16>(y_in)), g_dy(device_values<bf16>(dy)),
         g_dqkv(device_values<bf16>(nans(N * 3 * C)));
     DeviceArray<float> g_lse_in(lse_in);
-    cuda::attention_cudnn_backward(ctx.get(), g_dqkv.get(), g_dy.get(), g_qkv.get(), g_yin.get(), g_lse_in.get(), B, T,
-                                   C, NH, p, key);
-    ctx.synchronize();
+    cuda::attention_cudnn_backward(ctx, g_dqkv.get(), g_dy.get(), g_qkv.get(), g_yin.get(), g_lse_in.get(), B, T, C, NH,
+                                   p, key);
+    test_ctx.synchronize();
     DeviceResult r;
     r.y_bits = g_y.download();
     r.dqkv_bits = g_dqkv.download();
@@ -238,6 +241,7 @@ std::string graphs_built(const CudaTestContext& ctx) {
     return cuda::dnn_describe(static_cast<const cuda::DnnContext*>(ctx.get().dnn));
 }
 
+// Both backward algorithms: the bounds hold for the fp32 sums in any order (gamma of the length).
 TEST(CudnnAttention, MatchesTheFusedCpuKernelInBf16) {
     ADACC_REQUIRE_CUDNN();
     CudaTestContext ctx;
@@ -246,34 +250,42 @@ TEST(CudnnAttention, MatchesTheFusedCpuKernelInBf16) {
         const auto qkv = representable<bf16>(random_floats(N * 3 * s.C, 11, -2.0f, 2.0f));
         const auto dy = representable<bf16>(random_floats(N * s.C, 12));
         const Reference ref = cpu_reference(s, qkv, dy, nullptr, 0.0f, true);
-        // Backward reads the reference's y (rounded as the device holds it) and lse, as the fused test does.
-        const DeviceResult got = run_cudnn(ctx, s, qkv, dy, representable<bf16>(ref.y), ref.lse, 0.0f, 0);
         const Limits L = bounds(s, qkv, dy, ref, [](std::size_t, int) { return 1.0; });
-        EXPECT_TRUE(all_within(got.y, ref.y, L.y)) << describe(s, 0) << ": atty";
-        EXPECT_TRUE(all_within(got.lse, ref.lse, L.lse)) << describe(s, 0) << ": lse";
-        EXPECT_TRUE(all_within(got.dqkv, ref.dqkv, L.dqkv)) << describe(s, 0) << ": dqkv";
+        for (const bool deterministic : {true, false}) {
+            // Backward reads the reference's y (rounded as the device holds it) and lse, as the fused test does.
+            const DeviceResult got =
+                run_cudnn(ctx, s, qkv, dy, representable<bf16>(ref.y), ref.lse, 0.0f, 0, deterministic);
+            const std::string what = describe(s, 0) + (deterministic ? "" : " (not deterministic)");
+            EXPECT_TRUE(all_within(got.y, ref.y, L.y)) << what << ": atty";
+            EXPECT_TRUE(all_within(got.lse, ref.lse, L.lse)) << what << ": lse";
+            EXPECT_TRUE(all_within(got.dqkv, ref.dqkv, L.dqkv)) << what << ": dqkv";
+        }
     }
     std::printf("%s", graphs_built(ctx).c_str());
 }
 
 // The workspace cuDNN's graphs grow to is at most what the memory accounting reserves for the shape
 // (kernels/cuda/device_sizes.h), on the table's shapes and a gpt-117m-like one at T = 1024 where
-// the B H T^2 term dominates; each shape in a context of its own, whose workspace is that shape's.
+// the deterministic B H T^2 term dominates, for both backward algorithms; each shape in a context
+// of its own, whose workspace is that shape's.
 TEST(CudnnAttention, TheWorkspaceIsWithinWhatTheAccountingReserves) {
     ADACC_REQUIRE_CUDNN();
     std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
     shapes.push_back({4, 1024, 768, 12});
-    for (const Shape& s : shapes) {
-        CudaTestContext ctx;
-        const std::size_t N = std::size_t(s.B) * s.T;
-        const auto qkv = representable<bf16>(random_floats(N * 3 * s.C, 11, -2.0f, 2.0f));
-        const auto dy = representable<bf16>(random_floats(N * s.C, 12));
-        run_cudnn(ctx, s, qkv, dy, std::vector<float>(N * s.C), std::vector<float>(N * s.NH), 0.0f, 0);
-        const std::size_t used = cuda::dnn_device_bytes(static_cast<const cuda::DnnContext*>(ctx.get().dnn));
-        const std::size_t reserved = cuda::cudnn_attention_workspace_bytes(s.B, s.NH, s.T);
-        EXPECT_LE(used, reserved) << describe(s, 0) << "\n" << graphs_built(ctx);
-        std::printf("%s: workspace %zu bytes, reserved %zu\n", describe(s, 0).c_str(), used, reserved);
-    }
+    for (const bool deterministic : {true, false})
+        for (const Shape& s : shapes) {
+            CudaTestContext ctx;
+            const std::size_t N = std::size_t(s.B) * s.T;
+            const auto qkv = representable<bf16>(random_floats(N * 3 * s.C, 11, -2.0f, 2.0f));
+            const auto dy = representable<bf16>(random_floats(N * s.C, 12));
+            run_cudnn(ctx, s, qkv, dy, std::vector<float>(N * s.C), std::vector<float>(N * s.NH), 0.0f, 0,
+                      deterministic);
+            const std::size_t used = cuda::dnn_device_bytes(static_cast<const cuda::DnnContext*>(ctx.get().dnn));
+            const std::size_t reserved = cuda::cudnn_attention_device_bytes(s.B, s.NH, s.T, s.C / s.NH, deterministic);
+            const std::string what = describe(s, 0) + (deterministic ? "" : " (not deterministic)");
+            EXPECT_LE(used, reserved) << what << "\n" << graphs_built(ctx);
+            std::printf("%s: workspace %zu bytes, reserved %zu\n", what.c_str(), used, reserved);
+        }
 }
 
 // The same key gives the same bytes (forward: a recomputed atty equals the saved one; backward with

@@ -58,8 +58,10 @@ struct TrainOutcome {
 };
 
 TrainOutcome train_two_steps(Backend& backend, const GPTConfig& cfg, const ActivationPlan& plan, int B, int T,
-                             DType dtype = DType::f32) {
-    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend, {backend.device(), dtype});
+                             DType dtype = DType::f32, bool deterministic = true) {
+    ComputeTarget target(backend.device(), dtype);
+    target.deterministic = deterministic;
+    GPTModel model(cfg, B, T, plan, {}, ModelUse::training, backend, target);
     model.init_weights(5);
     const auto tokens = random_tokens(B * T, cfg.vocab_size, 1), targets = random_tokens(B * T, cfg.vocab_size, 2);
     TrainOutcome out;
@@ -290,8 +292,9 @@ TEST(CudaModel, RecomputePlansGiveTheKeepAllGradientsBitForBit) {
 // gradients and parameters bit for bit, since the same key draws the same Philox mask and cuDNN's
 // forward and (deterministic) backward give the same bytes for the same inputs; and without
 // dropout its losses follow fused attention's (both are bf16 runs of one computation: each within
-// kBf16LossRel of fp32, so within twice that of each other). hs = 64: a head size every cuDNN
-// SDPA engine takes. Only on a GPU with cuDNN (skipped under emulation).
+// kBf16LossRel of fp32, so within twice that of each other), with either backward algorithm
+// (training.deterministic = false: dQ summed by atomics). hs = 64: a head size every cuDNN SDPA
+// engine takes. Only on a GPU with cuDNN (skipped under emulation).
 GPTConfig cudnn_config(float dropout, AttentionImpl attention) {
     GPTConfig cfg = micro_config(dropout);
     cfg.n_embd = 128;
@@ -329,9 +332,16 @@ TEST(CudaModel, CudnnAttentionTrainsLikeFusedAttention) {
         train_two_steps(cuda_backend(), cudnn, plan_for_mode(cudnn, B, T, MemoryMode::none), B, T, DType::bf16);
     const TrainOutcome b =
         train_two_steps(cuda_backend(), fused, plan_for_mode(fused, B, T, MemoryMode::none), B, T, DType::bf16);
+    const TrainOutcome c =
+        train_two_steps(cuda_backend(), cudnn, plan_for_mode(cudnn, B, T, MemoryMode::none), B, T, DType::bf16, false);
     for (std::size_t i = 0; i < a.losses.size(); ++i)
-        std::printf("loss %zu: cudnn %.7g fused %.7g\n", i, a.losses[i], b.losses[i]);
+        std::printf("loss %zu: cudnn %.7g (not deterministic %.7g) fused %.7g\n", i, a.losses[i], c.losses[i],
+                    b.losses[i]);
     EXPECT_TRUE(all_close(a.losses, b.losses, 2 * kBf16LossRel));
+    EXPECT_TRUE(all_close(c.losses, b.losses, 2 * kBf16LossRel));
+    const std::string built = cuda::dnn_describe(static_cast<const cuda::DnnContext*>(cuda_backend().context().dnn));
+    std::printf("%s", built.c_str());
+    EXPECT_NE(built.find("not deterministic (training.deterministic = false)"), std::string::npos) << built;
 }
 
 // ||got - want|| / ||want|| over a whole vector: for bf16 the meaningful figure (an element near
