@@ -432,9 +432,9 @@ const std::vector<KeySpec>& registry() {
             "same sums as false, which sums them after the whole backward)"),
         field<&R::training, &TrainingSection::deterministic>(
             "training", "deterministic", any_value(),
-            "the same inputs give the same bytes (bit-exact resume on a GPU too); false lets cuDNN's attention "
-            "backward sum dQ by atomics: faster, less workspace, last bits vary run to run (the only kernel it "
-            "changes; the CPU's are deterministic either way)"),
+            "true: the same inputs give the same bytes, on a GPU too; false lets cuDNN's attention backward sum dQ "
+            "by atomics (no B x H x T x T matrix written and read, a smaller workspace; the last bits vary run to "
+            "run). The only kernel it changes: the CPU's are deterministic either way"),
         field<&R::training, &TrainingSection::collective_timeout_s>(
             "training", "collective_timeout_s", above(0),
             "seconds one GPU collective (NCCL) may stay pending before the job is ended as hung: a rank died or "
