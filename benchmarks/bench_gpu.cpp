@@ -1,7 +1,8 @@
 // GPU training-step benchmark (scripts/gpu_check.sh runs it): for each preset at seq T, the
 // largest power-of-two batch whose arenas fit the GPU's free memory in mode none, its step time
-// (median after warm-up: forward, backward, gradient norm, AdamW), tokens/s and MFU; then every
-// fixed memory mode at one batch. MFU counts FLOPs per token as llm.c does, 6 N + 6 L C T (N
+// (median after warm-up: forward, backward, gradient norm, AdamW), tokens/s and MFU (with cuDNN's
+// attention, the first preset again with training.deterministic = false); then every fixed memory
+// mode at the first preset's batch. MFU counts FLOPs per token as llm.c does, 6 N + 6 L C T (N
 // parameters, L layers, C channels; attention's T-dependent part included once per layer), against
 // the GPU's dense peak for the precision the kernels use. One table on stdout, JSON with --json.
 // --per-op instead: where each preset's step goes, per op family and per kernel (KernelTiming:
@@ -264,19 +265,109 @@ std::optional<std::pair<GPTConfig, int>> preset_at_largest_batch(const std::stri
     return std::make_pair(*cfg, B);
 }
 
+// What one bench_gpu invocation measures: its presets at seq T, each run's steps, the attention
+// and the target (device, dtype, determinism), and the GPU's peaks.
+struct BenchRun {
+    std::vector<std::string> presets{"gpt-117m", "gpt-345m"};
+    int T = 1024, steps = 6, warmup = 2;
+    AttentionImpl attention = AttentionImpl::materialized;
+    ComputeTarget target;
+    GpuPeak peak{};
+    // The dense peak of the matmuls' input type (fp32 runs true fp32, never TF32): MFU's denominator.
+    double peak_tflops() const { return target.activation == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops; }
+};
+
+// One row of the step table: the preset's step at batch B on `target`, printed (with `label` after
+// it) and added to out["runs"].
+void step_row(const BenchRun& bench, const std::string& name, const GPTConfig& cfg, int B, const ComputeTarget& target,
+              const char* label, nlohmann::json& out) {
+    const int T = bench.T;
+    const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, target, bench.steps, bench.warmup);
+    const double tokens_per_s = B * T / (t.median_ms / 1e3);
+    const double tflops = llmc_flops_per_token(cfg, ParameterLayout(cfg).total(), T) * tokens_per_s / 1e12;
+    const double mfu = bench.peak_tflops() > 0 ? tflops / bench.peak_tflops() : 0.0;
+    std::printf("%-10s %6d %6d %10.1f %12.0f %9.1f %11.1f%% %8.4f%s\n", name.c_str(), B, T, t.median_ms, tokens_per_s,
+                tflops, 100 * mfu, t.loss, label);
+    out["runs"].push_back({{"model", name},
+                           {"batch", B},
+                           {"deterministic", target.deterministic},
+                           {"step_ms", t.median_ms},
+                           {"tokens_per_s", tokens_per_s},
+                           {"tflops", tflops},
+                           {"mfu", mfu}});
+}
+
+// A preset as the step table ran it: its name, its config and the batch it fitted.
+struct PresetRun {
+    std::string name;
+    GPTConfig cfg;
+    int B = 0;
+};
+
+// Each preset at its largest power-of-two batch; with cuDNN's attention, the first that fitted
+// again with its other backward (training.deterministic = false) at that batch, whose workspace is
+// the smaller one. Returns that first one (nullopt: none fitted).
+std::optional<PresetRun> step_table(const BenchRun& bench, nlohmann::json& out) {
+    std::printf("%-10s %6s %6s %10s %12s %9s %12s %8s\n", "model", "batch", "seq", "step_ms", "tokens/s", "TFLOP/s",
+                "MFU", "loss");
+    std::optional<PresetRun> first;
+    for (const std::string& name : bench.presets) {
+        const auto run = preset_at_largest_batch(name, bench.T, bench.attention, bench.target);
+        if (!run) continue;
+        if (!first) first = PresetRun{name, run->first, run->second};
+        step_row(bench, name, run->first, run->second, bench.target, "", out);
+    }
+    if (first && bench.attention == AttentionImpl::cudnn && bench.target.deterministic) {
+        ComputeTarget atomics = bench.target;
+        atomics.deterministic = false;
+        step_row(bench, first->name, first->cfg, first->B, atomics, "  training.deterministic = false", out);
+    }
+    return first;
+}
+
+// A preset at its batch in every fixed memory mode: step ms, tape and total bytes.
+void modes_table(const BenchRun& bench, const PresetRun& run, nlohmann::json& out) {
+    std::printf("\n%s at batch %d x seq %d, fixed memory modes:\n%-10s %10s %12s %12s\n", run.name.c_str(), run.B,
+                bench.T, "mode", "step_ms", "tape", "total");
+    for (MemoryMode mode : fixed_memory_modes()) {
+        const ModelMemory m = memory_for_mode(run.cfg, run.B, bench.T, mode, bench.target);
+        const StepTiming t = time_steps(run.cfg, run.B, bench.T, mode, bench.target, bench.steps, bench.warmup);
+        std::printf("%-10s %10.1f %12s %12s\n", memory_mode_name(mode), t.median_ms, format_bytes(m.tape).c_str(),
+                    format_bytes(m.total()).c_str());
+        out["modes"].push_back({{"mode", memory_mode_name(mode)},
+                                {"batch", run.B},
+                                {"step_ms", t.median_ms},
+                                {"tape_bytes", m.tape},
+                                {"total_bytes", m.total()}});
+    }
+}
+
+// --per-op: each preset's per-op table at its largest power-of-two batch.
+void per_op_tables(const BenchRun& bench, const CudaDeviceInfo& gpu, nlohmann::json& out) {
+    std::printf(
+        "GPU %s (sm_%d), %s; roofline: the least time a family's FLOPs (at %.0f TFLOP/s) and bytes (at %.0f GB/s) "
+        "need, over its time\n",
+        gpu.name.c_str(), gpu.compute_capability, std::string(dtype_name(bench.target.activation)).c_str(),
+        bench.peak_tflops(), bench.peak.memory_gbps);
+    out["per_op"] = nlohmann::json::array();
+    for (const std::string& name : bench.presets)
+        if (const auto run = preset_at_largest_batch(name, bench.T, bench.attention, bench.target))
+            out["per_op"].push_back(per_op_table(name, run->first, run->second, bench.T, bench.target, bench.peak,
+                                                 bench.steps, bench.warmup));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     adacc::CommandLine command_line("adacc GPU training-step benchmark");
     adacc::Command app = command_line.program();
-    std::vector<std::string> presets{"gpt-117m", "gpt-345m"};
-    int T = 1024, steps = 6, warmup = 2;
+    BenchRun bench;
     std::string json_file, dtype_name = "bf16", attention_name = "materialized";
     bool per_op = false, nondeterministic = false;
-    app.option("--presets", presets, "model presets").comma_separated();
-    app.option("--seq", T, "sequence length");
-    app.option("--steps", steps, "measured steps").in_range(1, 1000);
-    app.option("--warmup", warmup, "steps before measuring").in_range(0, 1000);
+    app.option("--presets", bench.presets, "model presets").comma_separated();
+    app.option("--seq", bench.T, "sequence length");
+    app.option("--steps", bench.steps, "measured steps").in_range(1, 1000);
+    app.option("--warmup", bench.warmup, "steps before measuring").in_range(0, 1000);
     app.option("--json", json_file, "also write the results here");
     app.option("--dtype", dtype_name, "model dtype: bf16 (default) or fp32").one_of({"bf16", "fp32"});
     app.option("--attention", attention_name, "model.attention: materialized (default), fused or cudnn (bf16 only)")
@@ -291,95 +382,31 @@ int main(int argc, char** argv) {
             std::printf("bench_gpu: no CUDA device (%s); nothing measured\n", gpu.problem.c_str());
             return 0;
         }
-        const GpuPeak peak = peak_for(gpu.name);
-        const AttentionImpl attention = *parse_attention_impl(attention_name);
-        const DType dtype = resolve_model_dtype(dtype_name, Device::cuda);
-        ComputeTarget target(Device::cuda, dtype);
-        target.deterministic = !nondeterministic;
-        // MFU against the dense peak of the matmuls' input type (fp32 runs true fp32, never TF32).
-        const double peak_tflops = dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops;
+        bench.peak = peak_for(gpu.name);
+        bench.attention = *parse_attention_impl(attention_name);
+        bench.target = ComputeTarget(Device::cuda, resolve_model_dtype(dtype_name, Device::cuda));
+        bench.target.deterministic = !nondeterministic;
         nlohmann::json out = {{"gpu", gpu.name},
                               {"compute_capability", gpu.compute_capability},
                               {"precision", dtype_name},
                               {"attention", attention_name},
-                              {"deterministic", target.deterministic},
-                              {"peak_tflops_fp32", peak.fp32_tflops},
-                              {"peak_tflops_bf16", peak.bf16_tflops},
+                              {"deterministic", bench.target.deterministic},
+                              {"peak_tflops_fp32", bench.peak.fp32_tflops},
+                              {"peak_tflops_bf16", bench.peak.bf16_tflops},
                               {"flops_per_token", "6N + 6LCT (llm.c)"},
-                              {"seq_len", T},
+                              {"seq_len", bench.T},
                               {"runs", nlohmann::json::array()},
                               {"modes", nlohmann::json::array()}};
         if (per_op) {
+            per_op_tables(bench, gpu, out);
+        } else {
             std::printf(
-                "GPU %s (sm_%d), %s; roofline: the least time a family's FLOPs (at %.0f TFLOP/s) and bytes "
-                "(at %.0f GB/s) need, over its time\n",
-                gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(),
-                dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops, peak.memory_gbps);
-            out["per_op"] = nlohmann::json::array();
-            for (const std::string& name : presets)
-                if (const auto run = preset_at_largest_batch(name, T, attention, target))
-                    out["per_op"].push_back(
-                        per_op_table(name, run->first, run->second, T, target, peak, steps, warmup));
-            if (!json_file.empty()) std::ofstream(json_file) << out.dump(2) << '\n';
-            return 0;
-        }
-        std::printf(
-            "GPU %s (sm_%d), %s, %s attention%s; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 %.1f, "
-            "bf16 %.0f TFLOP/s)\n\n",
-            gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(), attention_name.c_str(),
-            target.deterministic ? "" : " (training.deterministic = false)", dtype_name.c_str(), peak.fp32_tflops,
-            peak.bf16_tflops);
-        std::printf("%-10s %6s %6s %10s %12s %9s %12s %8s\n", "model", "batch", "seq", "step_ms", "tokens/s", "TFLOP/s",
-                    "MFU", "loss");
-        // One row: the preset's step at batch B on `row_target`, printed and added to out["runs"].
-        auto run_row = [&](const std::string& name, const GPTConfig& cfg, int B, const ComputeTarget& row_target,
-                           const char* label) {
-            const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, row_target, steps, warmup);
-            const double tokens_per_s = B * T / (t.median_ms / 1e3);
-            const double tflops = llmc_flops_per_token(cfg, ParameterLayout(cfg).total(), T) * tokens_per_s / 1e12;
-            const double mfu = peak_tflops > 0 ? tflops / peak_tflops : 0.0;
-            std::printf("%-10s %6d %6d %10.1f %12.0f %9.1f %11.1f%% %8.4f%s\n", name.c_str(), B, T, t.median_ms,
-                        tokens_per_s, tflops, 100 * mfu, t.loss, label);
-            out["runs"].push_back({{"model", name},
-                                   {"batch", B},
-                                   {"deterministic", row_target.deterministic},
-                                   {"step_ms", t.median_ms},
-                                   {"tokens_per_s", tokens_per_s},
-                                   {"tflops", tflops},
-                                   {"mfu", mfu}});
-        };
-        int modes_batch = 0;
-        for (const std::string& name : presets) {
-            const auto run = preset_at_largest_batch(name, T, attention, target);
-            if (!run) continue;
-            if (modes_batch == 0) modes_batch = run->second;
-            run_row(name, run->first, run->second, target, "");
-        }
-        // cuDNN's other attention backward (training.deterministic = false) beside the first
-        // preset's row, at its batch (the atomics' workspace is the smaller one).
-        if (modes_batch > 0 && attention == AttentionImpl::cudnn && target.deterministic) {
-            GPTConfig cfg = *gpt_preset(presets.front());
-            cfg.attention = attention;
-            ComputeTarget atomics = target;
-            atomics.deterministic = false;
-            run_row(presets.front(), cfg, modes_batch, atomics, "  training.deterministic = false");
-        }
-        if (modes_batch > 0) {
-            GPTConfig cfg = *gpt_preset(presets.front());
-            cfg.attention = attention;
-            std::printf("\n%s at batch %d x seq %d, fixed memory modes:\n%-10s %10s %12s %12s\n",
-                        presets.front().c_str(), modes_batch, T, "mode", "step_ms", "tape", "total");
-            for (MemoryMode mode : fixed_memory_modes()) {
-                const ModelMemory m = memory_for_mode(cfg, modes_batch, T, mode, target);
-                const StepTiming t = time_steps(cfg, modes_batch, T, mode, target, steps, warmup);
-                std::printf("%-10s %10.1f %12s %12s\n", memory_mode_name(mode), t.median_ms,
-                            format_bytes(m.tape).c_str(), format_bytes(m.total()).c_str());
-                out["modes"].push_back({{"mode", memory_mode_name(mode)},
-                                        {"batch", modes_batch},
-                                        {"step_ms", t.median_ms},
-                                        {"tape_bytes", m.tape},
-                                        {"total_bytes", m.total()}});
-            }
+                "GPU %s (sm_%d), %s, %s attention%s; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 "
+                "%.1f, bf16 %.0f TFLOP/s)\n\n",
+                gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(), attention_name.c_str(),
+                bench.target.deterministic ? "" : " (training.deterministic = false)", dtype_name.c_str(),
+                bench.peak.fp32_tflops, bench.peak.bf16_tflops);
+            if (const auto first = step_table(bench, out)) modes_table(bench, *first, out);
         }
         if (!json_file.empty()) std::ofstream(json_file) << out.dump(2) << '\n';
     } catch (const std::exception& e) {
