@@ -48,14 +48,14 @@ void* TapeAllocator::push(int layer, TensorKind kind, Policy policy, std::size_t
 }
 
 void TapeAllocator::set_measured_bytes(int layer, TensorKind kind, std::size_t bytes) {
-    auto slot = slots_.rbegin();
-    while (slot != slots_.rend() && (slot->layer != layer || slot->kind != kind)) ++slot;
-    if (slot == slots_.rend() || slot->policy != Policy::compress)
+    const TapeSlot* found = find(layer, kind);
+    if (!found || found->policy != Policy::compress)
         throw std::logic_error("tape: set_measured_bytes needs a compressed slot for " +
                                std::string(tensor_kind_name(kind)) + " of layer " + std::to_string(layer));
-    account(*slot, -1);
-    slot->measured_bytes = bytes;
-    account(*slot, +1);
+    TapeSlot& slot = slots_[static_cast<std::size_t>(found - slots_.data())];
+    account(slot, -1);
+    slot.measured_bytes = bytes;
+    account(slot, +1);
     if (usage_.used == peak_.used) peak_ = usage_;
     notify();
 }
