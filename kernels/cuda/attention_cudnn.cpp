@@ -335,7 +335,7 @@ GraphKey key_for(ConstAct qkv, int B, int T, int C, int NH, float dropout_p, boo
         throw std::logic_error(
             "attention_cudnn: cuDNN's fused attention runs bf16 activations only (the backend's supports() refuses "
             "fp32)");
-    return {B, NH, T, C / NH, true, dropout_p > 0 ? dropout_p : 0.0f, backward, deterministic || !backward};
+    return {B, NH, T, C / NH, true, dropout_p > 0 ? dropout_p : 0.0f, backward, deterministic};
 }
 
 void run(const DnnContext& dnn, const BuiltGraph& built, const GraphKey& key,
