@@ -2,9 +2,9 @@
 //
 // The forward computes mean and rstd as the CPU twin does (kernels/cpu/layernorm.cpp: the mean,
 // then the mean of (x - mean)^2, rstd = 1 / sqrt(var + 1e-5)); only the summation order differs.
-// residual_layernorm_forward (on CUDA, each residual add with the layernorm after it) adds the residual, stores the
-// sum and layernorms it in the same warp pass, with the plain forward's sums in its order: its
-// outputs are residual_dropout_forward's and layernorm_forward's bit for bit.
+// residual_layernorm_forward (on CUDA, each residual add with the layernorm after it) adds the
+// residual, stores the sum and layernorms it in the same warp pass, with the plain forward's sums
+// in its order: its outputs are residual_dropout_forward's and layernorm_forward's bit for bit.
 // Lane l of a row's warp owns the packs of kPack channels at l kPack, l kPack + 32 kPack, ...
 // (kernels/cuda/cuda_common.cuh), moved as 128-bit loads and stores where the rows are aligned.
 //

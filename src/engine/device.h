@@ -120,8 +120,8 @@ DeviceTraits device_traits(const ComputeTarget& target);
 // The fused ops of `device`'s block graph (models/gpt_block.h: BlockFusions). On CUDA: the MLP's
 // GELU in its matmuls' epilogues, where cuBLASLt's GELU_AUX_BIAS and DGELU epilogues save the
 // elementwise passes over the N x 4C tensors, and residual adds with the layernorms after them
-// (in forward: residual1 with ln2, residual2 with the next ln1), which saves writing
-// each sum in one kernel and reading it back in the next. None on the CPU, which would gain nothing and keeps
+// (in forward: residual1 with ln2, residual2 with the next ln1), which saves writing each sum in
+// one kernel and reading it back in the next. None on the CPU, which would gain nothing and keeps
 // its graph, profiles and plans. A profile is read against its device's graph.
 constexpr BlockFusions block_fusions(Device device) {
     return device == Device::cuda ? BlockFusions{.gelu_epilogue = true, .residual_layernorm = true} : BlockFusions{};
