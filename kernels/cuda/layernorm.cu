@@ -98,34 +98,38 @@ __device__ inline void normalize(float (&v)[P], const float (&w)[P], const float
     for (int j = 0; j < P; ++j) v[j] = fmaf((v[j] - m) * s, w[j], b[j]);
 }
 
-// Activations (out, inp) and the parameters of type T; mean and rstd are fp32, and so is the math.
-// `aligned`: every row starts 16-byte aligned (the pointers are, and C is a multiple of kPack).
-template <typename T>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
-                                         int N, int C, bool aligned) {
+// The rest of a row's forward once lane's share of the row's sum, `total`, is known: the mean, the
+// variance, the outputs into o and the row's mean and rstd. The lane's packs of the input row x come
+// from registers (held, Steps > 0) or are reread from x (Steps = 0), the same values either way.
+template <typename T, int Steps>
+__device__ inline void layernorm_row_from_sum(T* o, float* mean, float* rstd, int row, const T* x,
+                                              const Pack<T> (&held)[Steps > 0 ? Steps : 1], float total,
+                                              const T* weight, const T* bias, int C, int lane, bool aligned) {
     constexpr int P = kPack<T>;
-    const int lane = threadIdx.x % 32;
-    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= N) return;  // the whole warp leaves together: no shuffle loses a lane
-    const T* x = inp + static_cast<long>(row) * C;
-    float sum = 0.0f;
-    for (int c = lane * P; c < C; c += kRowStep<T>) {
-        float v[P];
-        load_pack(v, x, c, C, aligned);
-        add_to_sum(sum, v);
-    }
-    const float m = warp_sum(sum) / C;
+    const int steps = Steps > 0 ? Steps : (C + kRowStep<T> - 1) / kRowStep<T>;
+    const float m = warp_sum(total) / C;
     float var = 0.0f;
-    for (int c = lane * P; c < C; c += kRowStep<T>) {
+    ADACC_UNROLL
+    for (int k = 0; k < steps; ++k) {
+        const int c = lane * P + k * kRowStep<T>;
+        if (c >= C) continue;
         float v[P];
-        load_pack(v, x, c, C, aligned);
+        if constexpr (Steps > 0)
+            unpack(v, held[k]);
+        else
+            load_pack(v, x, c, C, aligned);
         add_to_variance(var, v, m, c, C);
     }
     const float s = row_rstd(var, C);
-    T* o = out + static_cast<long>(row) * C;
-    for (int c = lane * P; c < C; c += kRowStep<T>) {
+    ADACC_UNROLL
+    for (int k = 0; k < steps; ++k) {
+        const int c = lane * P + k * kRowStep<T>;
+        if (c >= C) continue;
         float v[P], w[P], b[P];
-        load_pack(v, x, c, C, aligned);
+        if constexpr (Steps > 0)
+            unpack(v, held[k]);
+        else
+            load_pack(v, x, c, C, aligned);
         load_pack(w, weight, c, C, aligned);
         load_pack(b, bias, c, C, aligned);
         normalize(v, w, b, m, s);
@@ -135,6 +139,30 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
         mean[row] = m;
         rstd[row] = s;
     }
+}
+
+// Activations (out, inp) and the parameters of type T; mean and rstd are fp32, and so is the math.
+// `aligned`: every row starts 16-byte aligned (the pointers are, and C is a multiple of kPack).
+// A training forward runs it for the first block's ln1 alone (the others come with the residual
+// add before them, residual_layernorm_forward); recomputes and timed forwards run it too. It
+// rereads the row, from cache, rather than holding it in registers.
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+                                         int N, int C, bool aligned) {
+    constexpr int P = kPack<T>;
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;  // the whole warp leaves together: no shuffle loses a lane
+    const long offset = static_cast<long>(row) * C;
+    const T* x = inp + offset;
+    float total = 0.0f;
+    for (int c = lane * P; c < C; c += kRowStep<T>) {
+        float v[P];
+        load_pack(v, x, c, C, aligned);
+        add_to_sum(total, v);
+    }
+    const Pack<T> none[1] = {};
+    layernorm_row_from_sum<T, 0>(out + offset, mean, rstd, row, x, none, total, weight, bias, C, lane, aligned);
 }
 
 // residual_dropout_forward_kernel (kernels/cuda/dropout.cu) and layernorm_forward_kernel in one
@@ -173,39 +201,7 @@ __global__ void residual_layernorm_forward_kernel(T* sum, T* out, float* mean, f
         unpack(v, p);
         add_to_sum(total, v);
     }
-    const float m = warp_sum(total) / C;
-    float var = 0.0f;
-    ADACC_UNROLL
-    for (int k = 0; k < steps; ++k) {
-        const int c = lane * P + k * kRowStep<T>;
-        if (c >= C) continue;
-        float v[P];
-        if constexpr (Steps > 0)
-            unpack(v, held[k]);
-        else
-            load_pack(v, x, c, C, aligned);
-        add_to_variance(var, v, m, c, C);
-    }
-    const float s = row_rstd(var, C);
-    T* o = out + offset;
-    ADACC_UNROLL
-    for (int k = 0; k < steps; ++k) {
-        const int c = lane * P + k * kRowStep<T>;
-        if (c >= C) continue;
-        float v[P], w[P], b[P];
-        if constexpr (Steps > 0)
-            unpack(v, held[k]);
-        else
-            load_pack(v, x, c, C, aligned);
-        load_pack(w, weight, c, C, aligned);
-        load_pack(b, bias, c, C, aligned);
-        normalize(v, w, b, m, s);
-        store_pack(o, c, C, v, aligned);
-    }
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = s;
-    }
+    layernorm_row_from_sum<T, Steps>(out + offset, mean, rstd, row, x, held, total, weight, bias, C, lane, aligned);
 }
 
 // The two passes of a row's backward over the pack of lane's channels [c, c + P), shared by both
