@@ -142,106 +142,124 @@ std::optional<std::string> interleave_refusal(const std::vector<PreparedMode>& m
            "), so each ran on its own, one after another; their step times may differ by what the machine was "
            "doing between them";
 }
+
+// Every mode of one batch planned and sized, before any step is timed (the planned modes'
+// profiling happens here): a row per mode appended to rows, and the modes that will run returned.
+std::vector<PreparedMode> prepare_modes(const RunConfig& at_batch, const CompareOptions& options,
+                                        const ComputeTarget& target, std::vector<CompareRow>& rows) {
+    const GPTConfig& model = at_batch.model;
+    const int B = at_batch.training.batch_size, T = at_batch.training.seq_len;
+    std::vector<PreparedMode> to_run;
+    for (MemoryMode mode : options.modes) {
+        CompareRow row;
+        row.mode = mode;
+        row.batch = B;
+        row.seq = T;
+        PreparedMode prepared{rows.size(), ActivationPlan(BlockGraph(model, B, T), model.n_layer), {}, nullptr, 0};
+        if (is_planned(mode)) {
+            if (!options.budget)
+                throw UserError(std::string("mode ") + memory_mode_name(mode) +
+                                " plans for a memory budget: pass --memory-budget SIZE");
+            try {
+                prepared.regulator = std::make_unique<AdaccRegulator>(planned_run(at_batch, target), options.budget,
+                                                                      regulator_options(at_batch, mode),
+                                                                      first_training_batch(at_batch), nullptr);
+            } catch (const UserError& e) {
+                std::fprintf(stderr, "compare: %s batch %d: %s\n", memory_mode_name(mode), B, e.what());
+                row.plan_error = e.what();
+                rows.push_back(row);
+                continue;
+            }
+            prepared.plan = prepared.regulator->plan().plan;
+            prepared.codec_params = prepared.regulator->plan().codec_params;
+        } else {
+            prepared.plan = plan_for_mode(model, B, T, mode);
+        }
+        row.memory =
+            GPTModel::plan_memory(model, B, T, prepared.plan, prepared.codec_params, ModelUse::training, target);
+        row.total_bytes = row.memory->total();
+        row.fits = options.budget == 0 || row.total_bytes <= options.budget;
+        prepared.bound =
+            prepared.regulator ? std::max<std::uint64_t>(row.total_bytes, options.budget) : row.total_bytes;
+        rows.push_back(row);
+        // none is the reference every other mode is measured against: run it even over budget.
+        if (row.fits || mode == MemoryMode::none) to_run.push_back(std::move(prepared));
+    }
+    return to_run;
+}
+
+// The steps of one batch's modes: interleaved step by step (refusal: nullopt), else one mode after
+// another, with the reason printed.
+std::vector<RunResult> run_modes(const RunConfig& at_batch, const ComputeTarget& target,
+                                 const std::vector<PreparedMode>& to_run, const std::vector<CompareRow>& rows,
+                                 const CompareOptions& options, int warmup, const std::optional<std::string>& refusal) {
+    const int B = at_batch.training.batch_size;
+    std::vector<RunResult> results(to_run.size());
+    if (to_run.size() > 1 && !refusal) {
+        std::string names;
+        for (const auto& m : to_run)
+            names += std::string(names.empty() ? "" : ", ") + memory_mode_name(rows[m.row].mode);
+        std::fprintf(stderr, "compare: batch %d: %s interleaved step by step, %d steps each ...\n", B, names.c_str(),
+                     options.steps);
+        std::vector<std::unique_ptr<ModeRun>> runs;
+        for (const auto& m : to_run)
+            runs.push_back(
+                std::make_unique<ModeRun>(at_batch, target, m.plan, m.codec_params, warmup, m.regulator.get()));
+        const std::size_t n = runs.size();
+        for (int step = 1; step <= options.steps; ++step)
+            for (std::size_t i = 0; i < n; ++i) runs[(i + static_cast<std::size_t>(step - 1)) % n]->step(step);
+        for (std::size_t i = 0; i < n; ++i) results[i] = runs[i]->result();
+        return results;
+    }
+    if (refusal) std::fprintf(stderr, "compare: batch %d: the modes are not interleaved: %s\n", B, refusal->c_str());
+    for (std::size_t i = 0; i < to_run.size(); ++i) {
+        std::fprintf(stderr, "compare: %s batch %d ...\n", memory_mode_name(rows[to_run[i].row].mode), B);
+        results[i] = train_steps(at_batch, target, to_run[i].plan, to_run[i].codec_params, options.steps, warmup,
+                                 to_run[i].regulator.get());
+    }
+    return results;
+}
+
+// The batch's rows that ran get their times, losses and loss against none's, and, once every model of
+// the batch is gone (they are allocated one at a time), the gradients' fidelity to none's.
+void record_results(const RunConfig& at_batch, const ComputeTarget& target, const std::vector<PreparedMode>& ran,
+                    const std::vector<RunResult>& results, const CompareOptions& options, bool interleaved,
+                    const std::optional<std::string>& refusal, std::vector<CompareRow>& rows) {
+    const int B = at_batch.training.batch_size;
+    std::vector<float> reference;  // none's gradients at this batch, computed once when first needed
+    const double tokens = static_cast<double>(B) * at_batch.training.seq_len * at_batch.training.grad_accum;  // a step
+    std::optional<double> none_loss;
+    for (std::size_t i = 0; i < ran.size(); ++i) {
+        CompareRow& row = rows[ran[i].row];
+        const RunResult& r = results[i];
+        row.ran = true;
+        row.interleaved = interleaved;
+        row.not_interleaved = refusal;
+        row.tape_peak_bytes = r.tape_peak;
+        record_times(row, r, tokens);
+        row.losses = r.losses;
+        row.loss = r.losses.empty() ? 0.0 : r.losses.back();
+        if (row.mode == MemoryMode::none) none_loss = row.loss;
+        if (options.fidelity)
+            row.gradients = fidelity_to_none(at_batch, target, ran[i].plan, ran[i].codec_params, row.mode, reference);
+    }
+    for (auto& row : rows)
+        if (row.batch == B && row.ran && none_loss) row.loss_delta_pct = 100.0 * (row.loss - *none_loss) / *none_loss;
+}
 }  // namespace
 
 std::vector<CompareRow> run_comparison(const RunConfig& config, const CompareOptions& options) {
-    const int T = config.training.seq_len;
     const int warmup = std::min(options.warmup, options.steps - 1);
     const ComputeTarget target = compute_target(config);
     std::vector<CompareRow> rows;
     for (int B : options.batches) {
         RunConfig at_batch = config;
         at_batch.training.batch_size = B;
-        // Every mode planned and sized first (the planned modes' profiling happens here, before
-        // any step is timed); then the ones that run are run.
-        std::vector<PreparedMode> to_run;
-        for (MemoryMode mode : options.modes) {
-            CompareRow row;
-            row.mode = mode;
-            row.batch = B;
-            row.seq = T;
-            PreparedMode prepared{
-                rows.size(), ActivationPlan(BlockGraph(config.model, B, T), config.model.n_layer), {}, nullptr, 0};
-            if (is_planned(mode)) {
-                if (!options.budget)
-                    throw UserError(std::string("mode ") + memory_mode_name(mode) +
-                                    " plans for a memory budget: pass --memory-budget SIZE");
-                try {
-                    prepared.regulator = std::make_unique<AdaccRegulator>(planned_run(at_batch, target), options.budget,
-                                                                          regulator_options(at_batch, mode),
-                                                                          first_training_batch(at_batch), nullptr);
-                } catch (const UserError& e) {
-                    std::fprintf(stderr, "compare: %s batch %d: %s\n", memory_mode_name(mode), B, e.what());
-                    row.plan_error = e.what();
-                    rows.push_back(row);
-                    continue;
-                }
-                prepared.plan = prepared.regulator->plan().plan;
-                prepared.codec_params = prepared.regulator->plan().codec_params;
-            } else {
-                prepared.plan = plan_for_mode(config.model, B, T, mode);
-            }
-            row.memory = GPTModel::plan_memory(config.model, B, T, prepared.plan, prepared.codec_params,
-                                               ModelUse::training, target);
-            row.total_bytes = row.memory->total();
-            row.fits = options.budget == 0 || row.total_bytes <= options.budget;
-            prepared.bound =
-                prepared.regulator ? std::max<std::uint64_t>(row.total_bytes, options.budget) : row.total_bytes;
-            rows.push_back(row);
-            // none is the reference every other mode is measured against: run it even over budget.
-            if (row.fits || mode == MemoryMode::none) to_run.push_back(std::move(prepared));
-        }
-
+        const std::vector<PreparedMode> to_run = prepare_modes(at_batch, options, target, rows);
         std::optional<std::string> refusal;
         if (to_run.size() > 1) refusal = interleave_refusal(to_run, rows, options, target);
-        std::vector<RunResult> results(to_run.size());
-        if (to_run.size() > 1 && !refusal) {
-            std::string names;
-            for (const auto& m : to_run)
-                names += std::string(names.empty() ? "" : ", ") + memory_mode_name(rows[m.row].mode);
-            std::fprintf(stderr, "compare: batch %d: %s interleaved step by step, %d steps each ...\n", B,
-                         names.c_str(), options.steps);
-            std::vector<std::unique_ptr<ModeRun>> runs;
-            for (const auto& m : to_run)
-                runs.push_back(
-                    std::make_unique<ModeRun>(at_batch, target, m.plan, m.codec_params, warmup, m.regulator.get()));
-            const std::size_t n = runs.size();
-            for (int step = 1; step <= options.steps; ++step)
-                for (std::size_t i = 0; i < n; ++i) runs[(i + static_cast<std::size_t>(step - 1)) % n]->step(step);
-            for (std::size_t i = 0; i < n; ++i) results[i] = runs[i]->result();
-        } else {
-            if (refusal)
-                std::fprintf(stderr, "compare: batch %d: the modes are not interleaved: %s\n", B, refusal->c_str());
-            for (std::size_t i = 0; i < to_run.size(); ++i) {
-                std::fprintf(stderr, "compare: %s batch %d ...\n", memory_mode_name(rows[to_run[i].row].mode), B);
-                results[i] = train_steps(at_batch, target, to_run[i].plan, to_run[i].codec_params, options.steps,
-                                         warmup, to_run[i].regulator.get());
-            }
-        }
-
-        // The gradients' fidelity, once every model of the batch is gone (its models are
-        // allocated one at a time, as before).
-        std::vector<float> reference;  // none's gradients at this batch, computed once when first needed
-        const double tokens = static_cast<double>(B) * T * config.training.grad_accum;  // per step
-        std::optional<double> none_loss;
-        for (std::size_t i = 0; i < to_run.size(); ++i) {
-            CompareRow& row = rows[to_run[i].row];
-            const RunResult& r = results[i];
-            row.ran = true;
-            row.interleaved = to_run.size() > 1 && !refusal;
-            row.not_interleaved = refusal;
-            row.tape_peak_bytes = r.tape_peak;
-            record_times(row, r, tokens);
-            row.losses = r.losses;
-            row.loss = r.losses.empty() ? 0.0 : r.losses.back();
-            if (row.mode == MemoryMode::none) none_loss = row.loss;
-            if (options.fidelity)
-                row.gradients =
-                    fidelity_to_none(at_batch, target, to_run[i].plan, to_run[i].codec_params, row.mode, reference);
-        }
-        for (auto& row : rows)
-            if (row.batch == B && row.ran && none_loss)
-                row.loss_delta_pct = 100.0 * (row.loss - *none_loss) / *none_loss;
+        const std::vector<RunResult> results = run_modes(at_batch, target, to_run, rows, options, warmup, refusal);
+        record_results(at_batch, target, to_run, results, options, to_run.size() > 1 && !refusal, refusal, rows);
     }
     return rows;
 }
