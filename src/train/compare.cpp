@@ -380,9 +380,7 @@ nlohmann::json gradient_json(const GradientFidelity& g) {
     out["tensors"] = tensors;
     return out;
 }
-}  // namespace
 
-namespace {
 nlohmann::json arenas_json(const ModelMemory& m) {
     return {{"parameters", m.parameters},
             {"working_weights", m.working_weights},
@@ -418,72 +416,74 @@ std::string interleaving_notes(const std::vector<CompareRow>& rows) {
     }
     return out;
 }
-}  // namespace
 
-std::string format_comparison(const std::vector<CompareRow>& rows, const std::string& format, std::uint64_t budget) {
-    if (format == "json") {
-        nlohmann::json out = nlohmann::json::array();
-        for (const auto& r : rows)
-            out.push_back({{"mode", memory_mode_name(r.mode)},
-                           {"batch", r.batch},
-                           {"seq", r.seq},
-                           {"fits", r.plan_error ? nlohmann::json() : nlohmann::json(r.fits)},
-                           {"ran", r.ran},
-                           {"plan_error", or_null(r.plan_error)},
-                           {"budget_bytes", budget ? nlohmann::json(budget) : nlohmann::json()},
-                           {"tape_peak_bytes", r.tape_peak_bytes},
-                           {"total_bytes", r.total_bytes},
-                           {"arenas", r.memory ? arenas_json(*r.memory) : nlohmann::json()},
-                           {"step_ms", r.step_ms},
-                           {"step_ms_p25", r.step_ms_p25},
-                           {"step_ms_p75", r.step_ms_p75},
-                           {"timed_steps", r.timed_steps},
-                           {"tokens_per_s", r.tokens_per_s},
-                           {"tokens_per_s_p25", r.tokens_per_s_p25},
-                           {"tokens_per_s_p75", r.tokens_per_s_p75},
-                           {"interleaved", r.interleaved},
-                           {"not_interleaved", or_null(r.not_interleaved)},
-                           {"loss", r.loss},
-                           {"losses", r.losses},
-                           {"loss_delta_pct", or_null(r.loss_delta_pct)},
-                           {"gradient", r.gradients ? gradient_json(*r.gradients) : nlohmann::json()}});
-        return out.dump(2) + "\n";
+std::string comparison_json(const std::vector<CompareRow>& rows, std::uint64_t budget) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : rows)
+        out.push_back({{"mode", memory_mode_name(r.mode)},
+                       {"batch", r.batch},
+                       {"seq", r.seq},
+                       {"fits", r.plan_error ? nlohmann::json() : nlohmann::json(r.fits)},
+                       {"ran", r.ran},
+                       {"plan_error", or_null(r.plan_error)},
+                       {"budget_bytes", budget ? nlohmann::json(budget) : nlohmann::json()},
+                       {"tape_peak_bytes", r.tape_peak_bytes},
+                       {"total_bytes", r.total_bytes},
+                       {"arenas", r.memory ? arenas_json(*r.memory) : nlohmann::json()},
+                       {"step_ms", r.step_ms},
+                       {"step_ms_p25", r.step_ms_p25},
+                       {"step_ms_p75", r.step_ms_p75},
+                       {"timed_steps", r.timed_steps},
+                       {"tokens_per_s", r.tokens_per_s},
+                       {"tokens_per_s_p25", r.tokens_per_s_p25},
+                       {"tokens_per_s_p75", r.tokens_per_s_p75},
+                       {"interleaved", r.interleaved},
+                       {"not_interleaved", or_null(r.not_interleaved)},
+                       {"loss", r.loss},
+                       {"losses", r.losses},
+                       {"loss_delta_pct", or_null(r.loss_delta_pct)},
+                       {"gradient", r.gradients ? gradient_json(*r.gradients) : nlohmann::json()}});
+    return out.dump(2) + "\n";
+}
+
+std::string comparison_csv(const std::vector<CompareRow>& rows) {
+    std::string out =
+        "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,loss_delta_pct,fits_budget,"
+        "grad_rel_l2,grad_cosine,step_ms_p25,step_ms_p75,tokens_per_s_p25,tokens_per_s_p75,timed_steps,"
+        "interleaved\n";
+    for (const auto& r : rows) {
+        const std::string delta = r.loss_delta_pct ? fixed(*r.loss_delta_pct, 3) : "";
+        const std::string grad_err = r.gradients ? scientific(r.gradients->overall.relative_l2) : "",
+                          grad_cos = r.gradients ? fixed(r.gradients->overall.cosine, 6) : "";
+        out += std::string(memory_mode_name(r.mode)) + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) +
+               "," + (r.ran ? std::to_string(r.tape_peak_bytes) : "") + "," + std::to_string(r.total_bytes) + "," +
+               (r.ran ? fixed(r.step_ms, 2) + "," + fixed(r.tokens_per_s, 1) + "," + fixed(r.loss, 5) : ",,") + "," +
+               delta + "," +
+               (r.plan_error ? ""
+                : r.fits     ? "yes"
+                             : "no") +
+               "," + grad_err + "," + grad_cos + "," +
+               (r.ran ? fixed(r.step_ms_p25, 2) + "," + fixed(r.step_ms_p75, 2) + "," + fixed(r.tokens_per_s_p25, 1) +
+                            "," + fixed(r.tokens_per_s_p75, 1) + "," + std::to_string(r.timed_steps) + "," +
+                            (r.interleaved ? "yes" : "no")
+                      : ",,,,,") +
+               "\n";
     }
-    const bool csv = format == "csv";
+    return out;
+}
+
+std::string comparison_table(const std::vector<CompareRow>& rows) {
     std::string out;
     char line[512];
-    if (csv)
-        out +=
-            "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,loss_delta_pct,fits_budget,"
-            "grad_rel_l2,grad_cosine,step_ms_p25,step_ms_p75,tokens_per_s_p25,tokens_per_s_p75,timed_steps,"
-            "interleaved\n";
-    else {
-        std::snprintf(line, sizeof line, "%-13s %5s %5s %14s %14s %10s %15s %12s %9s %14s %10s %10s\n", "mode", "batch",
-                      "seq", "tape_peak", "total", "step_ms", "step_ms_p25-p75", "tokens/s", "loss", "loss_delta_pct",
-                      "grad_err", "grad_cos");
-        out += line;
-    }
+    std::snprintf(line, sizeof line, "%-13s %5s %5s %14s %14s %10s %15s %12s %9s %14s %10s %10s\n", "mode", "batch",
+                  "seq", "tape_peak", "total", "step_ms", "step_ms_p25-p75", "tokens/s", "loss", "loss_delta_pct",
+                  "grad_err", "grad_cos");
+    out += line;
     for (const auto& r : rows) {
         const char* mode = memory_mode_name(r.mode);
         const std::string delta = r.loss_delta_pct ? fixed(*r.loss_delta_pct, 3) : "";
         const std::string grad_err = r.gradients ? scientific(r.gradients->overall.relative_l2) : "",
                           grad_cos = r.gradients ? fixed(r.gradients->overall.cosine, 6) : "";
-        if (csv) {
-            out += std::string(mode) + "," + std::to_string(r.batch) + "," + std::to_string(r.seq) + "," +
-                   (r.ran ? std::to_string(r.tape_peak_bytes) : "") + "," + std::to_string(r.total_bytes) + "," +
-                   (r.ran ? fixed(r.step_ms, 2) + "," + fixed(r.tokens_per_s, 1) + "," + fixed(r.loss, 5) : ",,") +
-                   "," + delta + "," +
-                   (r.plan_error ? ""
-                    : r.fits     ? "yes"
-                                 : "no") +
-                   "," + grad_err + "," + grad_cos + "," +
-                   (r.ran ? fixed(r.step_ms_p25, 2) + "," + fixed(r.step_ms_p75, 2) + "," +
-                                fixed(r.tokens_per_s_p25, 1) + "," + fixed(r.tokens_per_s_p75, 1) + "," +
-                                std::to_string(r.timed_steps) + "," + (r.interleaved ? "yes" : "no")
-                          : ",,,,,") +
-                   "\n";
-            continue;
-        }
         if (r.plan_error)
             std::snprintf(line, sizeof line, "%-13s %5d %5d %14s %14s   not planned (the reason is above)\n", mode,
                           r.batch, r.seq, "-", "-");
@@ -498,20 +498,24 @@ std::string format_comparison(const std::vector<CompareRow>& rows, const std::st
                           r.fits ? "" : "  (over budget: reference)");
         out += line;
     }
-    if (!csv) {
-        int timed = 0;
-        for (const auto& r : rows)
-            if (r.ran) timed = std::max(timed, r.timed_steps);
-        if (timed > 0)
-            out += "step_ms: median of the " + std::to_string(timed) +
-                   " timed steps (after warm-up); step_ms_p25-p75: their interquartile range (the spread); tokens/s "
-                   "at the median\n";
-        out += interleaving_notes(rows);
-        out +=
-            "grad_err, grad_cos: relative L2 error and cosine of the parameter gradients against none's, from one "
-            "extra forward and backward per mode at the initial weights on the first batch, dropout off\n";
-    }
+    int timed = 0;
+    for (const auto& r : rows)
+        if (r.ran) timed = std::max(timed, r.timed_steps);
+    if (timed > 0)
+        out += "step_ms: median of the " + std::to_string(timed) +
+               " timed steps (after warm-up); step_ms_p25-p75: their interquartile range (the spread); tokens/s "
+               "at the median\n";
+    out += interleaving_notes(rows);
+    out +=
+        "grad_err, grad_cos: relative L2 error and cosine of the parameter gradients against none's, from one "
+        "extra forward and backward per mode at the initial weights on the first batch, dropout off\n";
     return out;
+}
+}  // namespace
+
+std::string format_comparison(const std::vector<CompareRow>& rows, const std::string& format, std::uint64_t budget) {
+    if (format == "json") return comparison_json(rows, budget);
+    return format == "csv" ? comparison_csv(rows) : comparison_table(rows);
 }
 
 std::string format_max_batches(const std::vector<MaxBatchRow>& rows, const std::string& format) {
