@@ -60,48 +60,58 @@ bool dominated_option(const std::vector<CompressOption>& options, std::size_t o)
     return false;
 }
 
-}  // namespace
-
-BlockModel build_block_model(const BlockProblem& problem, double unit, bool literal) {
-    const auto& ts = problem.tensors;
-    const std::size_t n = ts.size();
+// The columns' index tables of a model of n tensors, every entry "no column" yet.
+BlockModel empty_block_model(std::size_t n) {
     BlockModel m;
     m.keep_col.assign(n, -1);
     m.drop_col.assign(n, -1);
     m.comp_cols.resize(n);
-    if (literal) {
-        std::vector<int> run(n);
-        for (std::size_t i = 0; i < n; ++i) {
-            const PlanTensor& t = ts[i];
-            const bool shares_run = t.same_op_as >= 0;  // the op's first output holds its run column
-            const double b = t.transient ? 0 : static_cast<double>(t.bytes) / unit;
-            lp::Column keep, drop;
-            if (t.must_keep) keep.lb = 1;
-            if (t.transient) keep.ub = 0, drop.lb = 1;
-            if (!decision_allowed(t, {Policy::recompute, 0})) drop.ub = 0;
-            m.keep_col[i] = add_col(m, keep, 0, b);
-            lp::Row one_of{{m.keep_col[i]}, {1}, lp::RowType::eq, 1};  // keep + sum of comp + drop = 1
-            for (std::size_t o = 0; o < t.compress_options.size(); ++o) {
-                const CompressOption& c = t.compress_options[o];
-                lp::Column comp;
-                if (!decision_allowed(t, {Policy::compress, static_cast<int>(o)})) comp.ub = 0;
-                m.comp_cols[i].push_back(add_col(m, comp, c.ms, t.transient ? 0 : static_cast<double>(c.bytes) / unit));
-                one_of.idx.push_back(m.comp_cols[i].back());
-                one_of.val.push_back(1);
-            }
-            m.drop_col[i] = add_col(m, drop, 0, 0);
-            one_of.idx.push_back(m.drop_col[i]);
+    return m;
+}
+
+// The model as docs/design.md states it (PlannerOptions::literal_model).
+BlockModel literal_block_model(const BlockProblem& problem, double unit) {
+    const auto& ts = problem.tensors;
+    const std::size_t n = ts.size();
+    BlockModel m = empty_block_model(n);
+    std::vector<int> run(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const PlanTensor& t = ts[i];
+        const bool shares_run = t.same_op_as >= 0;  // the op's first output holds its run column
+        const double b = t.transient ? 0 : static_cast<double>(t.bytes) / unit;
+        lp::Column keep, drop;
+        if (t.must_keep) keep.lb = 1;
+        if (t.transient) keep.ub = 0, drop.lb = 1;
+        if (!decision_allowed(t, {Policy::recompute, 0})) drop.ub = 0;
+        m.keep_col[i] = add_col(m, keep, 0, b);
+        lp::Row one_of{{m.keep_col[i]}, {1}, lp::RowType::eq, 1};  // keep + sum of comp + drop = 1
+        for (std::size_t o = 0; o < t.compress_options.size(); ++o) {
+            const CompressOption& c = t.compress_options[o];
+            lp::Column comp;
+            if (!decision_allowed(t, {Policy::compress, static_cast<int>(o)})) comp.ub = 0;
+            m.comp_cols[i].push_back(add_col(m, comp, c.ms, t.transient ? 0 : static_cast<double>(c.bytes) / unit));
+            one_of.idx.push_back(m.comp_cols[i].back());
             one_of.val.push_back(1);
-            run[i] = shares_run ? run[t.same_op_as] : add_col(m, {}, t.recompute_ms, 0);
-            m.rows.push_back(std::move(one_of));
-            if (!t.transient)  // a transient's op runs only when a chain needs it
-                m.rows.push_back({{run[i], m.drop_col[i]}, {1, -1}, lp::RowType::ge, 0});  // run >= drop
-            for (int p : t.inputs)  // run_p >= run_i + drop_p - 1
-                m.rows.push_back({{run[p], run[i], m.drop_col[p]}, {1, -1, -1}, lp::RowType::ge, -1});
         }
-        return m;
+        m.drop_col[i] = add_col(m, drop, 0, 0);
+        one_of.idx.push_back(m.drop_col[i]);
+        one_of.val.push_back(1);
+        run[i] = shares_run ? run[t.same_op_as] : add_col(m, {}, t.recompute_ms, 0);
+        m.rows.push_back(std::move(one_of));
+        if (!t.transient)  // a transient's op runs only when a chain needs it
+            m.rows.push_back({{run[i], m.drop_col[i]}, {1, -1}, lp::RowType::ge, 0});  // run >= drop
+        // run_p >= run_i + drop_p - 1
+        for (int p : t.inputs) m.rows.push_back({{run[p], run[i], m.drop_col[p]}, {1, -1, -1}, lp::RowType::ge, -1});
     }
-    // Reduced model (see the top of this file). run[i]: the column that is 1 when i's op re-runs.
+    return m;
+}
+
+// The reduced model (see the top of this file).
+BlockModel reduced_block_model(const BlockProblem& problem, double unit) {
+    const auto& ts = problem.tensors;
+    const std::size_t n = ts.size();
+    BlockModel m = empty_block_model(n);
+    // run[i]: the column that is 1 when i's op re-runs.
     std::vector<int> run(n, -1);
     std::vector<int> droppable_outputs(n, 0), shared_run(n, -1);  // per op, by its first output
     for (std::size_t i = 0; i < n; ++i)
@@ -146,6 +156,12 @@ BlockModel build_block_model(const BlockProblem& problem, double unit, bool lite
             if (ts[p].transient) m.rows.push_back({{run[p], run[i]}, {1, -1}, lp::RowType::ge, 0});  // run_p >= run_i
     }
     return m;
+}
+
+}  // namespace
+
+BlockModel build_block_model(const BlockProblem& problem, double unit, bool literal) {
+    return literal ? literal_block_model(problem, unit) : reduced_block_model(problem, unit);
 }
 
 BlockPlan decode(const BlockProblem& problem, const BlockModel& m, const double* x) {
