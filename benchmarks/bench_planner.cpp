@@ -94,6 +94,58 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
+// The plan tensors of one block, with their compress options.
+void print_tensors(const BlockProblem& problem) {
+    for (const auto& t : problem.tensors) {
+        std::printf("  %-10s %10.1f MiB  recompute %7.3f ms  inputs %zu%s\n", t.name.c_str(), t.bytes / 1048576.0,
+                    t.recompute_ms, t.inputs.size(), t.must_keep ? "  (kept)" : "");
+        for (const CompressOption& o : t.compress_options)
+            std::printf("  %-10s   %-13s %8.1f MiB  codec %6.3f ms\n", "", codec_name(o.codec), o.bytes / 1048576.0,
+                        o.ms);
+    }
+}
+
+// A set of layer classes the planner is timed on.
+struct Variant {
+    std::string name;
+    std::vector<LayerClass> classes;
+};
+constexpr const char* kFormNames[3] = {"block", "global", "global1"};
+
+// One row per budget fraction and planner form (block, global, global with one frontier a block):
+// the median of reps solves; worst[form] keeps the slowest solve seen.
+void time_variant(const Variant& v, std::size_t static_bytes, std::size_t transient_bytes, int reps,
+                  double (&worst)[3]) {
+    const double fractions[] = {0.05, 0.1, 0.25, 0.4, 0.6, 0.9};
+    std::size_t max_act = 0;
+    for (const auto& c : v.classes) max_act += c.layer_count * max_block_bytes(c.problem);
+    for (double f : fractions) {
+        const std::size_t budget = static_bytes + transient_bytes + static_cast<std::size_t>(f * max_act);
+        for (int form = 0; form < 3; ++form) {
+            PlannerOptions o;
+            o.granularity = form == 0 ? PlanGranularity::block : PlanGranularity::global;
+            o.split_independent_parts = form != 2;
+            const MilpPlanner planner(o);
+            std::vector<double> ms;
+            PlanResult r;
+            for (int i = 0; i < reps; ++i) {
+                r = planner.solve(v.classes, static_bytes, transient_bytes, budget);
+                ms.push_back(r.solve_ms);
+            }
+            int plans = 0;
+            for (const auto& c : r.per_class) plans += static_cast<int>(c.size());
+            const double med = median(ms), mx = *std::max_element(ms.begin(), ms.end());
+            worst[form] = std::max(worst[form], mx);
+            char frac[16];
+            std::snprintf(frac, sizeof frac, "%.0f%%", f * 100);
+            std::printf("%-16s %-7s %6s %-10s %8d %7d %7d %12.3f %10.3f %6.2f (max %.2f)\n", v.name.c_str(),
+                        kFormNames[form], frac, plan_status_name(r.status), r.frontier_points, r.lp_solves, plans,
+                        r.extra_ms, r.activation_bytes / 1073741824.0, med, mx);
+            if (r.status == PlanResult::infeasible) std::printf("    %s\n", r.message.c_str());
+        }
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,59 +186,16 @@ int main(int argc, char** argv) {
     std::printf("block tape: keep-all %.3f GiB, smallest %.3f GiB; static %.2f GiB, transient %.3f GiB\n",
                 max_block_bytes(wide) / 1073741824.0, min_block_bytes(wide) / 1073741824.0, static_bytes / 1073741824.0,
                 transient_bytes / 1073741824.0);
-    for (const auto& t : wide.tensors) {
-        std::printf("  %-10s %10.1f MiB  recompute %7.3f ms  inputs %zu%s\n", t.name.c_str(), t.bytes / 1048576.0,
-                    t.recompute_ms, t.inputs.size(), t.must_keep ? "  (kept)" : "");
-        for (const CompressOption& o : t.compress_options)
-            std::printf("  %-10s   %-13s %8.1f MiB  codec %6.3f ms\n", "", codec_name(o.codec), o.bytes / 1048576.0,
-                        o.ms);
-    }
+    print_tensors(wide);
 
-    struct Variant {
-        const char* name;
-        std::vector<LayerClass> classes;
-    };
     const std::vector<Variant> variants = {
-        {"1 class x48", {{wide, L}}},
-        {"2 classes 24+24", {{narrow, L / 2}, {wide, L - L / 2}}},
+        {"1 class x" + std::to_string(L), {{wide, L}}},
+        {"2 classes " + std::to_string(L / 2) + "+" + std::to_string(L - L / 2), {{narrow, L / 2}, {wide, L - L / 2}}},
     };
-    const double fractions[] = {0.05, 0.1, 0.25, 0.4, 0.6, 0.9};
-    double worst[3] = {0, 0, 0};
-    const char* form_names[3] = {"block", "global", "global1"};
     std::printf("\n%-16s %-7s %6s %-10s %8s %7s %7s %12s %10s %10s\n", "variant", "form", "budget", "status",
                 "frontier", "solves", "plans", "extra ms", "act GiB", "solve ms");
-    for (const auto& v : variants) {
-        std::size_t max_act = 0, min_act = 0;
-        for (const auto& c : v.classes) {
-            max_act += c.layer_count * max_block_bytes(c.problem);
-            min_act += c.layer_count * min_block_bytes(c.problem);
-        }
-        for (double f : fractions) {
-            const std::size_t budget = static_bytes + transient_bytes + static_cast<std::size_t>(f * max_act);
-            for (int form = 0; form < 3; ++form) {
-                PlannerOptions o;
-                o.granularity = form == 0 ? PlanGranularity::block : PlanGranularity::global;
-                o.split_independent_parts = form != 2;
-                const MilpPlanner planner(o);
-                std::vector<double> ms;
-                PlanResult r;
-                for (int i = 0; i < reps; ++i) {
-                    r = planner.solve(v.classes, static_bytes, transient_bytes, budget);
-                    ms.push_back(r.solve_ms);
-                }
-                int plans = 0;
-                for (const auto& c : r.per_class) plans += static_cast<int>(c.size());
-                const double med = median(ms), mx = *std::max_element(ms.begin(), ms.end());
-                worst[form] = std::max(worst[form], mx);
-                char frac[16];
-                std::snprintf(frac, sizeof frac, "%.0f%%", f * 100);
-                std::printf("%-16s %-7s %6s %-10s %8d %7d %7d %12.3f %10.3f %6.2f (max %.2f)\n", v.name,
-                            form_names[form], frac, plan_status_name(r.status), r.frontier_points, r.lp_solves, plans,
-                            r.extra_ms, r.activation_bytes / 1073741824.0, med, mx);
-                if (r.status == PlanResult::infeasible) std::printf("    %s\n", r.message.c_str());
-            }
-        }
-    }
+    double worst[3] = {0, 0, 0};
+    for (const auto& v : variants) time_variant(v, static_bytes, transient_bytes, reps, worst);
     std::printf("\nbudget = static + transient + fraction x keep-all activations; solve ms = median of %d (max)\n",
                 reps);
     std::printf(
