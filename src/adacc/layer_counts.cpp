@@ -168,6 +168,208 @@ IpBounds ip_bounds(const std::vector<IpGroup>& g, std::size_t spare, double incu
     return out;
 }
 
+// ---- From the classes to the counts program, and back ----
+// One group per (class, independent part of its block): its frontier, up to its minimum plus all
+// the spare memory (the most one layer's part can take).
+struct FrontierGroup {
+    std::size_t cls;
+    milp::Part part;
+    std::size_t min_bytes;
+    std::vector<FrontierPoint> frontier;
+};
+
+// Every class's groups with their frontiers; `exact` turns false where a sweep hit the time limit.
+std::vector<FrontierGroup> frontier_groups(const std::vector<LayerClass>& classes, std::size_t spare,
+                                           const PlannerOptions& o, lp::Deadline& deadline, PlanResult& r,
+                                           bool& exact) {
+    std::vector<FrontierGroup> groups;
+    for (std::size_t c = 0; c < classes.size(); ++c) {
+        if (classes[c].layer_count == 0) continue;
+        for (milp::Part& part : milp::independent_parts(classes[c].problem, o.split_independent_parts)) {
+            FrontierGroup g{c, std::move(part), 0, {}};
+            g.min_bytes = min_block_bytes(g.part.problem);
+            bool ok = true;
+            g.frontier = milp::sweep_frontier(g.part.problem, g.min_bytes + spare, o, deadline, ok, r.lp_solves);
+            exact = exact && ok;
+            r.frontier_points += static_cast<int>(g.frontier.size());
+            groups.push_back(std::move(g));
+        }
+    }
+    return groups;
+}
+
+// The integer program's groups: groups with identical frontiers (the same bytes and costs point by
+// point: ln1 and ln2, two dropout masks, equal parts of two classes) merged into one, since only
+// their summed counts matter; that removes symmetric solutions. members[j]: merged group j's groups.
+struct MergedGroups {
+    std::vector<IpGroup> ip;
+    std::vector<std::vector<std::size_t>> members;
+};
+MergedGroups merge_identical_frontiers(const std::vector<FrontierGroup>& groups, const std::vector<LayerClass>& classes,
+                                       const PlannerOptions& o) {
+    MergedGroups m;
+    for (std::size_t k = 0; k < groups.size(); ++k) {
+        const auto& f = groups[k].frontier;
+        auto same = [&](std::size_t j) {
+            const auto& h = groups[m.members[j][0]].frontier;
+            if (h.size() != f.size()) return false;
+            for (std::size_t p = 0; p < f.size(); ++p)
+                if (h[p].bytes != f[p].bytes || h[p].extra_ms != f[p].extra_ms) return false;
+            return true;
+        };
+        std::size_t j = 0;
+        while (j < m.ip.size() && !same(j)) ++j;
+        if (j == m.ip.size()) {
+            IpGroup g;
+            for (const auto& p : f) {
+                g.cost.push_back(o.time_weight * p.extra_ms + o.memory_weight * static_cast<double>(p.bytes));
+                g.bytes.push_back(p.bytes - groups[k].min_bytes);
+            }
+            m.ip.push_back(std::move(g));
+            m.members.emplace_back();
+        }
+        m.ip[j].layers += classes[groups[k].cls].layer_count;
+        m.members[j].push_back(k);
+    }
+    return m;
+}
+
+// The counts program for lp_solve: one integer column per (merged group, point), bounded by
+// ip_bounds, a row per group (its counts add up to its layers), memory in units of the gcd of
+// every point's bytes above its group's minimum. offset[j]: group j's first column.
+struct CountsProgram {
+    std::vector<lp::Column> cols;
+    std::vector<lp::Row> rows;
+    std::vector<double> objective, memory;
+    std::vector<int> offset;
+    double unit = 1.0;
+};
+CountsProgram counts_program(const std::vector<IpGroup>& ip, const IpBounds& bounds) {
+    CountsProgram prog;
+    std::size_t gcd_all = 0;
+    for (const IpGroup& g : ip)
+        for (std::size_t b : g.bytes) gcd_all = std::gcd(gcd_all, b);
+    prog.unit = gcd_all == 0 ? 1.0 : static_cast<double>(gcd_all);
+    for (std::size_t j = 0; j < ip.size(); ++j) {
+        prog.offset.push_back(static_cast<int>(prog.cols.size()));
+        lp::Row sum{{}, {}, lp::RowType::eq, static_cast<double>(ip[j].layers)};
+        for (std::size_t p = 0; p < ip[j].cost.size(); ++p) {
+            sum.idx.push_back(static_cast<int>(prog.cols.size()));
+            sum.val.push_back(1);
+            prog.cols.push_back(lp::Column{0, static_cast<double>(bounds.upper[j][p]), true});
+            prog.objective.push_back(ip[j].cost[p]);
+            prog.memory.push_back(static_cast<double>(ip[j].bytes[p]) / prog.unit);
+        }
+        prog.rows.push_back(std::move(sum));
+    }
+    return prog;
+}
+
+// Whether counts are an assignment that fits (exact integer arithmetic); `used`: their bytes.
+bool counts_fit(const std::vector<IpGroup>& ip, const IpCounts& n, std::size_t& used) {
+    used = 0;
+    for (std::size_t j = 0; j < ip.size(); ++j) {
+        long total = 0;
+        for (std::size_t p = 0; p < ip[j].cost.size(); ++p) {
+            if (n[j][p] < 0) return false;
+            total += n[j][p];
+            used += static_cast<std::size_t>(n[j][p]) * ip[j].bytes[p];
+        }
+        if (total != ip[j].layers) return false;
+    }
+    return true;
+}
+
+// The counts to use: lp_solve's (the memory row tightened and solved again should its tolerances
+// let the bytes slip over), or the greedy incumbent where it found none or, stopped by the time
+// limit, a worse one. `optimal`: lp_solve proved its counts optimal; `note`: what went wrong.
+struct CountsSolution {
+    IpCounts counts;
+    bool solved = false, optimal = false;
+    std::string note;
+};
+CountsSolution solve_counts(const std::vector<IpGroup>& ip, const CountsProgram& prog, const IpCounts& incumbent,
+                            std::size_t spare, lp::Deadline& deadline, const PlannerOptions& o, int& lp_solves) {
+    CountsSolution out;
+    if (prog.cols.empty()) {  // no layers
+        out.solved = out.optimal = true;
+        return out;
+    }
+    double rhs = std::floor(static_cast<double>(spare) / prog.unit);
+    lp::Model model(prog.cols, prog.rows, prog.objective, prog.memory, rhs);
+    std::vector<double> x;
+    for (int attempt = 0; attempt < 4 && !out.solved; ++attempt) {
+        model.set_memory_rhs(rhs);
+        const auto outcome = model.solve(deadline, o, x, lp_solves);
+        if (outcome == lp::Model::Outcome::failed || outcome == lp::Model::Outcome::infeasible) {
+            out.note = outcome == lp::Model::Outcome::failed
+                           ? "lp_solve found no layer assignment within the time limit"
+                           : "lp_solve reported the layer assignment infeasible although one fits";
+            break;
+        }
+        IpCounts n(ip.size());
+        for (std::size_t j = 0; j < ip.size(); ++j)
+            for (std::size_t p = 0; p < ip[j].cost.size(); ++p)
+                n[j].push_back(static_cast<int>(std::llround(x[prog.offset[j] + p])));
+        std::size_t used = 0;
+        if (!counts_fit(ip, n, used)) {
+            if (used > spare) {  // tolerance slip: tighten
+                rhs -= std::max(1.0, std::ceil(static_cast<double>(used - spare) / prog.unit));
+                continue;
+            }
+            out.note = "lp_solve returned inconsistent layer counts";
+            break;
+        }
+        out.optimal = outcome == lp::Model::Outcome::optimal;
+        out.counts = out.optimal || counts_cost(ip, n) <= counts_cost(ip, incumbent) ? n : incumbent;
+        out.solved = true;
+    }
+    if (!out.solved) {  // the greedy assignment fits
+        out.counts = incumbent;
+        out.note += "; using the greedy layer assignment";
+    }
+    return out;
+}
+
+// Layer plans from merged counts: a merged group's points, listed in frontier order, go to its
+// groups in turn; in each group, layer l of the class takes the l-th point; equal consecutive
+// layer plans are merged into one ClassPlan of r.per_class.
+void set_layer_plans(const std::vector<FrontierGroup>& groups, const MergedGroups& merged,
+                     const std::vector<LayerClass>& classes, const IpCounts& n, PlanResult& r) {
+    const auto& ip = merged.ip;
+    const auto& members = merged.members;
+    std::vector<std::vector<int>> point_of_layer(groups.size());  // per group, per layer
+    for (std::size_t j = 0; j < ip.size(); ++j) {
+        std::size_t member = 0;
+        for (std::size_t p = 0; p < ip[j].cost.size(); ++p)
+            for (int i = 0; i < n[j][p]; ++i) {
+                while (static_cast<int>(point_of_layer[members[j][member]].size()) ==
+                       classes[groups[members[j][member]].cls].layer_count)
+                    ++member;
+                point_of_layer[members[j][member]].push_back(static_cast<int>(p));
+            }
+    }
+    for (std::size_t c = 0; c < classes.size(); ++c) {
+        r.per_class[c].clear();
+        const int L = classes[c].layer_count;
+        std::vector<BlockPlan> layer(L, BlockPlan(classes[c].problem.tensors.size()));
+        for (std::size_t k = 0; k < groups.size(); ++k) {
+            if (groups[k].cls != c) continue;
+            for (int l = 0; l < L; ++l)
+                for (std::size_t t = 0; t < groups[k].part.tensors.size(); ++t)
+                    layer[l][groups[k].part.tensors[t]] = groups[k].frontier[point_of_layer[k][l]].decisions[t];
+        }
+        for (int l = 0; l < L; ++l) {
+            if (!r.per_class[c].empty() && r.per_class[c].back().decisions == layer[l]) {
+                ++r.per_class[c].back().layers;
+                continue;
+            }
+            const BlockCost cost = evaluate_block(classes[c].problem, layer[l]);
+            r.per_class[c].push_back({layer[l], 1, cost.extra_ms, cost.bytes});
+        }
+    }
+}
+
 }  // namespace
 
 PlanResult MilpPlanner::solve_global(const std::vector<LayerClass>& classes, std::size_t static_bytes,
@@ -180,181 +382,21 @@ PlanResult MilpPlanner::solve_global(const std::vector<LayerClass>& classes, std
     const std::size_t spare = call.available - call.min_activations;  // memory above every layer's minimum
     PlanResult& r = call.result;
 
-    // One group per (class, independent part of its block): its frontier and its layer count.
-    struct Group {
-        std::size_t cls;
-        milp::Part part;
-        std::size_t min_bytes;
-        std::vector<FrontierPoint> frontier;
-    };
-    std::vector<Group> groups;
     bool exact = true;
-    for (std::size_t c = 0; c < classes.size(); ++c) {
-        if (classes[c].layer_count == 0) continue;
-        for (milp::Part& part : milp::independent_parts(classes[c].problem, o.split_independent_parts)) {
-            Group g{c, std::move(part), 0, {}};
-            g.min_bytes = min_block_bytes(g.part.problem);
-            bool ok = true;
-            // One layer's part can take at most its minimum plus all the spare memory.
-            g.frontier = milp::sweep_frontier(g.part.problem, g.min_bytes + spare, o, deadline, ok, r.lp_solves);
-            exact = exact && ok;
-            r.frontier_points += static_cast<int>(g.frontier.size());
-            groups.push_back(std::move(g));
-        }
-    }
-
-    // The integer program over counts. Groups with identical frontiers (the same bytes and costs
-    // point by point: ln1 and ln2, two dropout masks, equal parts of two classes) are merged into
-    // one, since only their summed counts matter; that removes symmetric solutions.
-    std::vector<IpGroup> ip;
-    std::vector<std::vector<std::size_t>> members;  // per merged group: its groups
-    for (std::size_t k = 0; k < groups.size(); ++k) {
-        const auto& f = groups[k].frontier;
-        auto same = [&](std::size_t j) {
-            const auto& h = groups[members[j][0]].frontier;
-            if (h.size() != f.size()) return false;
-            for (std::size_t p = 0; p < f.size(); ++p)
-                if (h[p].bytes != f[p].bytes || h[p].extra_ms != f[p].extra_ms) return false;
-            return true;
-        };
-        std::size_t j = 0;
-        while (j < ip.size() && !same(j)) ++j;
-        if (j == ip.size()) {
-            IpGroup g;
-            for (const auto& p : f) {
-                g.cost.push_back(o.time_weight * p.extra_ms + o.memory_weight * static_cast<double>(p.bytes));
-                g.bytes.push_back(p.bytes - groups[k].min_bytes);
-            }
-            ip.push_back(std::move(g));
-            members.emplace_back();
-        }
-        ip[j].layers += classes[groups[k].cls].layer_count;
-        members[j].push_back(k);
-    }
+    const std::vector<FrontierGroup> groups = frontier_groups(classes, spare, o, deadline, r, exact);
+    const MergedGroups merged = merge_identical_frontiers(groups, classes, o);
     // Incumbent and reduced-cost bounds (see ip_bounds): lp_solve's branch and bound alone can
     // wander for seconds among the many near-equal count vectors of a 48-layer model.
-    const IpCounts incumbent = greedy_counts(ip, spare);
-    const IpBounds bounds = ip_bounds(ip, spare, counts_cost(ip, incumbent));
+    const IpCounts incumbent = greedy_counts(merged.ip, spare);
+    const IpBounds bounds = ip_bounds(merged.ip, spare, counts_cost(merged.ip, incumbent));
+    const CountsSolution solution =
+        solve_counts(merged.ip, counts_program(merged.ip, bounds), incumbent, spare, deadline, o, r.lp_solves);
+    set_layer_plans(groups, merged, classes, solution.counts, r);
 
-    // Memory in units of the gcd of every point's bytes above its group's minimum.
-    std::size_t gcd_all = 0;
-    for (const IpGroup& g : ip)
-        for (std::size_t b : g.bytes) gcd_all = std::gcd(gcd_all, b);
-    const double unit = gcd_all == 0 ? 1.0 : static_cast<double>(gcd_all);
-    std::vector<lp::Column> cols;
-    std::vector<lp::Row> rows;
-    std::vector<double> objective, memory;
-    std::vector<int> offset;
-    for (std::size_t j = 0; j < ip.size(); ++j) {
-        offset.push_back(static_cast<int>(cols.size()));
-        lp::Row sum{{}, {}, lp::RowType::eq, static_cast<double>(ip[j].layers)};
-        for (std::size_t p = 0; p < ip[j].cost.size(); ++p) {
-            sum.idx.push_back(static_cast<int>(cols.size()));
-            sum.val.push_back(1);
-            cols.push_back(lp::Column{0, static_cast<double>(bounds.upper[j][p]), true});
-            objective.push_back(ip[j].cost[p]);
-            memory.push_back(static_cast<double>(ip[j].bytes[p]) / unit);
-        }
-        rows.push_back(std::move(sum));
-    }
-    auto counts_of = [&](const std::vector<double>& x) {
-        IpCounts n(ip.size());
-        for (std::size_t j = 0; j < ip.size(); ++j)
-            for (std::size_t p = 0; p < ip[j].cost.size(); ++p)
-                n[j].push_back(static_cast<int>(std::llround(x[offset[j] + p])));
-        return n;
-    };
-    // Layer plans from merged counts: a merged group's points, listed in frontier order, go to
-    // its groups in turn; in each group, layer l of the class takes the l-th point; equal
-    // consecutive layer plans are merged into one ClassPlan.
-    auto set_counts = [&](const IpCounts& n) {
-        std::vector<std::vector<int>> point_of_layer(groups.size());  // per group, per layer
-        for (std::size_t j = 0; j < ip.size(); ++j) {
-            std::size_t member = 0;
-            for (std::size_t p = 0; p < ip[j].cost.size(); ++p)
-                for (int i = 0; i < n[j][p]; ++i) {
-                    while (static_cast<int>(point_of_layer[members[j][member]].size()) ==
-                           classes[groups[members[j][member]].cls].layer_count)
-                        ++member;
-                    point_of_layer[members[j][member]].push_back(static_cast<int>(p));
-                }
-        }
-        for (std::size_t c = 0; c < classes.size(); ++c) {
-            r.per_class[c].clear();
-            const int L = classes[c].layer_count;
-            std::vector<BlockPlan> layer(L, BlockPlan(classes[c].problem.tensors.size()));
-            for (std::size_t k = 0; k < groups.size(); ++k) {
-                if (groups[k].cls != c) continue;
-                for (int l = 0; l < L; ++l)
-                    for (std::size_t t = 0; t < groups[k].part.tensors.size(); ++t)
-                        layer[l][groups[k].part.tensors[t]] = groups[k].frontier[point_of_layer[k][l]].decisions[t];
-            }
-            for (int l = 0; l < L; ++l) {
-                if (!r.per_class[c].empty() && r.per_class[c].back().decisions == layer[l]) {
-                    ++r.per_class[c].back().layers;
-                    continue;
-                }
-                const BlockCost cost = evaluate_block(classes[c].problem, layer[l]);
-                r.per_class[c].push_back({layer[l], 1, cost.extra_ms, cost.bytes});
-            }
-        }
-    };
-    // Whether counts are an assignment that fits (exact integer arithmetic).
-    auto fits = [&](const IpCounts& n, std::size_t& used) {
-        used = 0;
-        for (std::size_t j = 0; j < ip.size(); ++j) {
-            long total = 0;
-            for (std::size_t p = 0; p < ip[j].cost.size(); ++p) {
-                if (n[j][p] < 0) return false;
-                total += n[j][p];
-                used += static_cast<std::size_t>(n[j][p]) * ip[j].bytes[p];
-            }
-            if (total != ip[j].layers) return false;
-        }
-        return true;
-    };
-
-    std::string note;
-    bool solved = false;
-    bool ip_optimal = false;
-    double rhs = std::floor(static_cast<double>(spare) / unit);
-    lp::Model model(cols, rows, objective, memory, rhs);
-    std::vector<double> x;
-    if (cols.empty()) {  // no layers
-        set_counts(IpCounts{});
-        solved = ip_optimal = true;
-    }
-    for (int attempt = 0; attempt < 4 && !solved; ++attempt) {
-        model.set_memory_rhs(rhs);
-        const auto out = model.solve(deadline, o, x, r.lp_solves);
-        if (out == lp::Model::Outcome::failed || out == lp::Model::Outcome::infeasible) {
-            note = out == lp::Model::Outcome::failed
-                       ? "lp_solve found no layer assignment within the time limit"
-                       : "lp_solve reported the layer assignment infeasible although one fits";
-            break;
-        }
-        const IpCounts n = counts_of(x);
-        std::size_t used = 0;
-        if (!fits(n, used)) {
-            if (used > spare) {  // tolerance slip: tighten
-                rhs -= std::max(1.0, std::ceil(static_cast<double>(used - spare) / unit));
-                continue;
-            }
-            note = "lp_solve returned inconsistent layer counts";
-            break;
-        }
-        ip_optimal = out == lp::Model::Outcome::optimal;
-        // A run stopped by the time limit may hold a worse assignment than the greedy one.
-        set_counts(ip_optimal || counts_cost(ip, n) <= counts_cost(ip, incumbent) ? n : incumbent);
-        solved = true;
-    }
-    if (!solved) {  // the greedy assignment fits
-        set_counts(incumbent);
-        note += "; using the greedy layer assignment";
-    }
-    r.status = solved && ip_optimal && exact ? PlanResult::optimal : PlanResult::suboptimal;
+    std::string note = solution.note;
+    r.status = solution.solved && solution.optimal && exact ? PlanResult::optimal : PlanResult::suboptimal;
     if (!exact) note = (note.empty() ? "" : note + "; ") + "time limit reached while building the Pareto frontiers";
-    if (solved && !ip_optimal)
+    if (solution.solved && !solution.optimal)
         note = (note.empty() ? "" : note + "; ") +
                (deadline.fired ? "time limit reached in the layer assignment" : "layer assignment not proven optimal");
     if (r.status == PlanResult::suboptimal && exact) r.objective_bound_ms = bounds.z;
