@@ -265,8 +265,9 @@ CountsProgram counts_program(const std::vector<IpGroup>& ip, const IpBounds& bou
     return prog;
 }
 
-// Whether counts are an assignment that fits (exact integer arithmetic); `used`: their bytes.
-bool counts_fit(const std::vector<IpGroup>& ip, const IpCounts& n, std::size_t& used) {
+// Whether counts are an assignment (non-negative, each group's adding up to its layers) whose
+// bytes, `used`, fit the spare memory: exact integer arithmetic, where lp_solve's tolerances are not.
+bool counts_fit(const std::vector<IpGroup>& ip, const IpCounts& n, std::size_t spare, std::size_t& used) {
     used = 0;
     for (std::size_t j = 0; j < ip.size(); ++j) {
         long total = 0;
@@ -277,7 +278,7 @@ bool counts_fit(const std::vector<IpGroup>& ip, const IpCounts& n, std::size_t& 
         }
         if (total != ip[j].layers) return false;
     }
-    return true;
+    return used <= spare;
 }
 
 // The counts to use: lp_solve's (the memory row tightened and solved again should its tolerances
@@ -312,7 +313,7 @@ CountsSolution solve_counts(const std::vector<IpGroup>& ip, const CountsProgram&
             for (std::size_t p = 0; p < ip[j].cost.size(); ++p)
                 n[j].push_back(static_cast<int>(std::llround(x[prog.offset[j] + p])));
         std::size_t used = 0;
-        if (!counts_fit(ip, n, used)) {
+        if (!counts_fit(ip, n, spare, used)) {
             if (used > spare) {  // tolerance slip: tighten
                 rhs -= std::max(1.0, std::ceil(static_cast<double>(used - spare) / prog.unit));
                 continue;
