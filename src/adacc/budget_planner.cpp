@@ -324,84 +324,103 @@ std::string codec_verdict(const AdaccPlan& plan, std::size_t i, const CodecMeasu
     return any_options ? "dominated" : "not compressed";  // recompute-opt compresses nothing
 }
 
-}  // namespace
-
-std::string format_plan(const AdaccPlan& plan, const Profile& profile, const CodecChoice& codecs,
-                        const GPTConfig& config, int B, int T, std::uint64_t budget_bytes, const std::string& format) {
-    const PlanResult& r = plan.result;
-    const BlockGraph block(config, B, T, device_traits(plan.target).activation);
-    // Layer classes of the answer: runs of layers with the same decisions.
+// The answer's decisions as format_plan prints them: layer classes of the answer (runs of layers
+// with the same decisions) and what each tensor of a class stores.
+class PlanRows {
+public:
     struct Group {
         int first, last;
         BlockPlan decisions;
     };
-    std::vector<Group> groups;
-    for (int l = 0; l < config.n_layer; ++l) {
-        // Equal decisions in another class may index other codecs: a class change starts a group.
-        if (!groups.empty() && groups.back().decisions == r.per_layer[l] &&
-            plan.classes.layer_class[groups.back().last] == plan.classes.layer_class[l]) {
-            groups.back().last = l;
-            continue;
+
+    PlanRows(const AdaccPlan& plan, const GPTConfig& config, int B, int T)
+        : plan_(plan), block_(config, B, T, device_traits(plan.target).activation) {
+        const auto& per_layer = plan.result.per_layer;
+        for (int l = 0; l < config.n_layer; ++l) {
+            // Equal decisions in another class may index other codecs: a class change starts a group.
+            if (!groups_.empty() && groups_.back().decisions == per_layer[l] &&
+                plan.classes.layer_class[groups_.back().last] == plan.classes.layer_class[l]) {
+                groups_.back().last = l;
+                continue;
+            }
+            groups_.push_back({l, l, per_layer[l]});
         }
-        groups.push_back({l, l, r.per_layer[l]});
     }
-    auto layers_text = [](const Group& g) {
+
+    const std::vector<Group>& groups() const { return groups_; }
+    static std::string layers_text(const Group& g) {
         return g.first == g.last ? std::to_string(g.first) : std::to_string(g.first) + "-" + std::to_string(g.last);
-    };
-    auto stored_bytes = [&](const Group& g, std::size_t i, const Decision& d) -> std::size_t {
-        if (d.policy == Policy::keep) return block.tensor(plan.kinds[i]).bytes();
+    }
+    std::size_t stored_bytes(const Group& g, std::size_t i) const {
+        const Decision& d = g.decisions[i];
+        if (d.policy == Policy::keep) return block_.tensor(plan_.kinds[i]).bytes();
         if (d.policy == Policy::recompute) return 0;
-        return plan.problem_of(g.first).tensors[i].compress_options[d.option].bytes;
-    };
-    auto option = [&](const Group& g, std::size_t i, const Decision& d) -> const CompressOption* {
-        return d.policy == Policy::compress ? &plan.problem_of(g.first).tensors[i].compress_options[d.option] : nullptr;
-    };
-    auto codec_text = [&](const Group& g, std::size_t i, const Decision& d) -> std::string {
-        const CompressOption* o = option(g, i, d);
+        return option(g, i)->bytes;
+    }
+    // The compress option tensor i of the group uses (null: not compressed).
+    const CompressOption* option(const Group& g, std::size_t i) const {
+        const Decision& d = g.decisions[i];
+        return d.policy == Policy::compress ? &plan_.problem_of(g.first).tensors[i].compress_options[d.option]
+                                            : nullptr;
+    }
+    std::string codec_text(const Group& g, std::size_t i) const {
+        const CompressOption* o = option(g, i);
         return o ? codec_name(o->codec) : "";
-    };
-    auto error_text = [&](const Group& g, std::size_t i, const Decision& d) -> std::string {
-        const CompressOption* o = option(g, i, d);
+    }
+    std::string error_text(const Group& g, std::size_t i) const {
+        const CompressOption* o = option(g, i);
         if (!o || codec_is_lossless(o->codec)) return o ? "0" : "";
         char buf[32];
         std::snprintf(buf, sizeof buf, "%.4f", o->relative_error);
         return buf;
-    };
-    if (format == "json") {
-        nlohmann::json j;
-        j["status"] = plan_status_name(r.status);
-        j["solve_ms"] = r.solve_ms;
-        j["predicted_tape_bytes"] = plan.memory.tape;
-        j["predicted_total_bytes"] = plan.memory.total();
-        j["predicted_extra_ms"] = r.extra_ms;
-        j["budget_bytes"] = budget_bytes;
-        j["message"] = r.message;
-        j["decisions"] = nlohmann::json::array();
-        for (std::size_t g = 0; g < groups.size(); ++g)
-            for (std::size_t i = 0; i < plan.kinds.size(); ++i) {
-                const TensorKind k = plan.kinds[i];
-                const Decision& d = groups[g].decisions[i];
-                nlohmann::json row{{"layer_class", g},
-                                   {"layers", layers_text(groups[g])},
-                                   {"tensor", tensor_kind_name(k)},
-                                   {"decision", policy_name(d.policy)},
-                                   {"codec", codec_text(groups[g], i, d)},
-                                   {"bytes", stored_bytes(groups[g], i, d)}};
-                if (const CompressOption* o = option(groups[g], i, d)) row["relative_error"] = o->relative_error;
-                j["decisions"].push_back(row);
-            }
-        j["codecs"] = nlohmann::json::array();
-        for (std::size_t i = 0; i < plan.kinds.size(); ++i)
-            if (const TensorProfile* t = profile.find(plan.kinds[i]))
-                for (const CodecMeasurement& m : t->codecs)
-                    j["codecs"].push_back({{"tensor", t->name},
-                                           {"codec", codec_name(m.codec)},
-                                           {"relative_error", m.relative_error},
-                                           {"outlier_fraction", m.outlier_fraction},
-                                           {"ms", m.compress_ms + m.decompress_ms},
-                                           {"verdict", codec_verdict(plan, i, m, codecs)}});
-        return j.dump(2) + "\n";
     }
+
+private:
+    const AdaccPlan& plan_;
+    const BlockGraph block_;
+    std::vector<Group> groups_;
+};
+
+std::string plan_json(const AdaccPlan& plan, const PlanRows& rows, const Profile& profile, const CodecChoice& codecs,
+                      std::uint64_t budget_bytes) {
+    const PlanResult& r = plan.result;
+    nlohmann::json j;
+    j["status"] = plan_status_name(r.status);
+    j["solve_ms"] = r.solve_ms;
+    j["predicted_tape_bytes"] = plan.memory.tape;
+    j["predicted_total_bytes"] = plan.memory.total();
+    j["predicted_extra_ms"] = r.extra_ms;
+    j["budget_bytes"] = budget_bytes;
+    j["message"] = r.message;
+    j["decisions"] = nlohmann::json::array();
+    const auto& groups = rows.groups();
+    for (std::size_t g = 0; g < groups.size(); ++g)
+        for (std::size_t i = 0; i < plan.kinds.size(); ++i) {
+            nlohmann::json row{{"layer_class", g},
+                               {"layers", PlanRows::layers_text(groups[g])},
+                               {"tensor", tensor_kind_name(plan.kinds[i])},
+                               {"decision", policy_name(groups[g].decisions[i].policy)},
+                               {"codec", rows.codec_text(groups[g], i)},
+                               {"bytes", rows.stored_bytes(groups[g], i)}};
+            if (const CompressOption* o = rows.option(groups[g], i)) row["relative_error"] = o->relative_error;
+            j["decisions"].push_back(row);
+        }
+    j["codecs"] = nlohmann::json::array();
+    for (std::size_t i = 0; i < plan.kinds.size(); ++i)
+        if (const TensorProfile* t = profile.find(plan.kinds[i]))
+            for (const CodecMeasurement& m : t->codecs)
+                j["codecs"].push_back({{"tensor", t->name},
+                                       {"codec", codec_name(m.codec)},
+                                       {"relative_error", m.relative_error},
+                                       {"outlier_fraction", m.outlier_fraction},
+                                       {"ms", m.compress_ms + m.decompress_ms},
+                                       {"verdict", codec_verdict(plan, i, m, codecs)}});
+    return j.dump(2) + "\n";
+}
+
+std::string plan_table(const AdaccPlan& plan, const PlanRows& rows, const Profile& profile, const CodecChoice& codecs,
+                       std::uint64_t budget_bytes) {
+    const PlanResult& r = plan.result;
     std::string out;
     char line[256];
     std::snprintf(line, sizeof line, "status %s, solved in %.2f ms; %s\n", plan_status_name(r.status), r.solve_ms,
@@ -414,14 +433,13 @@ std::string format_plan(const AdaccPlan& plan, const Profile& profile, const Cod
     std::snprintf(line, sizeof line, "%-8s %-10s %-10s %-11s %-13s %9s %12s\n", "class", "layers", "tensor", "decision",
                   "codec", "rel_err", "bytes");
     out += line;
+    const auto& groups = rows.groups();
     for (std::size_t g = 0; g < groups.size(); ++g)
         for (std::size_t i = 0; i < plan.kinds.size(); ++i) {
-            const TensorKind k = plan.kinds[i];
-            const Decision& d = groups[g].decisions[i];
             std::snprintf(line, sizeof line, "%-8zu %-10s %-10s %-11s %-13s %9s %12s\n", g,
-                          layers_text(groups[g]).c_str(), tensor_kind_name(k), policy_name(d.policy),
-                          codec_text(groups[g], i, d).c_str(), error_text(groups[g], i, d).c_str(),
-                          format_bytes(stored_bytes(groups[g], i, d)).c_str());
+                          PlanRows::layers_text(groups[g]).c_str(), tensor_kind_name(plan.kinds[i]),
+                          policy_name(groups[g].decisions[i].policy), rows.codec_text(groups[g], i).c_str(),
+                          rows.error_text(groups[g], i).c_str(), format_bytes(rows.stored_bytes(groups[g], i)).c_str());
             out += line;
         }
     std::snprintf(line, sizeof line, "\ncodecs measured (memory.codecs = %s, memory.max_codec_error = %.4g):\n",
@@ -439,6 +457,15 @@ std::string format_plan(const AdaccPlan& plan, const Profile& profile, const Cod
                 out += line;
             }
     return out;
+}
+
+}  // namespace
+
+std::string format_plan(const AdaccPlan& plan, const Profile& profile, const CodecChoice& codecs,
+                        const GPTConfig& config, int B, int T, std::uint64_t budget_bytes, const std::string& format) {
+    const PlanRows rows(plan, config, B, T);
+    return format == "json" ? plan_json(plan, rows, profile, codecs, budget_bytes)
+                            : plan_table(plan, rows, profile, codecs, budget_bytes);
 }
 
 }  // namespace adacc
