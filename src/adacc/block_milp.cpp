@@ -34,6 +34,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
+#include <string>
 
 #include "src/adacc/milp_planner_call.h"
 
@@ -200,99 +202,123 @@ std::size_t gcd_unit(const std::vector<const BlockProblem*>& problems) {
 
 namespace adacc {
 
-PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std::size_t static_bytes,
-                                    std::size_t transient_bytes, std::size_t budget_bytes) const {
-    milp::PlanCall call =
-        milp::start_plan_call(options_, PlanGranularity::block, classes, static_bytes, transient_bytes, budget_bytes);
-    if (!call.feasible) return call.result;
-    const PlannerOptions& o = call.options;
-    const std::size_t avail = call.available;
+namespace {
 
-    // One model: each class's block columns, scaled by its layer count in objective and memory.
-    std::vector<const BlockProblem*> problems;
-    for (const auto& c : classes) problems.push_back(&c.problem);
-    const double unit = static_cast<double>(milp::gcd_unit(problems));
+// One lp_solve model for every class: each class's block columns, scaled by its layer count in
+// objective and memory, at offset[c]; memory in units of the gcd of every size.
+struct ClassesModel {
     std::vector<milp::BlockModel> models;
     std::vector<int> offset;
     std::vector<lp::Column> cols;
     std::vector<lp::Row> rows;
     std::vector<double> objective, memory;
-    double const_bytes = 0;
+    double const_bytes = 0;  // in units: what the kept-by-default tensors hold
+    double unit = 1;
+};
+ClassesModel classes_model(const std::vector<LayerClass>& classes, const PlannerOptions& o) {
+    ClassesModel cm;
+    std::vector<const BlockProblem*> problems;
+    for (const auto& c : classes) problems.push_back(&c.problem);
+    cm.unit = static_cast<double>(milp::gcd_unit(problems));
     for (const auto& c : classes) {
-        models.push_back(milp::build_block_model(c.problem, unit, o.literal_model));
-        const milp::BlockModel& m = models.back();
-        const int off = static_cast<int>(cols.size());
-        offset.push_back(off);
+        cm.models.push_back(milp::build_block_model(c.problem, cm.unit, o.literal_model));
+        const milp::BlockModel& m = cm.models.back();
+        const int off = static_cast<int>(cm.cols.size());
+        cm.offset.push_back(off);
         const double L = c.layer_count;
         for (std::size_t j = 0; j < m.cols.size(); ++j) {
-            cols.push_back(m.cols[j]);
-            objective.push_back(L * (o.time_weight * m.time[j] + o.memory_weight * unit * m.bytes[j]));
-            memory.push_back(L * m.bytes[j]);
+            cm.cols.push_back(m.cols[j]);
+            cm.objective.push_back(L * (o.time_weight * m.time[j] + o.memory_weight * cm.unit * m.bytes[j]));
+            cm.memory.push_back(L * m.bytes[j]);
         }
         for (lp::Row r : m.rows) {
             for (int& j : r.idx) j += off;
-            rows.push_back(std::move(r));
+            cm.rows.push_back(std::move(r));
         }
-        const_bytes += L * m.const_bytes;
+        cm.const_bytes += L * m.const_bytes;
     }
+    return cm;
+}
 
-    PlanResult& r = call.result;
-    auto set_plans = [&](const std::vector<BlockPlan>& plans) {
-        for (std::size_t c = 0; c < classes.size(); ++c) {
-            r.per_class[c].clear();
-            if (classes[c].layer_count == 0) continue;
-            const BlockCost cost = evaluate_block(classes[c].problem, plans[c]);
-            r.per_class[c].push_back({plans[c], classes[c].layer_count, cost.extra_ms, cost.bytes});
+// Every class's plan in r.per_class, one ClassPlan for all its layers.
+void set_class_plans(const std::vector<LayerClass>& classes, const std::vector<BlockPlan>& plans, PlanResult& r) {
+    for (std::size_t c = 0; c < classes.size(); ++c) {
+        r.per_class[c].clear();
+        if (classes[c].layer_count == 0) continue;
+        const BlockCost cost = evaluate_block(classes[c].problem, plans[c]);
+        r.per_class[c].push_back({plans[c], classes[c].layer_count, cost.extra_ms, cost.bytes});
+    }
+}
+
+std::vector<BlockPlan> smallest_plans(const std::vector<LayerClass>& classes) {
+    std::vector<BlockPlan> plans;
+    for (const auto& c : classes) plans.push_back(smallest_plan(c.problem));
+    return plans;
+}
+
+// The plans' bytes over all layers, evaluated exactly.
+std::size_t plans_bytes(const std::vector<LayerClass>& classes, const std::vector<BlockPlan>& plans) {
+    std::size_t total = 0;
+    for (std::size_t c = 0; c < classes.size(); ++c)
+        total += static_cast<std::size_t>(classes[c].layer_count) * evaluate_block(classes[c].problem, plans[c]).bytes;
+    return total;
+}
+
+// lp_solve on the classes' model within the call's available bytes: the plans it found (re-evaluated exactly, the
+// memory row tightened and solved again should its tolerances let them slip over) and its outcome,
+// or nullopt with `note` saying why.
+struct ClassPlans {
+    std::vector<BlockPlan> plans;
+    lp::Model::Outcome outcome;
+};
+std::optional<ClassPlans> solve_classes(const std::vector<LayerClass>& classes, const ClassesModel& cm,
+                                        milp::PlanCall& call, std::string& note) {
+    const std::size_t avail = call.available;
+    double rhs = std::floor(static_cast<double>(avail) / cm.unit) - cm.const_bytes;
+    lp::Model model(cm.cols, cm.rows, cm.objective, cm.memory, rhs);
+    std::vector<double> x;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+        model.set_memory_rhs(rhs);
+        const auto out = model.solve(call.deadline, call.options, x, call.result.lp_solves);
+        if (out == lp::Model::Outcome::failed || out == lp::Model::Outcome::infeasible) {
+            note = out == lp::Model::Outcome::failed ? "lp_solve found no plan within the time limit"
+                                                     : "lp_solve reported infeasible although a plan fits";
+            return std::nullopt;
         }
-    };
-    auto total_bytes = [&](const std::vector<BlockPlan>& plans) {
-        std::size_t total = 0;
+        std::vector<BlockPlan> plans;
         for (std::size_t c = 0; c < classes.size(); ++c)
-            total +=
-                static_cast<std::size_t>(classes[c].layer_count) * evaluate_block(classes[c].problem, plans[c]).bytes;
-        return total;
-    };
-
-    std::string note;
-    bool solved = false;
-    if (!cols.empty()) {
-        double rhs = std::floor(static_cast<double>(avail) / unit) - const_bytes;
-        lp::Model model(cols, rows, objective, memory, rhs);
-        std::vector<double> x;
-        for (int attempt = 0; attempt < 4 && !solved; ++attempt) {
-            model.set_memory_rhs(rhs);
-            const auto out = model.solve(call.deadline, o, x, r.lp_solves);
-            if (out == lp::Model::Outcome::failed || out == lp::Model::Outcome::infeasible) {
-                note = out == lp::Model::Outcome::failed ? "lp_solve found no plan within the time limit"
-                                                         : "lp_solve reported infeasible although a plan fits";
-                break;
-            }
-            std::vector<BlockPlan> plans;
-            for (std::size_t c = 0; c < classes.size(); ++c)
-                plans.push_back(milp::decode(classes[c].problem, models[c], x.data() + offset[c]));
-            const std::size_t total = total_bytes(plans);
-            if (total > avail) {
-                rhs -= std::max(1.0, std::ceil(static_cast<double>(total - avail) / unit));
-                continue;
-            }
-            set_plans(plans);
-            r.status = out == lp::Model::Outcome::optimal ? PlanResult::optimal : PlanResult::suboptimal;
-            if (out == lp::Model::Outcome::suboptimal)
-                note = call.deadline.fired ? "time limit reached; best plan found so far"
-                                           : "lp_solve did not prove optimality";
-            solved = true;
+            plans.push_back(milp::decode(classes[c].problem, cm.models[c], x.data() + cm.offset[c]));
+        const std::size_t total = plans_bytes(classes, plans);
+        if (total > avail) {
+            rhs -= std::max(1.0, std::ceil(static_cast<double>(total - avail) / cm.unit));
+            continue;
         }
-    } else {
-        solved = true;  // nothing to decide
-        r.status = PlanResult::optimal;
-        std::vector<BlockPlan> plans;
-        for (const auto& c : classes) plans.push_back(smallest_plan(c.problem));
-        set_plans(plans);
+        return ClassPlans{std::move(plans), out};
     }
-    if (!solved) {  // a plan fits (checked above): fall back to the smallest one
-        std::vector<BlockPlan> plans;
-        for (const auto& c : classes) plans.push_back(smallest_plan(c.problem));
-        set_plans(plans);
+    return std::nullopt;
+}
+
+}  // namespace
+
+PlanResult MilpPlanner::solve_block(const std::vector<LayerClass>& classes, std::size_t static_bytes,
+                                    std::size_t transient_bytes, std::size_t budget_bytes) const {
+    milp::PlanCall call =
+        milp::start_plan_call(options_, PlanGranularity::block, classes, static_bytes, transient_bytes, budget_bytes);
+    if (!call.feasible) return call.result;
+    PlanResult& r = call.result;
+    const ClassesModel cm = classes_model(classes, call.options);
+    std::string note;
+    if (cm.cols.empty()) {  // nothing to decide
+        set_class_plans(classes, smallest_plans(classes), r);
+        r.status = PlanResult::optimal;
+    } else if (const auto solved = solve_classes(classes, cm, call, note)) {
+        set_class_plans(classes, solved->plans, r);
+        r.status = solved->outcome == lp::Model::Outcome::optimal ? PlanResult::optimal : PlanResult::suboptimal;
+        if (solved->outcome == lp::Model::Outcome::suboptimal)
+            note = call.deadline.fired ? "time limit reached; best plan found so far"
+                                       : "lp_solve did not prove optimality";
+    } else {  // a plan fits (start_plan_call checked): fall back to the smallest one
+        set_class_plans(classes, smallest_plans(classes), r);
         r.status = PlanResult::suboptimal;
         note += "; using the smallest plan";
     }
