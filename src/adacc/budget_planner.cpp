@@ -197,6 +197,98 @@ LayerClasses layer_classes(const GPTConfig& config, int B, int T, const Profile&
     return out;
 }
 
+namespace {
+
+// plan_adacc's search: solves candidate layer classes and keeps in `out` the best answer that fits
+// as allocated. Memory outside the per-layer block slots (the static arenas, the tape's slots
+// outside the blocks: embedding mask, final layernorm; the workspace) comes from the model's own
+// accounting: a keep-all plan's tape minus its block slots.
+class PlanSearch {
+public:
+    PlanSearch(const GPTConfig& config, const BlockGraph& block, int B, int T, std::uint64_t budget_bytes,
+               const PlannerOptions& options, AdaccPlan& out)
+        : config_(config), block_(block), B_(B), T_(T), budget_(budget_bytes), planner_(options), out_(out) {
+        const ModelMemory keep_all = memory_of(out.plan);
+        std::size_t block_bytes = 0;  // the same in every class: only compress options differ
+        for (const auto& t : out.classes.problems.front().tensors) block_bytes += t.bytes;
+        tape_outside_blocks_ = keep_all.tape - block_bytes * config.n_layer;
+        static_bytes_ = keep_all.static_bytes() + keep_all.backend;  // a GPU backend's fixed memory too
+    }
+
+    // Solves `layer_classes`: first assuming every plannable tensor needs a workspace buffer and the
+    // codecs their scratch (widest_plan), then with the workspace the last answer really needs.
+    // `out` takes an answer that fits as allocated and beats the one it holds; when none fits,
+    // infeasible() says why.
+    void solve(const LayerClasses& layer_classes) {
+        std::vector<LayerClass> classes;
+        for (const BlockProblem& problem : layer_classes.problems) classes.push_back({problem, 0});
+        for (int c : layer_classes.layer_class) ++classes[c].layer_count;
+        std::size_t workspace = memory_of(widest_plan(layer_classes)).workspace();
+        double last_ms = 0;
+        for (int round = 0; round < 4; ++round) {
+            PlanResult result = planner_.solve(classes, static_bytes_, workspace + tape_outside_blocks_, budget_);
+            if (result.status == PlanResult::infeasible) {
+                if (!have_plan_ && round == 0) infeasible_ = result.message;
+                break;
+            }
+            result.per_layer = in_model_order(layer_classes, result.per_layer);
+            const ActivationPlan plan = to_activation_plan(block_, out_.kinds, layer_classes, result.per_layer);
+            const ModelMemory memory = memory_of(plan);
+            if (memory.total() > budget_) break;  // the answer would not fit as allocated: keep the last one
+            if (round > 0 && result.objective_ms >= last_ms) break;
+            last_ms = result.objective_ms;
+            if (!have_plan_ || result.objective_ms < out_.result.objective_ms) {
+                out_.plan = plan;
+                out_.result = result;
+                out_.memory = memory;
+                out_.classes = layer_classes;
+                have_plan_ = true;
+            }
+            if (memory.workspace() >= workspace) break;  // consistent: nothing more to gain
+            workspace = memory.workspace();
+        }
+        if (!have_plan_ && infeasible_.empty())
+            infeasible_ = "no plan fits memory.budget " + format_bytes(budget_) + " once the workspace is counted";
+    }
+    bool have_plan() const { return have_plan_; }
+    const std::string& infeasible() const { return infeasible_; }
+
+private:
+    ModelMemory memory_of(const ActivationPlan& plan) const {
+        return GPTModel::plan_memory(config_, B_, T_, plan, out_.codec_params, ModelUse::training, out_.target);
+    }
+    // The plan needing the most workspace and scratch: every tensor with compress options compressed
+    // (with the outlier codec where it is an option: only it has scratch), every other recomputed.
+    ActivationPlan widest_plan(const LayerClasses& layer_classes) const {
+        ActivationPlan widest(block_, config_.n_layer);
+        for (int l = 0; l < config_.n_layer; ++l)
+            for (std::size_t i = 0; i < out_.kinds.size(); ++i) {
+                const auto& compress = layer_classes.problems[layer_classes.layer_class[l]].tensors[i].compress_options;
+                if (compress.empty()) {
+                    widest.set(l, out_.kinds[i], {Policy::recompute});
+                    continue;
+                }
+                Codec codec = compress.front().codec;
+                for (const CompressOption& o : compress)
+                    if (o.codec == Codec::outlier_int4) codec = o.codec;
+                widest.set(l, out_.kinds[i], {Policy::compress, codec});
+            }
+        return widest;
+    }
+
+    const GPTConfig& config_;
+    const BlockGraph& block_;  // at B x T in the target's activation dtype
+    const int B_, T_;
+    const std::uint64_t budget_;
+    const MilpPlanner planner_;
+    AdaccPlan& out_;
+    std::size_t tape_outside_blocks_ = 0, static_bytes_ = 0;
+    std::string infeasible_;
+    bool have_plan_ = false;
+};
+
+}  // namespace
+
 AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profile, std::uint64_t budget_bytes,
                      bool allow_compress, const PlannerOptions& options, const CodecChoice& codecs,
                      const ComputeTarget& target) {
@@ -205,71 +297,7 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
     AdaccPlan out{ActivationPlan(block, config.n_layer), codec_params_for(profile, config), {}, {}, {}, {}, target};
     build_block_problem(config, B, T, profile, allow_compress, codecs, &out.kinds, activation);
     out.classes = layer_classes(config, B, T, profile, allow_compress, codecs, activation);
-    auto memory_of = [&](const ActivationPlan& plan) {
-        return GPTModel::plan_memory(config, B, T, plan, out.codec_params, ModelUse::training, target);
-    };
-    const MilpPlanner planner(options);
-
-    // Memory outside the per-layer block slots: the static arenas, the tape's slots outside the
-    // blocks (embedding mask, final layernorm) and the workspace. Measured from the model's own
-    // accounting: a keep-all plan's tape minus its block slots.
-    const ModelMemory keep_all = memory_of(out.plan);
-    std::size_t block_bytes = 0;  // the same in every class: only compress options differ
-    for (const auto& t : out.classes.problems.front().tensors) block_bytes += t.bytes;
-    const std::size_t tape_outside_blocks = keep_all.tape - block_bytes * config.n_layer;
-    const std::size_t static_bytes = keep_all.static_bytes() + keep_all.backend;  // a GPU backend's fixed memory too
-
-    // Solves `layer_classes`: first assuming every plannable tensor needs a workspace buffer and
-    // the codecs their scratch (the most any plan of it needs), then with the workspace the last
-    // answer really needs. (Only the outlier codec has scratch, so the widest compresses with it
-    // where it is an option.) `out` takes an answer that fits as allocated and beats the one it
-    // holds; when none fits, `infeasible` says why.
-    std::string infeasible;
-    bool have_plan = false;
-    auto solve = [&](const LayerClasses& layer_classes) {
-        std::vector<LayerClass> classes;
-        for (const BlockProblem& problem : layer_classes.problems) classes.push_back({problem, 0});
-        for (int c : layer_classes.layer_class) ++classes[c].layer_count;
-        ActivationPlan widest(block, config.n_layer);
-        for (int l = 0; l < config.n_layer; ++l)
-            for (std::size_t i = 0; i < out.kinds.size(); ++i) {
-                const auto& compress = classes[layer_classes.layer_class[l]].problem.tensors[i].compress_options;
-                if (compress.empty()) {
-                    widest.set(l, out.kinds[i], {Policy::recompute});
-                    continue;
-                }
-                Codec codec = compress.front().codec;
-                for (const CompressOption& o : compress)
-                    if (o.codec == Codec::outlier_int4) codec = o.codec;
-                widest.set(l, out.kinds[i], {Policy::compress, codec});
-            }
-        std::size_t workspace = memory_of(widest).workspace();
-        double last_ms = 0;
-        for (int round = 0; round < 4; ++round) {
-            PlanResult result = planner.solve(classes, static_bytes, workspace + tape_outside_blocks, budget_bytes);
-            if (result.status == PlanResult::infeasible) {
-                if (!have_plan && round == 0) infeasible = result.message;
-                break;
-            }
-            result.per_layer = in_model_order(layer_classes, result.per_layer);
-            const ActivationPlan plan = to_activation_plan(block, out.kinds, layer_classes, result.per_layer);
-            const ModelMemory memory = memory_of(plan);
-            if (memory.total() > budget_bytes) break;  // the answer would not fit as allocated: keep the last one
-            if (round > 0 && result.objective_ms >= last_ms) break;
-            last_ms = result.objective_ms;
-            if (!have_plan || result.objective_ms < out.result.objective_ms) {
-                out.plan = plan;
-                out.result = result;
-                out.memory = memory;
-                out.classes = layer_classes;
-                have_plan = true;
-            }
-            if (memory.workspace() >= workspace) break;  // consistent: nothing more to gain
-            workspace = memory.workspace();
-        }
-        if (!have_plan && infeasible.empty())
-            infeasible = "no plan fits memory.budget " + format_bytes(budget_bytes) + " once the workspace is counted";
-    };
+    PlanSearch search(config, block, B, T, budget_bytes, options, out);
     // Candidates: the layer classes, and one plan replicated over every layer (every layer at the
     // worst profiled layer's errors). The workspace is outside the MILP — every tensor kind
     // materialised in any layer takes a buffer — so mixing plans can cost workspace a replicated
@@ -279,11 +307,11 @@ AdaccPlan plan_adacc(const GPTConfig& config, int B, int T, const Profile& profi
     if (out.classes.problems.size() > 1)
         candidates.push_back({{build_block_problem(config, B, T, profile, allow_compress, codecs, nullptr, activation)},
                               std::vector<int>(config.n_layer, 0)});
-    for (const LayerClasses& c : candidates) solve(c);
-    if (!have_plan)
-        for (const LayerClasses& c : candidates) solve(without_codec(c, Codec::outlier_int4));
-    if (!have_plan)
-        throw SettingError("memory.budget", infeasible + "; raise memory.budget or lower training.batch_size");
+    for (const LayerClasses& c : candidates) search.solve(c);
+    if (!search.have_plan())
+        for (const LayerClasses& c : candidates) search.solve(without_codec(c, Codec::outlier_int4));
+    if (!search.have_plan())
+        throw SettingError("memory.budget", search.infeasible() + "; raise memory.budget or lower training.batch_size");
     return out;
 }
 
