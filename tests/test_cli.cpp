@@ -137,6 +137,22 @@ TEST_F(Cli, ASettingErrorGetsTheCommandsWayToSetIt) {
         {"cannot read profile", "--set memory.profile=VALUE"});
 }
 
+// `adacc plan` says it profiles on random tokens when data.train cannot be read, and says nothing
+// of tokens when a saved profile means nothing is profiled.
+TEST_F(Cli, PlanSaysItProfilesOnRandomTokensOnlyWhenItProfiles) {
+    const std::string unreadable = config("", (dir / "nothing_*.bin").string());
+    const std::string profile = (dir / "profile.json").string();
+    const Result profiled =
+        run_adacc("plan --config " + unreadable + " --memory-budget 64MiB --save-profile " + profile);
+    ASSERT_EQ(profiled.status, 0) << profiled.output;
+    EXPECT_NE(profiled.output.find("profiling on random tokens (no token shard files match"), std::string::npos)
+        << profiled.output;
+    const Result reused = run_adacc("plan --config " + unreadable + " --memory-budget 64MiB --profile " + profile);
+    ASSERT_EQ(reused.status, 0) << reused.output;
+    EXPECT_EQ(reused.output.find("profiling"), std::string::npos) << reused.output;
+    EXPECT_NE(reused.output.find("status optimal"), std::string::npos) << reused.output;
+}
+
 TEST_F(Cli, ShardWithWrongMagic) {
     std::ofstream(dir / "junk.bin") << std::string(2000, 'x');
     expect_user_error("train --config " + config("", (dir / "junk.bin").string()), {"junk.bin", "magic"});

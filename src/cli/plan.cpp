@@ -38,8 +38,10 @@ void run_plan(PlanArgs& args) {
     RegulatorOptions options =
         regulator_options(config, args.no_compress ? MemoryMode::recompute_opt : MemoryMode::adacc);
     options.save_profile = args.save_profile;
+    // With a saved profile nothing is profiled: the tokens are never read, so their source goes unsaid.
+    const std::vector<int> tokens = config.memory.profile.empty() ? profiling_tokens(config) : random_tokens(config);
     const AdaccRegulator regulator(planned_run(config, compute_target(config, args.world_size)), budget, options,
-                                   profiling_tokens(config), nullptr);
+                                   tokens, nullptr);
     std::printf("%s", format_plan(regulator.plan(), regulator.profile(), options.codecs, config.model,
                                   config.training.batch_size, config.training.seq_len, budget, args.format)
                           .c_str());

@@ -44,6 +44,10 @@ std::vector<int> profiling_tokens(const RunConfig& config) {
             std::fprintf(stderr, "profiling on random tokens (%s)\n", e.what());
         }
     }
+    return random_tokens(config);
+}
+
+std::vector<int> random_tokens(const RunConfig& config) {
     std::vector<int> tokens(static_cast<std::size_t>(config.training.batch_size) * config.training.seq_len);
     std::mt19937 gen(static_cast<std::uint32_t>(config.training.seed));
     for (auto& t : tokens) t = static_cast<int>(gen() % config.model.vocab_size);

@@ -20,8 +20,9 @@ DataLoader open_token_loader(const RunConfig& config, TokenSplit split, bool shu
 std::vector<int> first_training_batch(const RunConfig& config);
 
 // The batch `adacc plan` and `adacc memory` profile with: first_training_batch when data.train
-// is readable, else training.batch_size x seq_len tokens drawn from training.seed (saying so on
-// stderr, with the reason), so a plan needs no data.
+// is readable, else random_tokens (saying so on stderr, with the reason), so a plan needs no data.
 std::vector<int> profiling_tokens(const RunConfig& config);
+// training.batch_size x seq_len tokens drawn from training.seed.
+std::vector<int> random_tokens(const RunConfig& config);
 
 }  // namespace adacc
