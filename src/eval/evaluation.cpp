@@ -63,7 +63,11 @@ std::pair<char32_t, std::size_t> last_code_point(std::string_view text, std::siz
     if (start == end) return {0, 0};
     const auto lead = static_cast<unsigned char>(text[start]);
     const std::size_t length = end - start;
-    const std::size_t expected = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 0;
+    const std::size_t expected = lead < 0x80           ? 1
+                                 : (lead >> 5) == 0x6  ? 2
+                                 : (lead >> 4) == 0xE  ? 3
+                                 : (lead >> 3) == 0x1E ? 4
+                                                       : 0;
     if (expected != length) return {0, 0};
     char32_t c = length == 1 ? lead : length == 2 ? (lead & 0x1F) : length == 3 ? (lead & 0x0F) : (lead & 0x07);
     for (std::size_t i = start + 1; i < end; ++i) c = (c << 6) | (static_cast<unsigned char>(text[i]) & 0x3F);
@@ -99,7 +103,8 @@ LoglikelihoodRequest encode_request(const TextEncoder& encoder, std::string_view
         const std::vector<int> whole = encoder.encode(std::string(context) + cont);
         request.context = encoder.encode(context);
         if (whole.size() > request.context.size())
-            request.continuation.assign(whole.begin() + static_cast<std::ptrdiff_t>(request.context.size()), whole.end());
+            request.continuation.assign(whole.begin() + static_cast<std::ptrdiff_t>(request.context.size()),
+                                        whole.end());
         // A whitespace-only context encodes to nothing (the harness would fail an assertion):
         // score it like an empty context.
         if (request.context.empty()) request.context = {encoder.prefix_token};
@@ -114,7 +119,8 @@ ScoringWindow scoring_window(const LoglikelihoodRequest& request, int window) {
     const std::size_t cont = request.continuation.size(), all = request.context.size() + cont;
     if (cont > static_cast<std::size_t>(window))
         throw UserError("a continuation of " + std::to_string(cont) + " tokens does not fit the model's window of " +
-                        std::to_string(window) + " tokens (model.max_seq_len); lm-evaluation-harness refuses such "
+                        std::to_string(window) +
+                        " tokens (model.max_seq_len); lm-evaluation-harness refuses such "
                         "requests too: evaluate a model with a longer max_seq_len");
     const std::size_t kept = std::min(all, static_cast<std::size_t>(window) + 1);
     return {all - kept, static_cast<int>(kept - 1)};
@@ -159,17 +165,20 @@ TokenScore score_token(const float* logits, int vocab_size, int target) {
     return {static_cast<double>(logits[target]) - static_cast<double>(best) - std::log(sum), argmax};
 }
 
-std::vector<LoglikelihoodResult> score_requests(GPTModel& model, std::span<const LoglikelihoodRequest> requests,
-                                                int batch, const ScoreCallback& callback) {
+namespace {
+
+// score_requests' preconditions: an inference model allocated for the batch and the requests'
+// windows, non-empty parts, and token ids inside the vocabulary (a UserError: the model and the
+// tokenizer do not match).
+void check_requests(const GPTModel& model, std::span<const LoglikelihoodRequest> requests, int batch) {
     const GPTConfig& config = model.config();
-    const int window = config.max_seq_len, V = config.vocab_size, Vp = config.padded_vocab_size();
+    const int V = config.vocab_size;
     if (model.memory().gradients != 0 || model.memory().tape != 0)
         throw std::logic_error("score_requests needs an inference model (GPTModel::for_inference)");
-    if (batch <= 0) batch = model.max_batch();
     if (batch > model.max_batch())
         throw std::logic_error("score_requests: batch " + std::to_string(batch) + " exceeds the model's allocated " +
                                std::to_string(model.max_batch()));
-    const int needed = required_seq_len(requests, window);
+    const int needed = required_seq_len(requests, config.max_seq_len);
     if (needed > model.max_seq_len())
         throw std::logic_error("score_requests: the model is allocated for T = " + std::to_string(model.max_seq_len()) +
                                " but the requests need " + std::to_string(needed));
@@ -182,13 +191,57 @@ std::vector<LoglikelihoodResult> score_requests(GPTModel& model, std::span<const
                     throw UserError("token id " + std::to_string(id) + " is outside the model's vocabulary of " +
                                     std::to_string(V) + ": the model and the tokenizer do not match");
     }
+}
+
+// The chunk's input windows as a B x T batch (T its longest window), right-padded with token 0.
+void fill_batch(std::span<const LoglikelihoodRequest> requests, std::span<const std::size_t> chunk,
+                const std::vector<ScoringWindow>& windows, int T, std::vector<int>& tokens) {
+    const int B = static_cast<int>(chunk.size());
+    std::fill(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(B) * T, 0);
+    for (int b = 0; b < B; ++b) {
+        const auto& request = requests[chunk[b]];
+        const ScoringWindow& w = windows[chunk[b]];
+        for (int t = 0; t < w.input_length; ++t) {
+            const std::size_t i = w.begin + static_cast<std::size_t>(t);
+            tokens[static_cast<std::size_t>(b) * T + t] =
+                i < request.context.size() ? request.context[i] : request.continuation[i - request.context.size()];
+        }
+    }
+}
+
+// The result of a request whose continuation's logit rows (n of Vp each) start at `rows`.
+LoglikelihoodResult score_continuation(const LoglikelihoodRequest& request, const float* rows, int V, int Vp) {
+    const int n = static_cast<int>(request.continuation.size());
+    LoglikelihoodResult result;
+    result.greedy_tokens.resize(static_cast<std::size_t>(n));
+    result.is_greedy = true;
+    double ll = 0.0;
+    for (int j = 0; j < n; ++j) {
+        const int target = request.continuation[static_cast<std::size_t>(j)];
+        const TokenScore s = score_token(rows + static_cast<std::size_t>(j) * Vp, V, target);
+        ll += s.logprob;
+        result.greedy_tokens[static_cast<std::size_t>(j)] = s.argmax;
+        result.is_greedy = result.is_greedy && s.argmax == target;
+    }
+    result.loglikelihood = ll;
+    return result;
+}
+
+}  // namespace
+
+std::vector<LoglikelihoodResult> score_requests(GPTModel& model, std::span<const LoglikelihoodRequest> requests,
+                                                int batch, const ScoreCallback& callback) {
+    const GPTConfig& config = model.config();
+    const int window = config.max_seq_len, V = config.vocab_size, Vp = config.padded_vocab_size();
+    if (batch <= 0) batch = model.max_batch();
+    check_requests(model, requests, batch);
 
     std::vector<LoglikelihoodResult> results(requests.size());
     const std::vector<std::size_t> order = scoring_order(requests);
     std::vector<ScoringWindow> windows(requests.size());
     for (std::size_t i = 0; i < requests.size(); ++i) windows[i] = scoring_window(requests[i], window);
     std::vector<int> tokens(static_cast<std::size_t>(batch) * model.max_seq_len());
-    std::vector<float> host_logits;                           // the continuations' logit rows
+    std::vector<float> host_logits;  // the continuations' logit rows
     std::vector<std::size_t> row_start(static_cast<std::size_t>(batch));
 
     for (std::size_t first = 0; first < order.size(); first += static_cast<std::size_t>(batch)) {
@@ -197,16 +250,7 @@ std::vector<LoglikelihoodResult> score_requests(GPTModel& model, std::span<const
         int T = 1;
         for (const std::size_t r : chunk) T = std::max(T, windows[r].input_length);
         const int B = static_cast<int>(count);
-        std::fill(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(B) * T, 0);  // right padding
-        for (int b = 0; b < B; ++b) {
-            const auto& request = requests[chunk[b]];
-            const ScoringWindow& w = windows[chunk[b]];
-            for (int t = 0; t < w.input_length; ++t) {
-                const std::size_t i = w.begin + static_cast<std::size_t>(t);
-                tokens[static_cast<std::size_t>(b) * T + t] =
-                    i < request.context.size() ? request.context[i] : request.continuation[i - request.context.size()];
-            }
-        }
+        fill_batch(requests, chunk, windows, T, tokens);
         model.forward(tokens.data(), nullptr, B, T, DropoutContext{0, 0, 0, false}, 0.0f);
         // Only the continuation's rows come to the host: request b's n rows at row_start[b] * Vp.
         std::size_t rows = 0;
@@ -221,23 +265,9 @@ std::vector<LoglikelihoodResult> score_requests(GPTModel& model, std::span<const
             rows += n;
         }
 #pragma omp parallel for schedule(dynamic)
-        for (int b = 0; b < B; ++b) {
-            const auto& request = requests[chunk[b]];
-            const int n = static_cast<int>(request.continuation.size());
-            LoglikelihoodResult& result = results[chunk[b]];
-            result.greedy_tokens.resize(static_cast<std::size_t>(n));
-            result.is_greedy = true;
-            double ll = 0.0;
-            for (int j = 0; j < n; ++j) {
-                const float* row = host_logits.data() + (row_start[static_cast<std::size_t>(b)] + j) * static_cast<std::size_t>(Vp);
-                const int target = request.continuation[static_cast<std::size_t>(j)];
-                const TokenScore s = score_token(row, V, target);
-                ll += s.logprob;
-                result.greedy_tokens[static_cast<std::size_t>(j)] = s.argmax;
-                result.is_greedy = result.is_greedy && s.argmax == target;
-            }
-            result.loglikelihood = ll;
-        }
+        for (int b = 0; b < B; ++b)
+            results[chunk[b]] = score_continuation(
+                requests[chunk[b]], host_logits.data() + row_start[static_cast<std::size_t>(b)] * Vp, V, Vp);
         if (callback) callback(chunk, results);
     }
     return results;
