@@ -29,6 +29,24 @@ FrontierPoint smallest_point(const BlockProblem& problem) {
     return p;
 }
 
+// The points no other point beats in both bytes and time (equal times up to rounding count as
+// equal: fewer bytes wins), from the most bytes (and least time) to the fewest.
+std::vector<FrontierPoint> non_dominated(std::vector<FrontierPoint> points) {
+    std::sort(points.begin(), points.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
+        return a.bytes != b.bytes ? a.bytes < b.bytes : a.extra_ms < b.extra_ms;
+    });
+    std::vector<FrontierPoint> kept;
+    for (auto& p : points) {
+        if (!kept.empty()) {
+            const double best = kept.back().extra_ms;
+            if (p.extra_ms >= best - 1e-12 * std::max(1.0, std::fabs(best))) continue;
+        }
+        kept.push_back(std::move(p));
+    }
+    std::reverse(kept.begin(), kept.end());
+    return kept;
+}
+
 }  // namespace
 
 std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size_t max_bytes, const PlannerOptions& o,
@@ -81,20 +99,7 @@ std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size
         cap = points.back().bytes - 1;
     }
     if (!exact) points.push_back(smallest_point(problem));  // keep the answer usable: it is always there
-    // Non-dominated filter (equal times up to rounding count as equal: fewer bytes wins).
-    std::sort(points.begin(), points.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
-        return a.bytes != b.bytes ? a.bytes < b.bytes : a.extra_ms < b.extra_ms;
-    });
-    std::vector<FrontierPoint> kept;
-    for (auto& p : points) {
-        if (!kept.empty()) {
-            const double best = kept.back().extra_ms;
-            if (p.extra_ms >= best - 1e-12 * std::max(1.0, std::fabs(best))) continue;
-        }
-        kept.push_back(std::move(p));
-    }
-    std::reverse(kept.begin(), kept.end());
-    return kept;
+    return non_dominated(std::move(points));
 }
 
 std::vector<Part> independent_parts(const BlockProblem& problem, bool split) {
