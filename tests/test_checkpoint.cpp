@@ -28,17 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-template <typename Action>
-std::string error_of(Action&& action) {
-    try {
-        action();
-    } catch (const UserError& error) {
-        return error.what();
-    }
-    ADD_FAILURE() << "expected a UserError";
-    return "";
-}
-
 template <typename T>
 std::vector<T> random_values(std::size_t count, std::uint32_t seed) {
     std::mt19937_64 rng(seed);
@@ -163,14 +152,14 @@ TEST(Checkpoint, TruncatedFileIsAClearError) {
     write_small_checkpoint(file, 1);
     const auto full = fs::file_size(file);
     fs::resize_file(file, full - 100);
-    auto message = error_of([&] { CheckpointReader reader(file); });
+    auto message = test::user_error_of([&] { CheckpointReader reader(file); });
     EXPECT_NE(message.find("is truncated (" + std::to_string(full - 100) + " of " + std::to_string(full) + " bytes)"),
               std::string::npos)
         << message;
     EXPECT_NE(message.find("not completely written"), std::string::npos) << message;
 
     fs::resize_file(file, 20);
-    message = error_of([&] { CheckpointReader reader(file); });
+    message = test::user_error_of([&] { CheckpointReader reader(file); });
     EXPECT_NE(message.find("is truncated (20 of 64 bytes)"), std::string::npos) << message;
 }
 
@@ -184,17 +173,17 @@ TEST(Checkpoint, CorruptionIsDetected) {
     flip_byte(file, data_offset + 17);
     const CheckpointReader damaged(file);  // opening checks the index only
     std::vector<float> w(100);
-    auto message = error_of([&] { damaged.read_into("w", w.data(), w.size() * sizeof(float)); });
+    auto message = test::user_error_of([&] { damaged.read_into("w", w.data(), w.size() * sizeof(float)); });
     EXPECT_NE(message.find("is corrupt (tensor w fails its checksum)"), std::string::npos) << message;
 
     write_small_checkpoint(file, 1);
     flip_byte(file, 64 + 3);  // inside the metadata
-    message = error_of([&] { CheckpointReader reader(file); });
+    message = test::user_error_of([&] { CheckpointReader reader(file); });
     EXPECT_NE(message.find("is corrupt (its metadata or tensor table fails its checksum)"), std::string::npos)
         << message;
 
     std::ofstream(dir / "text.bin") << "this is not a checkpoint at all, just some text that is long enough";
-    message = error_of([&] { CheckpointReader reader(dir / "text.bin"); });
+    message = test::user_error_of([&] { CheckpointReader reader(dir / "text.bin"); });
     EXPECT_NE(message.find("is not an adacc checkpoint"), std::string::npos) << message;
 }
 
@@ -206,28 +195,28 @@ TEST(Checkpoint, WrongShapeDtypeSizeAndNameSayWhichModelItBelongsTo) {
 
     std::vector<float> dst(4 * 384 * 128);
     const std::array<std::int64_t, 3> expected{4, 384, 128};
-    auto message = error_of([&] { reader.read_into("qkvw", DType::f32, expected, dst.data()); });
+    auto message = test::user_error_of([&] { reader.read_into("qkvw", DType::f32, expected, dst.data()); });
     EXPECT_EQ(message, "checkpoint '" + file.string() +
                            "' holds tensor qkvw of shape [2,192,64] but the model expects [4,384,128]: the checkpoint "
                            "was written for a different model shape; use the config it was trained with");
 
     const std::array<std::int64_t, 3> same{2, 192, 64};
-    message = error_of([&] { reader.read_into("qkvw", DType::bf16, same, dst.data()); });
+    message = test::user_error_of([&] { reader.read_into("qkvw", DType::bf16, same, dst.data()); });
     EXPECT_NE(message.find("holds tensor qkvw as f32 but the model expects bf16"), std::string::npos) << message;
 
-    message = error_of([&] { reader.read_into("qkvw", dst.data(), 12); });
+    message = test::user_error_of([&] { reader.read_into("qkvw", dst.data(), 12); });
     EXPECT_NE(message.find("holds tensor qkvw of 98304 bytes (f32 [2,192,64]) but the model expects 12 bytes"),
               std::string::npos)
         << message;
 
-    message = error_of([&] { reader.read_into("fcw", dst.data(), 12); });
+    message = test::user_error_of([&] { reader.read_into("fcw", dst.data(), 12); });
     EXPECT_NE(message.find("holds no tensor 'fcw' (it holds: qkvw)"), std::string::npos) << message;
 }
 
 TEST(Checkpoint, MissingConfigInMetadataIsExplained) {
     const auto file = test::scratch_dir("ckpt") / "noconfig.bin";
     write_small_checkpoint(file, 3);
-    const auto message = error_of([&] { checkpoint_config(CheckpointReader(file)); });
+    const auto message = test::user_error_of([&] { checkpoint_config(CheckpointReader(file)); });
     EXPECT_NE(message.find("holds no config"), std::string::npos) << message;
 }
 
@@ -312,9 +301,9 @@ TEST(RunDir, OpenCheckpointAcceptsAFileARunFolderOrItsCheckpointsFolder) {
     EXPECT_EQ(open_checkpoint(checkpoint_path(run, 5))->path(), checkpoint_path(run, 5));
     EXPECT_EQ(open_checkpoint(run)->path(), checkpoint_path(run, 8));
     EXPECT_EQ(open_checkpoint(checkpoint_dir(run))->path(), checkpoint_path(run, 8));
-    EXPECT_NE(error_of([&] { open_checkpoint(run / "missing"); }).find("does not exist"), std::string::npos);
+    EXPECT_NE(test::user_error_of([&] { open_checkpoint(run / "missing"); }).find("does not exist"), std::string::npos);
     const auto empty = test::scratch_dir("run");
-    EXPECT_NE(error_of([&] { open_checkpoint(empty); }).find("no complete checkpoint"), std::string::npos);
+    EXPECT_NE(test::user_error_of([&] { open_checkpoint(empty); }).find("no complete checkpoint"), std::string::npos);
 }
 
 TEST(RunDir, AnAbandonedWriteLeavesThePreviousFileIntact) {
@@ -425,7 +414,7 @@ TEST(LlmcModel, HeaderProblemsNameTheFileAndTheFix) {
     const std::vector<float> params(count, 0.25f);
     std::vector<float> dst(count);
     auto load = [&](const fs::path& file, const GPTConfig& expected) {
-        return error_of([&] { load_llmc_model(file, expected, dst.data()); });
+        return test::user_error_of([&] { load_llmc_model(file, expected, dst.data()); });
     };
 
     auto header = llmc_header(config, 3);
@@ -466,16 +455,16 @@ TEST(LlmcModel, HeaderProblemsNameTheFileAndTheFix) {
     header = llmc_header(config, 3);
     header[7] = 100;
     write_raw(dir / "pad.bin", header, params);
-    message = error_of([&] { read_llmc_header(dir / "pad.bin"); });
+    message = test::user_error_of([&] { read_llmc_header(dir / "pad.bin"); });
     EXPECT_NE(message.find("pads its vocabulary of 97 to 100 rows, but adacc pads to a multiple of 128 (128)"),
               std::string::npos)
         << message;
 
     std::ofstream(dir / "tiny.bin") << "abc";
-    message = error_of([&] { read_llmc_header(dir / "tiny.bin"); });
+    message = test::user_error_of([&] { read_llmc_header(dir / "tiny.bin"); });
     EXPECT_NE(message.find("fewer than the 1024-byte header"), std::string::npos) << message;
 
-    message = error_of([&] { read_llmc_header(dir / "absent.bin"); });
+    message = test::user_error_of([&] { read_llmc_header(dir / "absent.bin"); });
     EXPECT_NE(message.find("cannot open '" + (dir / "absent.bin").string() + "'"), std::string::npos) << message;
 }
 
@@ -483,7 +472,7 @@ TEST(LlmcModel, ACheckpointPassedAsAModelIsRecognised) {
     const auto file = test::scratch_dir("llmc") / "ckpt.bin";
     std::vector<float> w(300, 1.0f);
     write_checkpoint(file, small_meta(1), {{"w", DType::f32, {300}, w.data()}});
-    const auto message = error_of([&] { read_llmc_header(file); });
+    const auto message = test::user_error_of([&] { read_llmc_header(file); });
     EXPECT_NE(message.find("it is an adacc checkpoint"), std::string::npos) << message;
 }
 

@@ -36,24 +36,12 @@ fs::path write_file(const std::string& name, const std::string& text) {
     return path;
 }
 
-// The UserError message of `action`, or a test failure when it does not throw one.
-template <typename Action>
-std::string error_of(Action&& action) {
-    try {
-        action();
-    } catch (const UserError& error) {
-        return error.what();
-    }
-    ADD_FAILURE() << "expected a UserError";
-    return "";
-}
-
 std::string toml_error(const std::string& text) {
-    return error_of([&] { config_from_toml_string(text, "test.toml"); });
+    return test::user_error_of([&] { config_from_toml_string(text, "test.toml"); });
 }
 
 std::string override_error(const std::string& assignment) {
-    return error_of([&] {
+    return test::user_error_of([&] {
         RunConfig config = config_from_toml_string(kBaseToml, "base.toml");
         apply_override(config, assignment);
         validate_config(config, "base.toml");
@@ -134,12 +122,12 @@ TEST(Config, MalformedTomlNamesFileLineColumnAndTheProblem) {
 
 TEST(Config, MalformedFileOnDiskNamesThePath) {
     const auto path = write_file("broken.toml", "[training\nbatch_size = 4\n");
-    const auto message = error_of([&] { load_config(path); });
+    const auto message = test::user_error_of([&] { load_config(path); });
     EXPECT_NE(message.find(path.string() + ":1:"), std::string::npos) << message;
 }
 
 TEST(Config, MissingFileSaysSo) {
-    const auto message = error_of([] { load_config("/nonexistent/run.toml"); });
+    const auto message = test::user_error_of([] { load_config("/nonexistent/run.toml"); });
     EXPECT_NE(message.find("cannot read config file '/nonexistent/run.toml'"), std::string::npos) << message;
 }
 
@@ -459,7 +447,7 @@ TEST(MemoryModes, NamesComeFromOneTable) {
     EXPECT_EQ(fixed_memory_modes(),
               (std::vector<MemoryMode>{MemoryMode::none, MemoryMode::full, MemoryMode::selective, MemoryMode::quant}));
     EXPECT_EQ(join_memory_mode_names(fixed_memory_modes()), "none, full, selective, quant");
-    const auto message = error_of([] { parse_memory_mode("fast"); });
+    const auto message = test::user_error_of([] { parse_memory_mode("fast"); });
     EXPECT_NE(
         message.find("memory.mode 'fast' is unknown; use one of none, full, selective, quant, adacc, recompute-opt"),
         std::string::npos)
@@ -490,16 +478,16 @@ TEST(Size, ParsesBytesAndUnits) {
     EXPECT_EQ(parse_size("1048576TiB"), parse_size("1EiB"));
     EXPECT_EQ(parse_size(format_bytes(parse_size("1048576TiB"))), parse_size("1EiB"));
     EXPECT_EQ(parse_size("1EB"), 1000000000000000000ull);
-    EXPECT_NE(error_of([] { parse_size("16EiB"); }).find("too large"), std::string::npos);
+    EXPECT_NE(test::user_error_of([] { parse_size("16EiB"); }).find("too large"), std::string::npos);
 }
 
 TEST(Size, RejectsMalformedSizesWithAHint) {
     for (const char* bad : {"", "abc", "-1G", "1.2.3G", "12 parsecs", "GiB", "1e3", "99999999999T"}) {
-        const auto message = error_of([&] { parse_size(bad); });
+        const auto message = test::user_error_of([&] { parse_size(bad); });
         EXPECT_NE(message.find("bad size '" + std::string(bad) + "'"), std::string::npos) << message;
     }
-    EXPECT_NE(error_of([] { parse_size("12 parsecs"); }).find("such as \"24GiB\""), std::string::npos);
-    EXPECT_NE(error_of([] { parse_size("99999999999T"); }).find("too large"), std::string::npos);
+    EXPECT_NE(test::user_error_of([] { parse_size("12 parsecs"); }).find("such as \"24GiB\""), std::string::npos);
+    EXPECT_NE(test::user_error_of([] { parse_size("99999999999T"); }).find("too large"), std::string::npos);
 }
 
 TEST(Size, AlignsUp) {

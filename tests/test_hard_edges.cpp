@@ -44,15 +44,6 @@ std::vector<fs::path> temporaries_in(const fs::path& dir) {
     return found;
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const UserError& e) {
-        return e.what();
-    }
-    return "";
-}
-
 void write_atomically(const fs::path& file, const std::string& text,
                       ExistingTarget existing = ExistingTarget::replace_regular_file) {
     AtomicFileWriter out(file, existing);
@@ -91,15 +82,15 @@ TEST(AtomicWrite, OnlyARegularFileIsReplaced) {
     const auto dir = test::scratch_dir("atomic");
     write_file(dir / "model.bin", "precious");
     fs::create_symlink(dir / "model.bin", dir / "link.bin");
-    EXPECT_TRUE(contains(error_of([&] { write_atomically(dir / "link.bin", "x"); }), "is a symbolic link"));
+    EXPECT_TRUE(contains(test::user_error_of([&] { write_atomically(dir / "link.bin", "x"); }), "is a symbolic link"));
     EXPECT_TRUE(fs::is_symlink(dir / "link.bin"));
     EXPECT_EQ(test::read_bytes(dir / "model.bin"), "precious");
 
     ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
-    EXPECT_TRUE(contains(error_of([&] { write_atomically(dir / "fifo", "x"); }), "is a fifo"));
+    EXPECT_TRUE(contains(test::user_error_of([&] { write_atomically(dir / "fifo", "x"); }), "is a fifo"));
     EXPECT_TRUE(fs::is_fifo(dir / "fifo"));
     fs::create_directory(dir / "folder");
-    EXPECT_TRUE(contains(error_of([&] { write_atomically(dir / "folder", "x"); }), "is a folder"));
+    EXPECT_TRUE(contains(test::user_error_of([&] { write_atomically(dir / "folder", "x"); }), "is a folder"));
 
     // Asked to (`export --force`), a write goes through the link to the file it points to.
     write_atomically(dir / "link.bin", "replaced", ExistingTarget::write_through_symlink);
@@ -107,9 +98,9 @@ TEST(AtomicWrite, OnlyARegularFileIsReplaced) {
     EXPECT_EQ(test::read_bytes(dir / "model.bin"), "replaced");
     // ... and still replaces only a regular file there.
     fs::create_symlink("/dev/null", dir / "null.bin");
-    EXPECT_TRUE(
-        contains(error_of([&] { write_atomically(dir / "null.bin", "x", ExistingTarget::write_through_symlink); }),
-                 "is a character device"));
+    EXPECT_TRUE(contains(
+        test::user_error_of([&] { write_atomically(dir / "null.bin", "x", ExistingTarget::write_through_symlink); }),
+        "is a character device"));
     EXPECT_TRUE(temporaries_in(dir).empty());
 }
 
@@ -125,7 +116,8 @@ TEST(AtomicWrite, AShardIsNeverWrittenThroughALink) {
     write_file(dir / "elsewhere.bin", "precious");
     fs::create_symlink(dir / "elsewhere.bin", dir / "train_000001.bin");
     const std::vector<std::uint16_t> tokens(64, 7);
-    EXPECT_TRUE(contains(error_of([&] { write_token_shard(dir / "train_000001.bin", tokens); }), "symbolic link"));
+    EXPECT_TRUE(
+        contains(test::user_error_of([&] { write_token_shard(dir / "train_000001.bin", tokens); }), "symbolic link"));
     EXPECT_EQ(test::read_bytes(dir / "elsewhere.bin"), "precious");
 }
 
@@ -133,7 +125,7 @@ TEST(AtomicWrite, AProfileIsNeverWrittenThroughALink) {
     const auto dir = test::scratch_dir("atomic");
     write_file(dir / "elsewhere.json", "precious");
     fs::create_symlink(dir / "elsewhere.json", dir / "profile.json");
-    EXPECT_TRUE(contains(error_of([&] { Profile{}.save(dir / "profile.json"); }), "symbolic link"));
+    EXPECT_TRUE(contains(test::user_error_of([&] { Profile{}.save(dir / "profile.json"); }), "symbolic link"));
     EXPECT_EQ(test::read_bytes(dir / "elsewhere.json"), "precious");
 }
 

@@ -19,6 +19,7 @@
 
 #include "data/token_shard.h"
 #include "src/adacc/budget_planner.h"
+#include "src/common/errors.h"
 #include "src/io/checkpoint_folder.h"
 
 extern char** environ;
@@ -45,6 +46,16 @@ std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
     std::vector<int> t(n);
     for (auto& x : t) x = static_cast<int>(gen() % vocab);
     return t;
+}
+
+std::string user_error_of(const std::function<void()>& action) {
+    try {
+        action();
+    } catch (const UserError& error) {
+        return error.what();
+    }
+    ADD_FAILURE() << "expected a UserError";
+    return "";
 }
 
 std::filesystem::path shared_data_dir() {

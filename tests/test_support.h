@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ ModelMemory everything_compressed_memory(const GPTConfig& config, int B, int T, 
 // (0.01 ms): the planner then compresses whatever the budget needs, deterministically, whatever
 // this machine's timings were.
 void favour_compression(Profile& profile);
+
+// The UserError message of `action`, or a test failure (and "") when it throws none.
+std::string user_error_of(const std::function<void()>& action);
 
 // ../shared/data beside the checkout; empty path when it is not there (tests then GTEST_SKIP).
 std::filesystem::path shared_data_dir();
