@@ -153,6 +153,21 @@ TEST_F(Cli, PlanSaysItProfilesOnRandomTokensOnlyWhenItProfiles) {
     EXPECT_NE(reused.output.find("status optimal"), std::string::npos) << reused.output;
 }
 
+// `adacc config` resolves the default attention the same way with and without a config file (a
+// CUDA run's is cudnn where cuDNN loads, else materialized: whichever, the same in both).
+TEST_F(Cli, ConfigResolvesTheDefaultAttentionWithOrWithoutAFile) {
+    auto attention_line = [](const std::string& output) {
+        const std::size_t at = output.find("model.attention ");
+        return at == std::string::npos ? std::string("(none)") : output.substr(at, output.find('\n', at) - at);
+    };
+    const std::string cuda = " --set training.device=cuda --set model.dtype=bf16";
+    const Result from_file = run_adacc("config --config " + config() + cuda);
+    const Result from_sets = run_adacc("config" + cuda);
+    ASSERT_EQ(from_file.status, 0) << from_file.output;
+    ASSERT_EQ(from_sets.status, 0) << from_sets.output;
+    EXPECT_EQ(attention_line(from_sets.output), attention_line(from_file.output));
+}
+
 TEST_F(Cli, ShardWithWrongMagic) {
     std::ofstream(dir / "junk.bin") << std::string(2000, 'x');
     expect_user_error("train --config " + config("", (dir / "junk.bin").string()), {"junk.bin", "magic"});

@@ -19,13 +19,8 @@ void run_config(const ConfigArgs& args) {
         std::printf("%s", format_config_reference().c_str());
         return;
     }
-    RunConfig config;
-    if (!args.config.empty()) {
-        config = load_config(args.config, args.overrides);
-    } else {
-        for (const auto& o : args.overrides) apply_override(config, o);
-        validate_config(config, "--set", args.overrides);
-    }
+    const RunConfig config =
+        args.config.empty() ? config_from_overrides(args.overrides) : load_config(args.config, args.overrides);
     std::printf("%s", args.toml ? to_toml(config).c_str() : format_config_table(config).c_str());
 }
 }  // namespace

@@ -900,6 +900,14 @@ RunConfig config_from_toml_string(std::string_view text, std::string_view source
     return config;
 }
 
+RunConfig config_from_overrides(const std::vector<std::string>& overrides) {
+    RunConfig config;
+    for (const auto& assignment : overrides) apply_override(config, assignment);
+    resolve_default_attention(config);
+    validate_config(config, "--set", overrides);
+    return config;
+}
+
 RunConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
     std::error_code error;
     if (std::filesystem::is_directory(file, error))

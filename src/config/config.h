@@ -30,6 +30,10 @@ namespace adacc {
 // Throws UserError naming the file (and line) or the override at fault, and the fix.
 RunConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
 
+// The built-in defaults, then each override, resolved and validated as load_config does
+// (`adacc config --set ...` without a file).
+RunConfig config_from_overrides(const std::vector<std::string>& overrides);
+
 // The same from TOML text (tests; the config stored inside a checkpoint). `source_name` is what
 // error messages call the text. Validated.
 RunConfig config_from_toml_string(std::string_view text, std::string_view source_name);
@@ -46,7 +50,7 @@ void apply_override(RunConfig& config, std::string_view assignment);
 // the command line's to fix: a SettingError, which the command line turns into that flag's advice.
 // Picks model.attention when the config did not: on CUDA with bf16, cudnn when cuDNN loads
 // (src/cuda/cuda_device.h: cudnn_problem), else materialized with one line to stderr saying why; on
-// the CPU materialized. load_config and config_from_toml_string call it before validating.
+// the CPU materialized. load_config and both config_from_* call it before validating.
 void resolve_default_attention(RunConfig& config);
 void validate_config(const RunConfig& config, std::string_view source_name = {},
                      const std::vector<std::string>& overrides = {});
