@@ -8,17 +8,42 @@
 // shared libcudart (libcudart.so.12 or .13 from the library path) for its CUDA runtime calls, a
 // second runtime beside the static one this backend links (CUDA::cudart_static), which would also
 // have to be found on the GPU machine's library path. Here the frontend's CUDA calls go to the
-// backend's own runtime, and only libcudnn.so.9 is looked for. The list of functions below is
-// what the frontend's headers call (`nm -u` of attention_cudnn.cpp's object); a missing one is a
-// link error, not a run-time surprise.
+// backend's own runtime, and only libcudnn.so.9 is looked for. ADACC_CUDNN_FUNCTIONS is what the
+// frontend's headers call (`nm -u` of attention_cudnn.cpp's object): one missing from the list is
+// a link error, and a library missing one of them is cuDNN unavailable, said when it is opened.
 #include <cudnn.h>
 #include <dlfcn.h>
 
-#include <cstdio>
-#include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "src/cuda/cuda_device.h"
+
+// Each function the frontend calls, as cudnn_graph.h declares it: X(return type, name, parameters,
+// arguments). One list for the forwarding definitions and for the check that the library has them all.
+#define ADACC_CUDNN_FUNCTIONS(X)                                                                                      \
+    X(cudnnStatus_t, cudnnCreate, (cudnnHandle_t * handle), (handle))                                                 \
+    X(cudnnStatus_t, cudnnDestroy, (cudnnHandle_t handle), (handle))                                                  \
+    X(cudnnStatus_t, cudnnSetStream, (cudnnHandle_t handle, cudaStream_t stream), (handle, stream))                   \
+    X(cudnnStatus_t, cudnnGetStream, (cudnnHandle_t handle, cudaStream_t * stream), (handle, stream))                 \
+    X(size_t, cudnnGetVersion, (void), ())                                                                            \
+    X(const char*, cudnnGetErrorString, (cudnnStatus_t status), (status))                                             \
+    X(void, cudnnGetLastErrorString, (char* message, size_t max_size), (message, max_size))                           \
+    X(cudnnStatus_t, cudnnBackendCreateDescriptor,                                                                    \
+      (cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t * descriptor), (type, descriptor))                 \
+    X(cudnnStatus_t, cudnnBackendDestroyDescriptor, (cudnnBackendDescriptor_t descriptor), (descriptor))              \
+    X(cudnnStatus_t, cudnnBackendFinalize, (cudnnBackendDescriptor_t descriptor), (descriptor))                       \
+    X(cudnnStatus_t, cudnnBackendExecute,                                                                             \
+      (cudnnHandle_t handle, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t variant_pack),                   \
+      (handle, plan, variant_pack))                                                                                   \
+    X(cudnnStatus_t, cudnnBackendGetAttribute,                                                                        \
+      (cudnnBackendDescriptor_t const descriptor, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, \
+       int64_t requested, int64_t* count, void* elements),                                                            \
+      (descriptor, name, type, requested, count, elements))                                                           \
+    X(cudnnStatus_t, cudnnBackendSetAttribute,                                                                        \
+      (cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,       \
+       int64_t count, const void* elements),                                                                          \
+      (descriptor, name, type, count, elements))
 
 namespace adacc {
 
@@ -58,21 +83,31 @@ const OpenedLibrary& library() {
             dlclose(handle);
             return l;
         }
+        // Every function the frontend calls, now: a library without one is cuDNN unavailable (and
+        // the attention materialized), not a crash at the first attention call.
+#define ADACC_NAME(ret, name, parameters, arguments) #name,
+        static constexpr const char* kFunctions[] = {ADACC_CUDNN_FUNCTIONS(ADACC_NAME)};
+#undef ADACC_NAME
+        for (const char* name : kFunctions) {
+            if (lookup(handle, name)) continue;
+            l.problem = std::string(kLibrary) + " (version " + std::to_string(v) + ") has no " + name +
+                        ", which this adacc's cuDNN frontend calls: install a newer cuDNN 9 and put its library " +
+                        "folder first on LD_LIBRARY_PATH";
+            dlclose(handle);
+            return l;
+        }
         l.handle = handle;
         return l;
     }();
     return opened;
 }
 
-// The opened library's `name`; cudnn_problem() was empty (the backend asks before any call).
+// The opened library's `name`, which library() checked it has. The backend asks cudnn_problem()
+// before any call, so a call without the library is a programming error.
 void* symbol(const char* name) {
     void* address = lookup(library().handle, name);
-    if (!address) {
-        // The frontend turns a failed status into its error with cuDNN's message; a missing
-        // function is a library older than the headers this was built with.
-        std::fprintf(stderr, "adacc: %s has no %s (cuDNN older than 9.0?); aborting\n", kLibrary, name);
-        std::abort();
-    }
+    if (!address)
+        throw std::logic_error(std::string(name) + " called although cuDNN is unavailable: " + library().problem);
     return address;
 }
 
@@ -82,8 +117,7 @@ std::string cudnn_problem() { return library().problem; }
 
 }  // namespace adacc
 
-// Each function the frontend calls, as cudnn_graph.h declares it, forwarding to the opened
-// library's (resolved on its first call).
+// Each function of the list, forwarding to the opened library's (resolved on its first call).
 #define ADACC_FORWARD(ret, name, parameters, arguments)                                   \
     ret CUDNNWINAPI name parameters {                                                     \
         static const auto real = reinterpret_cast<decltype(&name)>(adacc::symbol(#name)); \
@@ -91,28 +125,7 @@ std::string cudnn_problem() { return library().problem; }
     }
 
 extern "C" {
-ADACC_FORWARD(cudnnStatus_t, cudnnCreate, (cudnnHandle_t * handle), (handle))
-ADACC_FORWARD(cudnnStatus_t, cudnnDestroy, (cudnnHandle_t handle), (handle))
-ADACC_FORWARD(cudnnStatus_t, cudnnSetStream, (cudnnHandle_t handle, cudaStream_t stream), (handle, stream))
-ADACC_FORWARD(cudnnStatus_t, cudnnGetStream, (cudnnHandle_t handle, cudaStream_t* stream), (handle, stream))
-ADACC_FORWARD(size_t, cudnnGetVersion, (void), ())
-ADACC_FORWARD(const char*, cudnnGetErrorString, (cudnnStatus_t status), (status))
-ADACC_FORWARD(void, cudnnGetLastErrorString, (char* message, size_t max_size), (message, max_size))
-ADACC_FORWARD(cudnnStatus_t, cudnnBackendCreateDescriptor,
-              (cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t* descriptor), (type, descriptor))
-ADACC_FORWARD(cudnnStatus_t, cudnnBackendDestroyDescriptor, (cudnnBackendDescriptor_t descriptor), (descriptor))
-ADACC_FORWARD(cudnnStatus_t, cudnnBackendFinalize, (cudnnBackendDescriptor_t descriptor), (descriptor))
-ADACC_FORWARD(cudnnStatus_t, cudnnBackendExecute,
-              (cudnnHandle_t handle, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t variant_pack),
-              (handle, plan, variant_pack))
-ADACC_FORWARD(cudnnStatus_t, cudnnBackendGetAttribute,
-              (cudnnBackendDescriptor_t const descriptor, cudnnBackendAttributeName_t name,
-               cudnnBackendAttributeType_t type, int64_t requested, int64_t* count, void* elements),
-              (descriptor, name, type, requested, count, elements))
-ADACC_FORWARD(cudnnStatus_t, cudnnBackendSetAttribute,
-              (cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
-               int64_t count, const void* elements),
-              (descriptor, name, type, count, elements))
+ADACC_CUDNN_FUNCTIONS(ADACC_FORWARD)
 }
 
 // NVRTC: only the frontend's experimental SM100 RMSNorm+SiLU engine compiles kernels with it, a
