@@ -237,6 +237,22 @@ TEST(Config, OutOfRangeNamesKeyValueAndAllowedRange) {
 TEST(Config, ModelShapeIsCheckedByGptConfig) {
     const auto message = override_error("model.n_embd=15");
     EXPECT_NE(message.find("model.n_embd (15) must be divisible by model.n_head (2)"), std::string::npos) << message;
+    EXPECT_NE(message.find("fix the [model] section or pick a preset"), std::string::npos) << message;
+}
+
+// A shape the command line broke names the --set keys it came from.
+TEST(Config, ModelShapeErrorNamesTheCommandLinesModelKeys) {
+    const std::vector<std::string> overrides{"model.n_head=5", "model.dtype=fp32", "training.steps=3"};
+    const auto message = test::user_error_of([&] {
+        RunConfig config = config_from_toml_string(kBaseToml, "base.toml");
+        for (const auto& o : overrides) apply_override(config, o);
+        validate_config(config, "base.toml", overrides);
+    });
+    EXPECT_NE(message.find("must be divisible by model.n_head (5)"), std::string::npos) << message;
+    EXPECT_NE(message.find("; fix --set model.n_head, the [model] section, or pick a preset"), std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("training.steps"), std::string::npos) << message;
+    EXPECT_EQ(message.find("model.dtype"), std::string::npos) << message;  // not a shape key
 }
 
 TEST(Config, IntegerTooLargeForItsFieldIsRejected) {

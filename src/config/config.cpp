@@ -810,8 +810,17 @@ void validate_config(const RunConfig& config, std::string_view source_name, cons
         throw UserError("invalid " + where + ": " + problem + "; fix it there or with --set " + key.full_name() +
                         "=VALUE");
     }
-    if (const auto problem = config.model.validate())
-        throw UserError("invalid " + where + ": " + *problem + "; fix the [model] section or pick a preset");
+    if (const auto problem = config.model.validate()) {
+        // The shape's keys the command line set are named: the fix may be one of those --set values.
+        std::string set_here;
+        for (const char* key :
+             {"model.preset", "model.n_layer", "model.n_embd", "model.n_head", "model.vocab_size", "model.max_seq_len"})
+            if (from_command_line.contains(key))
+                set_here += std::string(set_here.empty() ? "--set " : ", --set ") + key;
+        throw UserError("invalid " + where + ": " + *problem +
+                        (set_here.empty() ? "; fix the [model] section or pick a preset"
+                                          : "; fix " + set_here + ", the [model] section, or pick a preset"));
+    }
     if (const auto problem = activation_size_problem(config)) throw UserError("invalid " + where + ": " + *problem);
     const ComputeTarget target = compute_target(config);  // a dtype the device does not run is refused here
     if (config.model.attention == AttentionImpl::cudnn && target.device != Device::cuda)
