@@ -168,6 +168,20 @@ TEST_F(Cli, ConfigResolvesTheDefaultAttentionWithOrWithoutAFile) {
     EXPECT_EQ(attention_line(from_sets.output), attention_line(from_file.output));
 }
 
+// A count option (--batch, --world-size) refuses what is not a whole number >= 1, saying so.
+TEST_F(Cli, CountOptionsSayTheyWantAWholeNumberOfAtLeastOne) {
+    for (const char* bad : {"0", "-2", "x", "2.5"}) {
+        const std::string value(bad);
+        const Result r = run_adacc("compare --config " + config() + " --batch 2," + value);
+        EXPECT_EQ(r.status, 2) << r.output;
+        EXPECT_NE(r.output.find("--batch: '" + value + "' is not a whole number >= 1"), std::string::npos) << r.output;
+        EXPECT_EQ(r.output.find("179769"), std::string::npos) << r.output;  // no DBL_MAX in the message
+    }
+    const Result r = run_adacc("memory --config " + config() + " --world-size 0");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("--world-size: '0' is not a whole number >= 1"), std::string::npos) << r.output;
+}
+
 TEST_F(Cli, ShardWithWrongMagic) {
     std::ofstream(dir / "junk.bin") << std::string(2000, 'x');
     expect_user_error("train --config " + config("", (dir / "junk.bin").string()), {"junk.bin", "magic"});

@@ -3,7 +3,9 @@
 #include "src/cli/command_line.h"
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <filesystem>
+#include <system_error>
 
 namespace adacc {
 
@@ -28,7 +30,16 @@ CommandOption& CommandOption::one_of(const std::vector<std::string>& values) {
     return *this;
 }
 CommandOption& CommandOption::positive() {
-    option_->check(CLI::PositiveNumber);
+    // Not CLI::PositiveNumber: its message names the range "0.000000 to" DBL_MAX's 309 digits.
+    option_->check(CLI::Validator(
+        [](std::string& value) -> std::string {
+            long long n = 0;
+            const char* end = value.data() + value.size();
+            const auto [stop, error] = std::from_chars(value.data(), end, n);
+            if (error == std::errc() && stop == end && n >= 1) return "";
+            return "'" + value + "' is not a whole number >= 1";
+        },
+        "POSITIVE"));
     return *this;
 }
 CommandOption& CommandOption::in_range(int lo, int hi) {
