@@ -264,9 +264,9 @@ std::size_t plans_bytes(const std::vector<LayerClass>& classes, const std::vecto
     return total;
 }
 
-// lp_solve on the classes' model within the call's available bytes: the plans it found (re-evaluated exactly, the
-// memory row tightened and solved again should its tolerances let them slip over) and its outcome,
-// or nullopt with `note` saying why.
+// lp_solve on the classes' model within the call's available bytes: the plans it found,
+// re-evaluated exactly (lp::Model::solve_to_fit), and its outcome, or nullopt with `note` saying
+// why when lp_solve gave none.
 struct ClassPlans {
     std::vector<BlockPlan> plans;
     lp::Model::Outcome outcome;
@@ -274,28 +274,23 @@ struct ClassPlans {
 std::optional<ClassPlans> solve_classes(const std::vector<LayerClass>& classes, const ClassesModel& cm,
                                         milp::PlanCall& call, std::string& note) {
     const std::size_t avail = call.available;
-    double rhs = std::floor(static_cast<double>(avail) / cm.unit) - cm.const_bytes;
+    const double rhs = std::floor(static_cast<double>(avail) / cm.unit) - cm.const_bytes;
     lp::Model model(cm.cols, cm.rows, cm.objective, cm.memory, rhs);
     std::vector<double> x;
-    for (int attempt = 0; attempt < 4; ++attempt) {
-        model.set_memory_rhs(rhs);
-        const auto out = model.solve(call.deadline, call.options, x, call.result.lp_solves);
-        if (out == lp::Model::Outcome::failed || out == lp::Model::Outcome::infeasible) {
-            note = out == lp::Model::Outcome::failed ? "lp_solve found no plan within the time limit"
-                                                     : "lp_solve reported infeasible although a plan fits";
-            return std::nullopt;
-        }
-        std::vector<BlockPlan> plans;
-        for (std::size_t c = 0; c < classes.size(); ++c)
-            plans.push_back(milp::decode(classes[c].problem, cm.models[c], x.data() + cm.offset[c]));
-        const std::size_t total = plans_bytes(classes, plans);
-        if (total > avail) {
-            rhs -= std::max(1.0, std::ceil(static_cast<double>(total - avail) / cm.unit));
-            continue;
-        }
-        return ClassPlans{std::move(plans), out};
-    }
-    return std::nullopt;
+    std::vector<BlockPlan> plans;
+    const lp::Model::Fit fit = model.solve_to_fit(
+        rhs, cm.unit, call.deadline, call.options, x, call.result.lp_solves, [&](const std::vector<double>& answer) {
+            plans.clear();
+            for (std::size_t c = 0; c < classes.size(); ++c)
+                plans.push_back(milp::decode(classes[c].problem, cm.models[c], answer.data() + cm.offset[c]));
+            const std::size_t total = plans_bytes(classes, plans);
+            return std::optional<std::size_t>(total > avail ? total - avail : 0);
+        });
+    if (fit.outcome == lp::Model::Outcome::failed || fit.outcome == lp::Model::Outcome::infeasible)
+        note = fit.outcome == lp::Model::Outcome::failed ? "lp_solve found no plan within the time limit"
+                                                         : "lp_solve reported infeasible although a plan fits";
+    if (!fit.fits) return std::nullopt;
+    return ClassPlans{std::move(plans), fit.outcome};
 }
 
 }  // namespace

@@ -68,33 +68,22 @@ std::vector<FrontierPoint> sweep_frontier(const BlockProblem& problem, std::size
     lp::Model model(m.cols, m.rows, m.time, m.bytes, rhs_for(cap));
     std::vector<double> x;
     while (true) {
-        double rhs = rhs_for(cap);
-        bool got = false;
-        for (int attempt = 0; attempt < 4 && !got; ++attempt) {
-            model.set_memory_rhs(rhs);
-            const auto out = model.solve(deadline, o, x, solves);
-            if (out == lp::Model::Outcome::failed || out == lp::Model::Outcome::infeasible) {
-                // cap >= min_b, so a plan exists: lp_solve stopped early or lost it numerically.
-                exact = false;
-                break;
-            }
-            if (out == lp::Model::Outcome::suboptimal) exact = false;
-            FrontierPoint p;
-            p.decisions = decode(problem, m, x.data());
-            const BlockCost cost = evaluate_block(problem, p.decisions);
-            if (cost.bytes > cap) {  // tolerance slip: tighten and retry
-                rhs -= std::max(1.0, std::ceil(static_cast<double>(cost.bytes - cap) / unit));
-                continue;
-            }
-            p.extra_ms = cost.extra_ms;
-            p.bytes = cost.bytes;
-            points.push_back(std::move(p));
-            got = true;
-        }
-        if (!got) {
+        FrontierPoint p;
+        const lp::Model::Fit fit =
+            model.solve_to_fit(rhs_for(cap), unit, deadline, o, x, solves, [&](const std::vector<double>& answer) {
+                p.decisions = decode(problem, m, answer.data());
+                const BlockCost cost = evaluate_block(problem, p.decisions);
+                p.extra_ms = cost.extra_ms;
+                p.bytes = cost.bytes;
+                return std::optional<std::size_t>(cost.bytes > cap ? cost.bytes - cap : 0);
+            });
+        // cap >= min_b, so a plan exists: without one, lp_solve stopped early or lost it numerically.
+        if (!fit.fits) {
             exact = false;
             break;
         }
+        if (fit.outcome == lp::Model::Outcome::suboptimal) exact = false;
+        points.push_back(std::move(p));
         if (points.back().bytes <= min_b) break;
         cap = points.back().bytes - 1;
     }

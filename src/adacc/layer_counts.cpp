@@ -265,9 +265,9 @@ CountsProgram counts_program(const std::vector<IpGroup>& ip, const IpBounds& bou
     return prog;
 }
 
-// Whether counts are an assignment (non-negative, each group's adding up to its layers) whose
-// bytes, `used`, fit the spare memory: exact integer arithmetic, where lp_solve's tolerances are not.
-bool counts_fit(const std::vector<IpGroup>& ip, const IpCounts& n, std::size_t spare, std::size_t& used) {
+// Whether counts are an assignment: non-negative, each group's adding up to its layers; `used`:
+// their bytes, in exact integer arithmetic (lp_solve's tolerances are not).
+bool counts_are_assignment(const std::vector<IpGroup>& ip, const IpCounts& n, std::size_t& used) {
     used = 0;
     for (std::size_t j = 0; j < ip.size(); ++j) {
         long total = 0;
@@ -278,12 +278,12 @@ bool counts_fit(const std::vector<IpGroup>& ip, const IpCounts& n, std::size_t s
         }
         if (total != ip[j].layers) return false;
     }
-    return used <= spare;
+    return true;
 }
 
-// The counts to use: lp_solve's (the memory row tightened and solved again should its tolerances
-// let the bytes slip over), or the greedy incumbent where it found none or, stopped by the time
-// limit, a worse one. `optimal`: lp_solve proved its counts optimal; `note`: what went wrong.
+// The counts to use: lp_solve's (each answer checked exactly, lp::Model::solve_to_fit), or the
+// greedy incumbent where it found none or, stopped by the time limit, a worse one. `optimal`:
+// lp_solve proved its counts optimal; `note`: what went wrong.
 struct CountsSolution {
     IpCounts counts;
     bool solved = false, optimal = false;
@@ -296,36 +296,32 @@ CountsSolution solve_counts(const std::vector<IpGroup>& ip, const CountsProgram&
         out.solved = out.optimal = true;
         return out;
     }
-    double rhs = std::floor(static_cast<double>(spare) / prog.unit);
+    const double rhs = std::floor(static_cast<double>(spare) / prog.unit);
     lp::Model model(prog.cols, prog.rows, prog.objective, prog.memory, rhs);
     std::vector<double> x;
-    for (int attempt = 0; attempt < 4 && !out.solved; ++attempt) {
-        model.set_memory_rhs(rhs);
-        const auto outcome = model.solve(deadline, o, x, lp_solves);
-        if (outcome == lp::Model::Outcome::failed || outcome == lp::Model::Outcome::infeasible) {
-            out.note = outcome == lp::Model::Outcome::failed
-                           ? "lp_solve found no layer assignment within the time limit"
-                           : "lp_solve reported the layer assignment infeasible although one fits";
-            break;
-        }
-        IpCounts n(ip.size());
-        for (std::size_t j = 0; j < ip.size(); ++j)
-            for (std::size_t p = 0; p < ip[j].cost.size(); ++p)
-                n[j].push_back(static_cast<int>(std::llround(x[prog.offset[j] + p])));
-        std::size_t used = 0;
-        if (!counts_fit(ip, n, spare, used)) {
-            if (used > spare) {  // tolerance slip: tighten
-                rhs -= std::max(1.0, std::ceil(static_cast<double>(used - spare) / prog.unit));
-                continue;
+    IpCounts n;
+    const lp::Model::Fit fit =
+        model.solve_to_fit(rhs, prog.unit, deadline, o, x, lp_solves, [&](const std::vector<double>& answer) {
+            n.assign(ip.size(), {});
+            for (std::size_t j = 0; j < ip.size(); ++j)
+                for (std::size_t p = 0; p < ip[j].cost.size(); ++p)
+                    n[j].push_back(static_cast<int>(std::llround(answer[prog.offset[j] + p])));
+            std::size_t used = 0;
+            if (!counts_are_assignment(ip, n, used)) {
+                out.note = "lp_solve returned inconsistent layer counts";
+                return std::optional<std::size_t>();
             }
-            out.note = "lp_solve returned inconsistent layer counts";
-            break;
-        }
-        out.optimal = outcome == lp::Model::Outcome::optimal;
-        out.counts = out.optimal || counts_cost(ip, n) <= counts_cost(ip, incumbent) ? n : incumbent;
+            return std::optional<std::size_t>(used > spare ? used - spare : 0);
+        });
+    if (fit.outcome == lp::Model::Outcome::failed || fit.outcome == lp::Model::Outcome::infeasible)
+        out.note = fit.outcome == lp::Model::Outcome::failed
+                       ? "lp_solve found no layer assignment within the time limit"
+                       : "lp_solve reported the layer assignment infeasible although one fits";
+    if (fit.fits) {
         out.solved = true;
-    }
-    if (!out.solved) {  // the greedy assignment fits
+        out.optimal = fit.outcome == lp::Model::Outcome::optimal;
+        out.counts = out.optimal || counts_cost(ip, n) <= counts_cost(ip, incumbent) ? n : incumbent;
+    } else {  // the greedy assignment fits
         out.counts = incumbent;
         out.note += "; using the greedy layer assignment";
     }

@@ -1,6 +1,7 @@
 // The lp_solve adapter (src/adacc/lp_solve_model.h): the only file that includes lp_solve.
 #include "src/adacc/lp_solve_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -107,6 +108,25 @@ Model::Outcome Model::solve(Deadline& deadline, const PlannerOptions& o, std::ve
         if (ncols_ > 0) get_variables(lp, x.data());
     }
     return out;
+}
+
+Model::Fit Model::solve_to_fit(double rhs, double unit, Deadline& deadline, const PlannerOptions& o,
+                               std::vector<double>& x, int& solves,
+                               const std::function<std::optional<std::size_t>(const std::vector<double>&)>& overshoot) {
+    Fit fit;
+    for (int attempt = 0; attempt < kFitTries; ++attempt) {
+        set_memory_rhs(rhs);
+        fit.outcome = solve(deadline, o, x, solves);
+        if (fit.outcome == Outcome::failed || fit.outcome == Outcome::infeasible) return fit;
+        const std::optional<std::size_t> over = overshoot(x);
+        if (!over) return fit;
+        if (*over == 0) {
+            fit.fits = true;
+            return fit;
+        }
+        rhs -= std::max(1.0, std::ceil(static_cast<double>(*over) / unit));
+    }
+    return fit;
 }
 
 }  // namespace adacc::lp

@@ -5,7 +5,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "src/adacc/milp_planner.h"
@@ -51,6 +54,22 @@ public:
     // Solves within the deadline with the options' MIP gaps (counting the run in `solves`); x gets
     // the solution on optimal/suboptimal.
     Outcome solve(Deadline& deadline, const PlannerOptions& o, std::vector<double>& x, int& solves);
+
+    // solve with the memory row at most `rhs` units of `unit` bytes, each answer checked exactly:
+    // `overshoot(x)` is the bytes it needs beyond what it must fit (0: it fits), or nullopt when it
+    // is unusable for another reason. lp_solve's tolerances can let an answer slip over (an integer
+    // column 1e-7 off a whole number, times a coefficient of up to bytes / unit); then the row is
+    // tightened by the overshoot, at least one unit, and solved again: kFitTries solves at most.
+    // `fits`: the last answer fits (its outcome optimal or suboptimal). A failed or infeasible
+    // outcome: lp_solve gave no answer.
+    struct Fit {
+        Outcome outcome = Outcome::failed;
+        bool fits = false;
+    };
+    static constexpr int kFitTries = 4;
+    Fit solve_to_fit(double rhs, double unit, Deadline& deadline, const PlannerOptions& o, std::vector<double>& x,
+                     int& solves,
+                     const std::function<std::optional<std::size_t>(const std::vector<double>&)>& overshoot);
 
 private:
     struct Release {  // delete_lp, quietly owning the model
