@@ -17,6 +17,7 @@
 #include "kernels/codec_format.h"
 #include "models/gpt_block.h"
 #include "models/gpt_config.h"
+#include "src/adacc/lp_solve_model.h"
 #include "src/adacc/milp_planner.h"
 #include "src/engine/activation_plan.h"
 
@@ -530,6 +531,86 @@ TEST(MilpPlanner, AnOpWithSeveralDroppedOutputsIsPaidOnce) {
     not_first.tensors.push_back(p.tensors[2]);
     not_first.tensors[3].same_op_as = 2;  // names a second output, not the op's first
     EXPECT_THROW(validate_problem(not_first), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- the memory row's tightening
+
+// Two binary items to pick, by value (the objective is minimised: -value), within a memory row:
+// item 0 is worth 10 and weighs 10 units, item 1 is worth 5 and weighs 9.
+lp::Model two_items(double rhs) { return lp::Model({lp::Column{}, lp::Column{}}, {}, {-10.0, -5.0}, {10.0, 9.0}, rhs); }
+
+// lp::Model::solve_to_fit tightens the memory row by the overshoot the caller's exact check
+// reports (at least one unit), gives up after kFitTries, and stops at an unusable answer. Its
+// callers' checks never report a slip with lp_solve on real problems, so the loop is driven here
+// by a check that says whatever the test needs.
+TEST(MilpPlanner, SolveToFitTightensTheMemoryRowByTheOvershoot) {
+    const PlannerOptions o = untimed_options();
+    std::vector<double> x;
+    {
+        // rhs 10 takes item 0; 3 bytes over at unit 1 leaves rhs 7, where neither fits (a
+        // tightening by one unit, to 9, would take item 1).
+        lp::Model model = two_items(10);
+        lp::Deadline deadline = lp::deadline_after(lp::Clock::now(), 600);
+        int solves = 0, checks = 0;
+        const auto fit = model.solve_to_fit(10, 1.0, deadline, o, x, solves, [&](const std::vector<double>& a) {
+            ++checks;
+            return std::optional<std::size_t>(a[0] > 0.5 ? 3 : 0);
+        });
+        EXPECT_TRUE(fit.fits);
+        EXPECT_EQ(fit.outcome, lp::Model::Outcome::optimal);
+        EXPECT_EQ(solves, 2);
+        EXPECT_EQ(checks, 2);
+        EXPECT_NEAR(x[0], 0.0, 1e-9);
+        EXPECT_NEAR(x[1], 0.0, 1e-9);
+    }
+    {
+        // 3 bytes over at a unit of 10 bytes: one unit tighter (rhs 9) takes item 1.
+        lp::Model model = two_items(10);
+        lp::Deadline deadline = lp::deadline_after(lp::Clock::now(), 600);
+        int solves = 0;
+        const auto fit = model.solve_to_fit(10, 10.0, deadline, o, x, solves, [&](const std::vector<double>& a) {
+            return std::optional<std::size_t>(a[0] > 0.5 ? 3 : 0);
+        });
+        EXPECT_TRUE(fit.fits);
+        EXPECT_EQ(solves, 2);
+        EXPECT_NEAR(x[0], 0.0, 1e-9);
+        EXPECT_NEAR(x[1], 1.0, 1e-9);
+    }
+    {
+        // Always over: kFitTries solves, then no fit (an answer was found: the outcome says so).
+        lp::Model model = two_items(10);
+        lp::Deadline deadline = lp::deadline_after(lp::Clock::now(), 600);
+        int solves = 0;
+        const auto fit = model.solve_to_fit(10, 1.0, deadline, o, x, solves,
+                                            [](const std::vector<double>&) { return std::optional<std::size_t>(1); });
+        EXPECT_FALSE(fit.fits);
+        EXPECT_EQ(fit.outcome, lp::Model::Outcome::optimal);
+        EXPECT_EQ(solves, lp::Model::kFitTries);
+    }
+    {
+        // An unusable answer ends the search at once.
+        lp::Model model = two_items(10);
+        lp::Deadline deadline = lp::deadline_after(lp::Clock::now(), 600);
+        int solves = 0;
+        const auto fit = model.solve_to_fit(10, 1.0, deadline, o, x, solves,
+                                            [](const std::vector<double>&) { return std::optional<std::size_t>(); });
+        EXPECT_FALSE(fit.fits);
+        EXPECT_EQ(solves, 1);
+    }
+    {
+        // No answer (item 0 required by a row, with room for 5 units only): infeasible, never checked.
+        lp::Model model({lp::Column{}, lp::Column{}}, {lp::Row{{0}, {1.0}, lp::RowType::eq, 1.0}}, {-10.0, -5.0},
+                        {10.0, 9.0}, 5);
+        lp::Deadline deadline = lp::deadline_after(lp::Clock::now(), 600);
+        int solves = 0, checks = 0;
+        const auto fit = model.solve_to_fit(5, 1.0, deadline, o, x, solves, [&](const std::vector<double>&) {
+            ++checks;
+            return std::optional<std::size_t>(0);
+        });
+        EXPECT_FALSE(fit.fits);
+        EXPECT_EQ(fit.outcome, lp::Model::Outcome::infeasible);
+        EXPECT_EQ(checks, 0);
+    }
 }
 
 TEST(MilpPlanner, EdgeCases) {

@@ -1,7 +1,6 @@
 // The lp_solve adapter (src/adacc/lp_solve_model.h): the only file that includes lp_solve.
 #include "src/adacc/lp_solve_model.h"
 
-#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -124,7 +123,7 @@ Model::Fit Model::solve_to_fit(double rhs, double unit, Deadline& deadline, cons
             fit.fits = true;
             return fit;
         }
-        rhs -= std::max(1.0, std::ceil(static_cast<double>(*over) / unit));
+        rhs -= std::ceil(static_cast<double>(*over) / unit);  // a whole unit at least
     }
     return fit;
 }
