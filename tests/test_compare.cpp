@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/token_shard.h"
+#include "src/adacc/adacc_regulator.h"
 #include "src/adacc/profiler.h"
 #include "src/common/errors.h"
 #include "src/config/config.h"
@@ -463,6 +464,51 @@ TEST_F(ComparePlot, WithoutTheScriptPythonOrMatplotlibItSaysWhatIsMissingAndHowT
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_NE(r.output.find("--max-batch runs none"), std::string::npos) << r.output;
     EXPECT_FALSE(std::filesystem::exists(dir / "d.json"));
+}
+
+// `adacc compare --max-batch`: a fixed mode's batch is the largest whose exact total fits the
+// budget, found here by trying every batch; a planned mode's is one the run itself plans within
+// the budget, and the next batch's run finds no plan. Every row ran a step at its batch.
+TEST(Compare, MaxBatchIsTheLargestThatFitsAndEachRanAStep) {
+    const auto dir = test::scratch_dir("max_batch");
+    RunConfig config = small_run(dir);
+    const int T = config.training.seq_len;
+    const ComputeTarget target = compute_target(config);
+    const std::uint64_t budget = memory_for_mode(config.model, 6, T, MemoryMode::none, target).total();
+    std::ofstream(dir / "run.toml") << to_toml(config);
+    const test::ProcessResult r =
+        test::run_adacc("compare --config " + (dir / "run.toml").string() + " --memory-budget " +
+                            std::to_string(budget) + " --max-batch --modes none,full,quant,adacc --format json",
+                        false);
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto rows = nlohmann::json::parse(r.output);
+    ASSERT_EQ(rows.size(), 4u);
+    const int none_batch = rows[0]["max_batch"].get<int>();
+    EXPECT_EQ(none_batch, 6) << "the budget is none's total at batch 6";
+    for (const auto& row : rows) {
+        const MemoryMode mode = parse_memory_mode(row["mode"].get<std::string>());
+        SCOPED_TRACE(memory_mode_name(mode));
+        const int batch = row["max_batch"].get<int>();
+        ASSERT_GT(batch, 0);
+        EXPECT_TRUE(row["verified"].get<bool>());
+        EXPECT_LE(row["total_bytes"].get<std::uint64_t>(), budget);
+        EXPECT_DOUBLE_EQ(row["ratio_vs_none"].get<double>(), static_cast<double>(batch) / none_batch);
+        if (is_planned(mode)) {
+            RunConfig at_batch = config;
+            at_batch.training.batch_size = batch + 1;
+            EXPECT_THROW(AdaccRegulator(planned_run(at_batch, target), budget, regulator_options(at_batch, mode),
+                                        first_training_batch(at_batch), nullptr),
+                         UserError)
+                << "batch " << batch + 1 << " has a plan within the budget";
+            continue;
+        }
+        int largest = 0;  // every batch up to one past where the totals pass the budget for good
+        for (int b = 1; b <= 4 * batch + 8; ++b)
+            if (memory_for_mode(config.model, b, T, mode, target).total() <= budget) largest = b;
+        EXPECT_EQ(batch, largest);
+        EXPECT_EQ(row["total_bytes"].get<std::uint64_t>(),
+                  memory_for_mode(config.model, batch, T, mode, target).total());
+    }
 }
 
 // Every record of metrics.jsonl that has `key`, as (step, value).

@@ -356,6 +356,36 @@ TEST_F(RunSafety, RunLargerThanTheMachineIsRefusedBeforeAllocating) {
         << r.output;
 }
 
+// A fixed mode whose batch is over memory.budget is refused before anything is allocated, with
+// its arenas and, for every fixed mode, the largest batch the budget holds (found here by trying
+// every batch) or that none fits.
+TEST_F(RunSafety, BatchOverTheBudgetIsRefusedWithTheLargestBatchOfEachMode) {
+    GPTConfig model;
+    model.n_layer = 1, model.n_embd = 16, model.n_head = 2, model.vocab_size = 97, model.max_seq_len = 16;
+    const int T = 8;
+    const std::uint64_t budget = memory_for_mode(model, 2, T, MemoryMode::none).total() - 1;
+    const auto r = run_adacc("train --config " + config() + " --memory-budget " + std::to_string(budget));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output,
+                         "memory.budget " + format_bytes(budget) + " is too small for batch 2 x seq 8 in mode none: "))
+        << r.output;
+    EXPECT_TRUE(contains(r.output, "total " + format_bytes(memory_for_mode(model, 2, T, MemoryMode::none).total())))
+        << r.output;
+    for (MemoryMode mode : fixed_memory_modes()) {
+        int largest = 0;
+        for (int b = 1; b <= 64; ++b)
+            if (memory_for_mode(model, b, T, mode).total() <= budget) largest = b;
+        ASSERT_LT(largest, 64) << memory_mode_name(mode) << ": the test's batches do not reach past the budget";
+        const std::string fits = largest ? "largest batch " + std::to_string(largest) : "does not fit even at batch 1";
+        EXPECT_TRUE(contains(r.output, std::string("\n  ") + memory_mode_name(mode) + ": " + fits + "\n")) << r.output;
+    }
+    EXPECT_TRUE(contains(r.output, "Lower training.batch_size, choose another memory.mode, or raise memory.budget."))
+        << r.output;
+    EXPECT_FALSE(fs::exists(run_dir / "metrics.jsonl"));
+    // The resolved config, printed first, comes before the error in a log of stdout and stderr.
+    EXPECT_LT(r.output.find("model.n_layer"), r.output.find("error: ")) << r.output;
+}
+
 // Planned modes: a model that does not fit even at batch 1 with full recomputation is refused
 // before the profiler builds anything; a budget beyond the machine is refused once the plan's
 // total is known to exceed the machine, naming the largest batch the mode plans within it. Depths
