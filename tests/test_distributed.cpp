@@ -271,27 +271,42 @@ TEST(DataParallel, AdaccRanksRunRankZerosPlanThroughAReplan) {
 // Ranks given different runs: a --set that differs per rank (an MPMD launch gives rank 1 its own)
 // hung the job (the steps), aborted it in MPI with MPI_ERR_TRUNCATE (a shape) or trained replicas
 // that differ with exit 0 (the learning rate), and so did --init-from files that differ. Each now
-// ends the job before the first step, exit 2, naming the key and both values.
+// ends the job before the first step, exit 2, naming the key and both values. llm.c files and
+// Hugging Face folders are told apart by their bytes' digests; the same files on every rank agree.
 TEST(DataParallel, RanksGivenDifferentRunsEndTheJobNamingTheDifference) {
     ADACC_REQUIRE_MPI();
     const auto dir = test::write_data_parallel_job("dp_disagree");
     const std::string common = test::adacc_binary() + " train --config " + (dir / "job.toml").string() +
                                " --set logging.run_dir=" + (dir / "run").string() + " --overwrite";
     ASSERT_EQ(train(dir, "source", 0, "--set checkpoint.every=2").status, 0);
+    // The weights after step 2 and after step 6, as llm.c files and Hugging Face folders.
+    const std::string early = checkpoint_path(dir / "source", 2).string(), late = (dir / "source").string();
+    for (const auto& [checkpoint, name] : {std::pair{early, "early"}, std::pair{late, "late"}}) {
+        ASSERT_EQ(test::run_adacc("export --checkpoint " + checkpoint + " --llmc-model " +
+                                  (dir / (std::string(name) + ".bin")).string())
+                      .status,
+                  0);
+        ASSERT_EQ(test::run_adacc("export --checkpoint " + checkpoint + " --hf-model " +
+                                  (dir / ("hf_" + std::string(name))).string())
+                      .status,
+                  0);
+    }
+    const auto init_from = [&](const std::string& file) { return "--init-from " + (dir / file).string(); };
     struct Case {
-        std::string rank1_sets, difference;
+        std::string rank0_sets, rank1_sets, difference;
     };
     const std::vector<Case> cases = {
-        {"--set training.steps=3", "training.steps: 6 on rank 0, 3 on rank 1"},
-        {"--set model.n_layer=3", "model.n_layer: 2 on rank 0, 3 on rank 1"},
-        {"--set lr.max=0.002", "lr.max: 0.001 on rank 0, 0.002 on rank 1"},
-        {"--init-from " + checkpoint_path(dir / "source", 2).string(),
-         "weights: initialised from training.seed on rank "
-         "0, adacc checkpoint, digest 0x"},
+        {"", "--set training.steps=3", "training.steps: 6 on rank 0, 3 on rank 1"},
+        {"", "--set model.n_layer=3", "model.n_layer: 2 on rank 0, 3 on rank 1"},
+        {"", "--set lr.max=0.002", "lr.max: 0.001 on rank 0, 0.002 on rank 1"},
+        {"", "--init-from " + early, "weights: initialised from training.seed on rank 0, adacc checkpoint, digest 0x"},
+        {init_from("early.bin"), init_from("late.bin"), " on rank 0, llm.c model file, digest 0x"},
+        {init_from("hf_early"), init_from("hf_late"), " on rank 0, Hugging Face GPT-2 folder, digest 0x"},
     };
     for (const auto& c : cases) {
         const auto start = std::chrono::steady_clock::now();
-        const auto r = test::run_shell(test::mpirun(1) + common + " : -np 1 " + common + " " + c.rank1_sets, true, 120);
+        const auto r = test::run_shell(
+            test::mpirun(1) + common + " " + c.rank0_sets + " : -np 1 " + common + " " + c.rank1_sets, true, 120);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         EXPECT_EQ(r.status, 2) << c.rank1_sets << "\n" << r.output;
         EXPECT_NE(r.output.find("rank 1 of 2: error: this rank was given another run than rank 0"), std::string::npos)
@@ -299,6 +314,10 @@ TEST(DataParallel, RanksGivenDifferentRunsEndTheJobNamingTheDifference) {
         EXPECT_NE(r.output.find(c.difference), std::string::npos) << r.output;
         EXPECT_EQ(r.output.find("step      1/"), std::string::npos) << "no step may run: " << r.output;
         EXPECT_LT(seconds, 60) << r.output;
+    }
+    for (const std::string file : {"late.bin", "hf_late"}) {
+        const auto r = train(dir, "from_" + file, 2, init_from(file));
+        EXPECT_EQ(r.status, 0) << file << ": the same file on both ranks\n" << r.output;
     }
 }
 
