@@ -502,7 +502,7 @@ TEST(Compare, MaxBatchIsTheLargestThatFitsAndEachRanAStep) {
                 << "batch " << batch + 1 << " has a plan within the budget";
             continue;
         }
-        int largest = 0;  // every batch up to one past where the totals pass the budget for good
+        int largest = 0;  // tried well past the reported batch: totals grow with the batch
         for (int b = 1; b <= 4 * batch + 8; ++b)
             if (memory_for_mode(config.model, b, T, mode, target).total() <= budget) largest = b;
         EXPECT_EQ(batch, largest);
