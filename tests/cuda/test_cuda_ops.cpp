@@ -538,7 +538,8 @@ std::vector<double> order_bound(const std::vector<double>& mag, long n, double r
 
 // Linear layers (kernels/cpu/matmul.cpp: Eigen; kernels/cuda/matmul.cu: cuBLASLt and a bias-gradient
 // kernel), inputs representable in the case's dtype, outputs NaN-filled first (every element must be
-// written; a null dinp or dbias leaves its buffer's NaNs, compared bit for bit). T = 1 (N = 1), odd
+// written; a null dinp or dbias leaves its buffer's NaNs, compared bit for bit). No rows (N = 0:
+// backward's overwritten gradients are zeros, its accumulated ones unchanged), T = 1 (N = 1), odd
 // sizes, and N = 300 rows: the bias gradient's 2 row groups of 150, each lane's last batch of rows
 // in flight partial; OC = 101 (no whole 16-byte packs) and OC = 600 (whole packs, several column
 // tiles of 32 packs, the last one partial); and a reduction scratch shrunk to 2 rows of partials,
@@ -548,8 +549,13 @@ std::vector<OpCase> matmul_cases(DType a) {
         int N, C, OC;
         std::size_t scratch_bytes = 0;
     };
-    const Shape shapes[] = {{1, 40, 101},   {14, 72, 101},  {14, 40, 120},
-                            {300, 72, 101}, {300, 40, 600}, {600, 40, 101, 2 * 101 * sizeof(float)}};
+    const Shape shapes[] = {{0, 40, 101},
+                            {1, 40, 101},
+                            {14, 72, 101},
+                            {14, 40, 120},
+                            {300, 72, 101},
+                            {300, 40, 600},
+                            {600, 40, 101, 2 * 101 * sizeof(float)}};
     const double rel_e = a == DType::bf16 ? kBf16Rel : 0.0;  // the device's bf16 store
     std::vector<OpCase> cases;
     for (const Shape& s : shapes) {
