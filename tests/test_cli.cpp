@@ -77,7 +77,8 @@ TEST_F(Cli, Bf16OnTheCpuSaysItRunsOnCudaOnly) {
 }
 
 // Planned modes in `adacc memory` plan for the budget: without one they are refused, naming the
-// option; with one their row has the plan's arenas and the planner's largest batch.
+// option; with one their row has the plan's arenas and the planner's largest batch. Under full
+// recomputation's total (no plan stores less) the row says that no plan fits the batch.
 TEST_F(Cli, MemoryShowsPlannedModesForABudget) {
     expect_user_error("memory --config " + config() + " --modes adacc",
                       {"plans for a memory budget", "--memory-budget"});
@@ -87,6 +88,19 @@ TEST_F(Cli, MemoryShowsPlannedModesForABudget) {
     for (const char* row : {"\nnone ", "\nadacc ", "\nrecompute-opt "})
         EXPECT_NE(r.output.find(row), std::string::npos) << "no row '" << row << "' in:\n" << r.output;
     EXPECT_NE(r.output.find("max_batch"), std::string::npos) << r.output;
+
+    GPTConfig model;
+    model.n_layer = 1, model.n_embd = 16, model.n_head = 2, model.vocab_size = 97, model.max_seq_len = 16;
+    const std::uint64_t under_full = memory_for_mode(model, 2, 8, MemoryMode::full).total() - 1;
+    const Result tight =
+        run_adacc("memory --config " + config() + " --modes adacc --memory-budget " + std::to_string(under_full));
+    EXPECT_EQ(tight.status, 0) << tight.output;
+    const std::size_t row = tight.output.find("\nadacc ");
+    ASSERT_NE(row, std::string::npos) << tight.output;
+    const std::string line = tight.output.substr(row + 1, tight.output.find('\n', row + 1) - row - 1);
+    EXPECT_NE(line.find(" no plan fits batch 2 within the budget "), std::string::npos) << line;
+    EXPECT_EQ(line.substr(line.find_last_of(' ') + 1), "1")
+        << "the largest planned batch: full recomputation's plan fits batch 1, no plan batch 2: " << line;
 }
 
 TEST_F(Cli, MalformedToml) {
