@@ -196,8 +196,8 @@ TEST(AdaccTraining, MonitorReplansWhenOutliersAppear) {
 // Outliers in layers the profiler's slice does not hold (its first kProfiledLayers): the re-plan's
 // profile is raised to what the monitor sampled in the whole model, so the plan it solves knows
 // them and the monitor, comparing later samples with that plan's figures, has no cause to re-plan
-// again. A profile of the slice alone would not see them: every later sample would leave its
-// tolerance and re-plan at every chance.
+// again. A profile of the slice alone would not see them: later samples would leave its
+// tolerance again and again (three ln2 re-plans after the injection with the raise removed).
 TEST(AdaccTraining, OutliersBeyondTheProfiledSliceAreKnownToTheReplan) {
     GPTConfig cfg = small_model();
     cfg.n_layer = kProfiledLayers + 2;
