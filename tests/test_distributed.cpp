@@ -281,16 +281,12 @@ TEST(DataParallel, RanksGivenDifferentRunsEndTheJobNamingTheDifference) {
     ASSERT_EQ(train(dir, "source", 0, "--set checkpoint.every=2").status, 0);
     // The weights after step 2 and after step 6, as llm.c files and Hugging Face folders.
     const std::string early = checkpoint_path(dir / "source", 2).string(), late = (dir / "source").string();
-    for (const auto& [checkpoint, name] : {std::pair{early, "early"}, std::pair{late, "late"}}) {
-        ASSERT_EQ(test::run_adacc("export --checkpoint " + checkpoint + " --llmc-model " +
-                                  (dir / (std::string(name) + ".bin")).string())
-                      .status,
-                  0);
-        ASSERT_EQ(test::run_adacc("export --checkpoint " + checkpoint + " --hf-model " +
-                                  (dir / ("hf_" + std::string(name))).string())
-                      .status,
-                  0);
-    }
+    for (const auto& [checkpoint, name] : {std::pair{early, "early"}, std::pair{late, "late"}})
+        for (const std::string& to : {" --llmc-model " + (dir / (std::string(name) + ".bin")).string(),
+                                      " --hf-model " + (dir / ("hf_" + std::string(name))).string()}) {
+            const auto exported = test::run_adacc("export --checkpoint " + checkpoint + to);
+            ASSERT_EQ(exported.status, 0) << exported.output;
+        }
     const auto init_from = [&](const std::string& file) { return "--init-from " + (dir / file).string(); };
     struct Case {
         std::string rank0_sets, rank1_sets, difference;
