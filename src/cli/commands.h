@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "src/cli/command_line.h"
 
@@ -25,8 +26,11 @@ void add_gradients_command(Command& program);  // src/cli/gradients.cpp
 // them; src/train/weights_file.h opens them): src/cli/weights_options.cpp. Used by sample and eval.
 void add_model_options(Command& command, std::string& checkpoint, std::string& llmc_model, std::string& hf_model);
 
+// The options several commands share: src/cli/common_options.cpp.
+// --set section.key=value (repeatable) into `overrides`, applied over the config in order.
+void add_set_option(Command& command, std::vector<std::string>& overrides);
 // --device cpu|cuda (src/engine/device.h) into `device` (left empty when not given); commands
-// with a config pass it on as training.device. src/cli/device_option.cpp.
+// with a config pass it on as training.device.
 void add_device_option(Command& command, std::string& device, const char* default_text);
 // --dtype auto|fp32|bf16 (model.dtype) into `dtype` (left empty when not given), the same way.
 void add_dtype_option(Command& command, std::string& dtype, const char* default_text);

@@ -160,7 +160,7 @@ void add_compare_command(Command& program) {
     auto args = std::make_shared<CompareArgs>();
     Command cmd = program.subcommand("compare", "Train each memory mode and batch a few steps and compare");
     cmd.option("--config", args->config, "TOML run config (model, seq_len, data.train, optimizer)").required();
-    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    add_set_option(cmd, args->overrides);
     cmd.option("--modes", args->modes,
                "memory modes, comma-separated (default: " + join_memory_mode_names(fixed_memory_modes()) + ")")
         .comma_separated();

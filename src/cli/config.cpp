@@ -29,7 +29,7 @@ void add_config_command(Command& program) {
     auto args = std::make_shared<ConfigArgs>();
     Command cmd = program.subcommand("config", "Print a resolved config, or the reference of every key");
     cmd.option("--config", args->config, "TOML run config (default: the built-in defaults)");
-    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    add_set_option(cmd, args->overrides);
     cmd.flag("--reference", args->reference, "list every key with its type, allowed values and meaning");
     cmd.flag("--toml", args->toml, "print as TOML (loadable with --config) instead of a table");
     cmd.on_run([args] { run_config(*args); });

@@ -68,7 +68,7 @@ void add_gradients_command(Command& program) {
         "Write the loss and parameter gradients of one forward and backward on the first training batch (for a "
         "peer implementation to compare)");
     cmd.option("--config", args->config, "TOML run config (model, batch_size, seq_len, data.train)").required();
-    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    add_set_option(cmd, args->overrides);
     cmd.option("--init-from", args->init_from,
                "at these weights (llm.c GPT-2 model file, Hugging Face GPT-2 folder, adacc checkpoint or run folder); "
                "default: the run's initial weights (training.seed)")

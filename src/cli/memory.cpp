@@ -102,7 +102,7 @@ void add_memory_command(Command& program) {
     auto args = std::make_shared<MemoryArgs>();
     Command cmd = program.subcommand("memory", "Per-mode memory breakdown of a config, without training");
     cmd.option("--config", args->config, "TOML run config").required();
-    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    add_set_option(cmd, args->overrides);
     cmd.option("--memory-budget", args->budget, "memory budget (e.g. 24GiB): adds the largest batch per mode");
     add_device_option(cmd, args->device, "training.device; sizes are computed, so no GPU is needed");
     add_dtype_option(cmd, args->dtype, "model.dtype");

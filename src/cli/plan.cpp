@@ -53,7 +53,7 @@ void add_plan_command(Command& program) {
     auto args = std::make_shared<PlanArgs>();
     Command cmd = program.subcommand("plan", "Solve the Adacc keep/compress/recompute plan for a memory budget");
     cmd.option("--config", args->config, "TOML run config (model, batch, seq_len)").required();
-    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    add_set_option(cmd, args->overrides);
     cmd.option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (default: memory.budget)");
     cmd.option("--profile", args->profile, "reuse a profile.json instead of profiling (default: memory.profile)");
     cmd.option("--save-profile", args->save_profile, "write the profile measured here to FILE");

@@ -165,7 +165,7 @@ void add_train_command(Command& program) {
     auto args = std::make_shared<TrainArgs>();
     Command cmd = program.subcommand("train", "Train a GPT model from a TOML config");
     cmd.option("--config", args->config, "TOML run config (see configs/)");
-    cmd.option("--set", args->overrides, "override a config key: section.key=value (repeatable)");
+    add_set_option(cmd, args->overrides);
     cmd.option("--resume", args->resume, "continue the run in RUN_DIR from its newest complete checkpoint");
     cmd.option("--memory-budget", args->budget, "memory budget, e.g. 24GiB (same as --set memory.budget=...)");
     add_device_option(cmd, args->device, "training.device");

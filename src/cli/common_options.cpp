@@ -1,8 +1,12 @@
-
+// The command-line options several commands share, declared in src/cli/commands.h.
 #include "src/cli/commands.h"
 #include "src/engine/device.h"
 
 namespace adacc {
+
+void add_set_option(Command& command, std::vector<std::string>& overrides) {
+    command.option("--set", overrides, "override a config key: section.key=value (repeatable)");
+}
 
 void add_device_option(Command& command, std::string& device, const char* default_text) {
     command
