@@ -103,6 +103,16 @@ TEST_F(Cli, MemoryShowsPlannedModesForABudget) {
         << "the largest planned batch: full recomputation's plan fits batch 1, no plan batch 2: " << line;
 }
 
+// --modes names memory modes (CLI11 lists them for one it does not know) and each at most once, as
+// compare's --batch does its batches: a repeat would be run or shown twice.
+TEST_F(Cli, ModesAndBatchesAreEachListedOnce) {
+    expect_user_error("compare --config " + config() + " --modes none,none", {"--modes lists none twice"});
+    expect_user_error("compare --config " + config() + " --batch 2,3,2", {"--batch lists 2 twice"});
+    expect_user_error("memory --config " + config() + " --modes full,full", {"--modes lists full twice"});
+    expect_user_error("memory --config " + config() + " --modes full,foo",
+                      {"--modes: foo not in {none,full,selective,quant,adacc,recompute-opt}"});
+}
+
 TEST_F(Cli, MalformedToml) {
     std::ofstream(dir / "bad.toml") << "[model\nn_layer = 1\n";
     expect_user_error("train --config " + (dir / "bad.toml").string(), {"bad.toml:1:", "malformed TOML"});

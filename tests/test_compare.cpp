@@ -78,6 +78,10 @@ void expect_compare_matches_training(RunConfig config, MemoryMode mode, std::uin
     ASSERT_EQ(quick.size(), 1u);
     EXPECT_EQ(quick[0].loss, rows[0].loss) << memory_mode_name(mode);
     EXPECT_FALSE(quick[0].gradients.has_value());
+    // The table says its gradient columns are empty because they were not measured.
+    const std::string table = format_comparison(quick, "table");
+    EXPECT_NE(table.find("\ngrad_err, grad_cos: not measured (--no-fidelity)\n"), std::string::npos) << table;
+    EXPECT_EQ(table.find("relative L2 error"), std::string::npos) << table;
 }
 
 TEST(Compare, StepsAreTrainingSteps) {
@@ -355,7 +359,8 @@ TEST(Compare, GradientFidelityMatchesAnIndependentComputation) {
         }
     }
     // The table, csv and json carry the figures.
-    EXPECT_NE(format_comparison(rows, "table").find("grad_err"), std::string::npos);
+    EXPECT_NE(format_comparison(rows, "table").find("\ngrad_err, grad_cos: relative L2 error and cosine"),
+              std::string::npos);
     EXPECT_NE(format_comparison(rows, "csv").find("grad_rel_l2,grad_cosine"), std::string::npos);
     const auto json = nlohmann::json::parse(format_comparison(rows, "json"));
     EXPECT_DOUBLE_EQ(json[3]["gradient"]["relative_l2"].get<double>(), rows[3].gradients->overall.relative_l2);

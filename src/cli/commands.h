@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/cli/command_line.h"
+#include "src/engine/memory_mode.h"
 
 namespace adacc {
 
@@ -34,6 +35,11 @@ void add_set_option(Command& command, std::vector<std::string>& overrides);
 void add_device_option(Command& command, std::string& device, const char* default_text);
 // --dtype auto|fp32|bf16 (model.dtype) into `dtype` (left empty when not given), the same way.
 void add_dtype_option(Command& command, std::string& dtype, const char* default_text);
+// --modes MODE,... (memory modes, checked as parsed) into `modes`; memory_modes_of reads them.
+void add_modes_option(Command& command, std::vector<std::string>& modes, const std::string& help);
+// The modes --modes named, in order, or the fixed ones when it was not given; UserError when one
+// is named twice (it would be run or shown twice).
+std::vector<MemoryMode> memory_modes_of(const std::vector<std::string>& names);
 
 // How to set a config setting with the command that was parsed (its own flag for it, or --set),
 // for a SettingError's message; empty when the command takes neither.

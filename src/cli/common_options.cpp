@@ -1,5 +1,8 @@
 // The command-line options several commands share, declared in src/cli/commands.h.
+#include <algorithm>
+
 #include "src/cli/commands.h"
+#include "src/common/errors.h"
 #include "src/engine/device.h"
 
 namespace adacc {
@@ -19,6 +22,21 @@ void add_dtype_option(Command& command, std::string& dtype, const char* default_
     command.option("--dtype", dtype, std::string(kModelDtypeHelp) + "; default: " + default_text)
         .one_of(model_dtype_names())
         .type_name("DTYPE");
+}
+
+void add_modes_option(Command& command, std::vector<std::string>& modes, const std::string& help) {
+    command.option("--modes", modes, help).comma_separated().one_of(memory_mode_names()).type_name("MODE");
+}
+
+std::vector<MemoryMode> memory_modes_of(const std::vector<std::string>& names) {
+    std::vector<MemoryMode> modes;
+    for (const std::string& name : names) {
+        const MemoryMode mode = parse_memory_mode(name);
+        if (std::find(modes.begin(), modes.end(), mode) != modes.end())
+            throw UserError("--modes lists " + name + " twice: give each mode once");
+        modes.push_back(mode);
+    }
+    return modes.empty() ? fixed_memory_modes() : modes;
 }
 
 }  // namespace adacc

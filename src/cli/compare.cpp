@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -115,9 +116,11 @@ void run_compare(CompareArgs& args) {
     RunConfig config = load_config(args.config, args.overrides);
     const std::uint64_t budget = budget_bytes(config.memory);
     CompareOptions options;
-    for (const auto& m : args.modes) options.modes.push_back(parse_memory_mode(m));
-    if (options.modes.empty()) options.modes = fixed_memory_modes();
+    options.modes = memory_modes_of(args.modes);
     options.batches = args.batches.empty() ? std::vector<int>{config.training.batch_size} : args.batches;
+    for (auto b = options.batches.begin(); b != options.batches.end(); ++b)
+        if (std::find(options.batches.begin(), b, *b) != b)
+            throw UserError("--batch lists " + std::to_string(*b) + " twice: give each batch once");
     // Each --batch stands in for training.batch_size, so it is checked as that key would be.
     for (int B : options.batches) {
         RunConfig at_batch = config;
@@ -161,9 +164,8 @@ void add_compare_command(Command& program) {
     Command cmd = program.subcommand("compare", "Train each memory mode and batch a few steps and compare");
     cmd.option("--config", args->config, "TOML run config (model, seq_len, data.train, optimizer)").required();
     add_set_option(cmd, args->overrides);
-    cmd.option("--modes", args->modes,
-               "memory modes, comma-separated (default: " + join_memory_mode_names(fixed_memory_modes()) + ")")
-        .comma_separated();
+    add_modes_option(cmd, args->modes,
+                     "memory modes, comma-separated (default: " + join_memory_mode_names(fixed_memory_modes()) + ")");
     cmd.option("--batch", args->batches, "batch sizes, comma-separated (default: training.batch_size)")
         .comma_separated()
         .positive();

@@ -51,14 +51,12 @@ void run_memory(MemoryArgs& args) {
     if (!args.dtype.empty()) args.overrides.push_back("model.dtype=" + args.dtype);
     RunConfig config = load_config(args.config, args.overrides);
     const std::uint64_t budget = budget_bytes(config.memory);
-    std::vector<MemoryMode> modes;
-    for (const auto& m : args.modes) {
-        modes.push_back(parse_memory_mode(m));
-        if (is_planned(modes.back()) && !budget)
-            throw UserError("mode " + m + " plans for a memory budget: pass --memory-budget SIZE (its row is then " +
-                            "the plan for that budget and the largest batch it plans)");
-    }
-    if (modes.empty()) modes = fixed_memory_modes();
+    const std::vector<MemoryMode> modes = memory_modes_of(args.modes);
+    for (MemoryMode mode : modes)
+        if (is_planned(mode) && !budget)
+            throw UserError(std::string("mode ") + memory_mode_name(mode) +
+                            " plans for a memory budget: pass --memory-budget SIZE (its row is then the plan for "
+                            "that budget and the largest batch it plans)");
     const GPTConfig& m = config.model;
     const ComputeTarget target = compute_target(config, args.world_size);
     const int B = config.training.batch_size, T = config.training.seq_len;
@@ -110,10 +108,9 @@ void add_memory_command(Command& program) {
                "data-parallel ranks the sizes are per rank of (with --set training.zero=1 they share AdamW's "
                "moments)")
         .positive();
-    cmd.option("--modes", args->modes,
-               "modes to show (default: " + join_memory_mode_names(fixed_memory_modes()) +
-                   "; adacc and recompute-opt need --memory-budget)")
-        .comma_separated();
+    add_modes_option(cmd, args->modes,
+                     "modes to show (default: " + join_memory_mode_names(fixed_memory_modes()) +
+                         "; adacc and recompute-opt need --memory-budget)");
     cmd.on_run([args] { run_memory(*args); });
 }
 

@@ -506,9 +506,13 @@ std::string comparison_table(const std::vector<CompareRow>& rows) {
                " timed steps (after warm-up); step_ms_p25-p75: their interquartile range (the spread); tokens/s "
                "at the median\n";
     out += interleaving_notes(rows);
-    out +=
-        "grad_err, grad_cos: relative L2 error and cosine of the parameter gradients against none's, from one "
-        "extra forward and backward per mode at the initial weights on the first batch, dropout off\n";
+    const auto has_gradients = [](const CompareRow& r) { return r.gradients.has_value(); };
+    if (std::any_of(rows.begin(), rows.end(), has_gradients))
+        out +=
+            "grad_err, grad_cos: relative L2 error and cosine of the parameter gradients against none's, from one "
+            "extra forward and backward per mode at the initial weights on the first batch, dropout off\n";
+    else if (timed > 0)  // modes ran, without the gradients' extra passes
+        out += "grad_err, grad_cos: not measured (--no-fidelity)\n";
     return out;
 }
 }  // namespace
