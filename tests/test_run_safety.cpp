@@ -267,6 +267,19 @@ TEST_F(RunSafety, ResumeRefusesConfigAndTheChangesItCannotMake) {
     }
     r = run_adacc("train --resume " + run_dir.string() + " --set training.steps=6 --set lr.max=1e-4");
     EXPECT_EQ(r.status, 0) << "what resume allows (more steps, a new rate) still works:\n" << r.output;
+    // A finished run resumed again, as it is or with fewer steps, trains nothing, says so and keeps
+    // its checkpoints.
+    const std::vector<fs::path> kept = checkpoints();
+    for (const std::string steps : {"", " --set training.steps=3"}) {
+        r = run_adacc("train --resume " + run_dir.string() + steps);
+        EXPECT_EQ(r.status, 0) << r.output;
+        EXPECT_TRUE(contains(r.output, "nothing to train: the run has completed 6 steps and training.steps is " +
+                                           std::string(steps.empty() ? "6" : "3") +
+                                           "; to train on, resume with --set training.steps=N (N > 6)"))
+            << r.output;
+        EXPECT_FALSE(contains(r.output, "step      ")) << r.output;
+        EXPECT_EQ(checkpoints(), kept);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -96,6 +96,12 @@ void Trainer::start(const std::optional<std::filesystem::path>& resume_checkpoin
         progress_ = load_training_checkpoint(*resume_checkpoint, *model_);
         train_data_->restore(progress_.train_data);
         std::printf("resumed from %s at step %d\n", resume_checkpoint->c_str(), progress_.step);
+        // A finished run resumed again (a requeued job) ends at once; say so, and how to go on.
+        if (progress_.step >= config_.training.steps)
+            std::printf(
+                "nothing to train: the run has completed %d steps and training.steps is %d; to train on, "
+                "resume with --set training.steps=N (N > %d)\n",
+                progress_.step, config_.training.steps, progress_.step);
     } else if (init_from) {
         load_weights(*init_from, *model_);
         apply_stress(*model_, config_.stress);
