@@ -539,6 +539,15 @@ TEST(MilpPlanner, AnOpWithSeveralDroppedOutputsIsPaidOnce) {
 // item 0 is worth 10 and weighs 10 units, item 1 is worth 5 and weighs 9.
 lp::Model two_items(double rhs) { return lp::Model({lp::Column{}, lp::Column{}}, {}, {-10.0, -5.0}, {10.0, 9.0}, rhs); }
 
+// solve_to_fit on two_items(10) with a memory unit of `unit` bytes and `overshoot` standing in for
+// the caller's exact check, without a time limit; the answer goes to x and the solves are counted.
+lp::Model::Fit fit_two_items(double unit, std::vector<double>& x, int& solves,
+                             const std::function<std::optional<std::size_t>(const std::vector<double>&)>& overshoot) {
+    lp::Model model = two_items(10);
+    lp::Deadline deadline = lp::deadline_after(lp::Clock::now(), 600);
+    return model.solve_to_fit(10, unit, deadline, untimed_options(), x, solves, overshoot);
+}
+
 // lp::Model::solve_to_fit tightens the memory row by the overshoot the caller's exact check
 // reports (at least one unit), gives up after kFitTries, and stops at an unusable answer. Its
 // callers' checks never report a slip with lp_solve on real problems, so the loop is driven here
@@ -549,10 +558,8 @@ TEST(MilpPlanner, SolveToFitTightensTheMemoryRowByTheOvershoot) {
     {
         // rhs 10 takes item 0; 3 bytes over at unit 1 leaves rhs 7, where neither fits (a
         // tightening by one unit, to 9, would take item 1).
-        lp::Model model = two_items(10);
-        lp::Deadline deadline = lp::deadline_after(lp::Clock::now(), 600);
         int solves = 0, checks = 0;
-        const auto fit = model.solve_to_fit(10, 1.0, deadline, o, x, solves, [&](const std::vector<double>& a) {
+        const auto fit = fit_two_items(1.0, x, solves, [&](const std::vector<double>& a) {
             ++checks;
             return std::optional<std::size_t>(a[0] > 0.5 ? 3 : 0);
         });
@@ -565,10 +572,8 @@ TEST(MilpPlanner, SolveToFitTightensTheMemoryRowByTheOvershoot) {
     }
     {
         // 3 bytes over at a unit of 10 bytes: one unit tighter (rhs 9) takes item 1.
-        lp::Model model = two_items(10);
-        lp::Deadline deadline = lp::deadline_after(lp::Clock::now(), 600);
         int solves = 0;
-        const auto fit = model.solve_to_fit(10, 10.0, deadline, o, x, solves, [&](const std::vector<double>& a) {
+        const auto fit = fit_two_items(10.0, x, solves, [&](const std::vector<double>& a) {
             return std::optional<std::size_t>(a[0] > 0.5 ? 3 : 0);
         });
         EXPECT_TRUE(fit.fits);
@@ -578,22 +583,18 @@ TEST(MilpPlanner, SolveToFitTightensTheMemoryRowByTheOvershoot) {
     }
     {
         // Always over: kFitTries solves, then no fit (an answer was found: the outcome says so).
-        lp::Model model = two_items(10);
-        lp::Deadline deadline = lp::deadline_after(lp::Clock::now(), 600);
         int solves = 0;
-        const auto fit = model.solve_to_fit(10, 1.0, deadline, o, x, solves,
-                                            [](const std::vector<double>&) { return std::optional<std::size_t>(1); });
+        const auto fit =
+            fit_two_items(1.0, x, solves, [](const std::vector<double>&) { return std::optional<std::size_t>(1); });
         EXPECT_FALSE(fit.fits);
         EXPECT_EQ(fit.outcome, lp::Model::Outcome::optimal);
         EXPECT_EQ(solves, lp::Model::kFitTries);
     }
     {
         // An unusable answer ends the search at once.
-        lp::Model model = two_items(10);
-        lp::Deadline deadline = lp::deadline_after(lp::Clock::now(), 600);
         int solves = 0;
-        const auto fit = model.solve_to_fit(10, 1.0, deadline, o, x, solves,
-                                            [](const std::vector<double>&) { return std::optional<std::size_t>(); });
+        const auto fit =
+            fit_two_items(1.0, x, solves, [](const std::vector<double>&) { return std::optional<std::size_t>(); });
         EXPECT_FALSE(fit.fits);
         EXPECT_EQ(solves, 1);
     }
