@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "src/common/errors.h"
@@ -901,20 +902,25 @@ PlannedRun planned_run(const RunConfig& config, const ComputeTarget& target) {
             target};
 }
 
+namespace {
+// What every way of making a config does after its source is read: the --set overrides in order,
+// the default attention, validation. One place, so that no way skips a step.
+RunConfig finish_config(RunConfig config, std::string_view source_name, const std::vector<std::string>& overrides) {
+    for (const auto& assignment : overrides) apply_override(config, assignment);
+    resolve_default_attention(config);
+    validate_config(config, source_name, overrides);
+    return config;
+}
+}  // namespace
+
 RunConfig config_from_toml_string(std::string_view text, std::string_view source_name) {
     RunConfig config;
     apply_toml(config, text, source_name);
-    resolve_default_attention(config);
-    validate_config(config, source_name);
-    return config;
+    return finish_config(std::move(config), source_name, {});
 }
 
 RunConfig config_from_overrides(const std::vector<std::string>& overrides) {
-    RunConfig config;
-    for (const auto& assignment : overrides) apply_override(config, assignment);
-    resolve_default_attention(config);
-    validate_config(config, "--set", overrides);
-    return config;
+    return finish_config(RunConfig{}, "--set", overrides);
 }
 
 RunConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
@@ -930,10 +936,7 @@ RunConfig load_config(const std::filesystem::path& file, const std::vector<std::
     text << in.rdbuf();
     RunConfig config;
     apply_toml(config, text.str(), file.string());
-    for (const auto& assignment : overrides) apply_override(config, assignment);
-    resolve_default_attention(config);
-    validate_config(config, file.string(), overrides);
-    return config;
+    return finish_config(std::move(config), file.string(), overrides);
 }
 
 std::string format_config_table(const RunConfig& config) {
