@@ -77,10 +77,10 @@ int main(int argc, char** argv) {
     // A failure on one rank of several ends them all (the others may be waiting for it in a
     // collective), with its message.
     if (!outcome.message.empty()) {
-        // What the command printed comes first where stdout and stderr go to one log (stdout is
-        // fully buffered there, stderr not; an aborted job would lose it).
-        std::fflush(stdout);
         if (adacc::process_group().world_size > 1) adacc::abort_process_group(outcome.message, outcome.status);
+        // What the command printed comes first where stdout and stderr go to one log (stdout is
+        // fully buffered there, stderr not), as abort_process_group does for several ranks.
+        std::fflush(stdout);
         std::fprintf(stderr, "%s\n", outcome.message.c_str());
     }
     adacc::leave_process_group();
