@@ -12,7 +12,6 @@
 #include <fstream>
 #include <random>
 
-#include "data/token_shard.h"
 #include "src/adacc/adacc_regulator.h"
 #include "src/adacc/budget_planner.h"
 #include "src/adacc/profiler.h"
@@ -132,10 +131,7 @@ TEST(AdaccPlan, RegulatorOptionsFollowTheMemorySection) {
 std::vector<nlohmann::json> replans_after_injecting_outliers(const std::string& tag, const GPTConfig& cfg,
                                                              const std::vector<int>& injected) {
     const auto dir = test::scratch_dir(tag);
-    std::mt19937 gen(2);
-    std::vector<std::uint16_t> tokens(20000);
-    for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-    write_token_shard(dir / "train.bin", tokens);
+    test::write_random_shard(dir / "train.bin", 20000, 97, 2);
     const int B = 4, T = 32;
     const Profile profile = compress_favouring_profile(cfg, B, T);
     profile.save(dir / "profile.json");
@@ -251,10 +247,7 @@ TEST(AdaccPlan, CodecOptionsAreAdmittedByErrorAndDominatedOnesDropped) {
 // (LLM.int8(), SmoothQuant); this tiny model gets them from [stress]: 4 of ln1's and ln2's 128
 // channels scaled 50x at initialisation.
 RunConfig outlier_run(const std::filesystem::path& dir, int outlier_channels) {
-    std::mt19937 gen(3);
-    std::vector<std::uint16_t> tokens(4096);
-    for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-    write_token_shard(dir / "train.bin", tokens);
+    test::write_random_shard(dir / "train.bin", 4096, 97, 3);
     RunConfig config;
     config.model = small_model();
     config.model.dropout = 0.0f;

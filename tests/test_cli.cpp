@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <random>
 
 #include "data/token_shard.h"
 #include "src/config/config.h"
@@ -27,10 +26,7 @@ class Cli : public ::testing::Test {
 protected:
     void SetUp() override {
         dir = test::scratch_dir("cli");
-        std::mt19937 gen(1);
-        std::vector<std::uint16_t> tokens(5000);
-        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-        write_token_shard(dir / "train.bin", tokens);
+        test::write_random_shard(dir / "train.bin", 5000, 97, 1);
     }
     // A valid tiny config; `model_extra` adds [model] keys, `train_path` replaces data.train.
     std::string config(const std::string& model_extra = "", const std::string& train_path = "") {

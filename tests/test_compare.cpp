@@ -5,11 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
-#include "data/token_shard.h"
 #include "src/adacc/adacc_regulator.h"
 #include "src/adacc/profiler.h"
 #include "src/common/errors.h"
@@ -26,10 +24,7 @@ namespace adacc {
 namespace {
 
 RunConfig small_run(const std::filesystem::path& dir) {
-    std::mt19937 gen(3);
-    std::vector<std::uint16_t> tokens(20000);
-    for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-    write_token_shard(dir / "train.bin", tokens);
+    test::write_random_shard(dir / "train.bin", 20000, 97, 3);
     RunConfig config;
     config.model.n_layer = 2, config.model.n_embd = 32, config.model.n_head = 2, config.model.vocab_size = 97;
     config.model.max_seq_len = 16, config.model.dropout = 0.1f;
@@ -374,10 +369,7 @@ class ComparePlot : public ::testing::Test {
 protected:
     void SetUp() override {
         dir = test::scratch_dir("compare_plot");
-        std::mt19937 gen(1);
-        std::vector<std::uint16_t> tokens(5000);
-        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-        write_token_shard(dir / "train.bin", tokens);
+        test::write_random_shard(dir / "train.bin", 5000, 97, 1);
         config = (dir / "run.toml").string();
         std::ofstream(config) << "[model]\nn_layer = 1\nn_embd = 16\nn_head = 2\nvocab_size = 97\nmax_seq_len = 16\n"
                               << "[training]\nbatch_size = 2\nseq_len = 8\nsteps = 2\n[data]\ntrain = \""

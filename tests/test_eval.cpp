@@ -711,10 +711,7 @@ TEST(TrainerEval, LogsEvalRecordsToMetrics) {
     const fs::path data = test::shared_data_dir();
     if (data.empty()) GTEST_SKIP() << "../shared/data is absent (eval data and GPT-2 vocabulary)";
     const fs::path dir = test::scratch_dir("eval_train");
-    std::mt19937 gen(2);
-    std::vector<std::uint16_t> tokens(4000);
-    for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 50257);
-    write_token_shard(dir / "train.bin", tokens);
+    test::write_random_shard(dir / "train.bin", 4000, 50257, 2);
     RunConfig config;
     config.model = tiny_config(50257, 32);
     config.model.n_layer = 1;

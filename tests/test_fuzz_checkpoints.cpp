@@ -23,7 +23,6 @@
 #include <random>
 #include <thread>
 
-#include "data/token_shard.h"
 #include "src/io/checkpoint_folder.h"
 #include "tests/test_support.h"
 
@@ -94,10 +93,7 @@ class CheckpointFuzz : public ::testing::Test {
 protected:
     void SetUp() override {
         dir = test::scratch_dir("ckpt_fuzz");
-        std::mt19937 gen(5);
-        std::vector<std::uint16_t> tokens(4000);
-        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 50257);
-        write_token_shard(dir / "train.bin", tokens);
+        test::write_random_shard(dir / "train.bin", 4000, 50257, 5);
         std::ofstream(dir / "run.toml") << "[model]\nn_layer = 1\nn_embd = 8\nn_head = 2\nvocab_size = 50257\n"
                                         << "max_seq_len = 16\n[training]\nbatch_size = 2\nseq_len = 8\nsteps = 2\n"
                                         << "threads = 1\n[data]\ntrain = \"" << (dir / "train.bin").string() << "\"\n";

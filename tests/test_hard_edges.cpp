@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "data/token_shard.h"
@@ -134,10 +133,7 @@ class HardEdges : public ::testing::Test {
 protected:
     void SetUp() override {
         dir = test::scratch_dir("edges");
-        std::mt19937 gen(1);
-        std::vector<std::uint16_t> tokens(20000);
-        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-        write_token_shard(dir / "train.bin", tokens);
+        test::write_random_shard(dir / "train.bin", 20000, 97, 1);
         run_dir = dir / "run";
     }
     std::string config(const fs::path& run, const std::string& extra = "") const {
@@ -238,10 +234,7 @@ TEST_F(HardEdges, ExportIntoAFolderThatCannotBeMadeIsAUserError) {
 // "internal error: std::bad_alloc", exit 3: it is the config's size, a user error.
 TEST_F(HardEdges, AnAllocationTheProcessMayNotMakeIsAUserError) {
     if (test::kSanitized) GTEST_SKIP() << "AddressSanitizer reserves more address space than ulimit -v allows";
-    std::mt19937 gen(2);
-    std::vector<std::uint16_t> tokens(40000);
-    for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-    write_token_shard(dir / "big.bin", tokens);
+    test::write_random_shard(dir / "big.bin", 40000, 97, 2);
     // ~2.2 GiB in mode none (`adacc memory`), which fits the machine but not 1.5 GB of address space.
     const std::string sets =
         " --set model.n_layer=2 --set model.n_embd=256 --set model.n_head=4 "

@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "data/token_shard.h"
 #include "models/gpt_params.h"
 #include "src/common/errors.h"
 #include "src/config/config.h"
@@ -242,10 +241,7 @@ TEST_F(HfGpt2, ExportWritesGpt2LMHeadModelsStateDictAndReadsBackBitForBit) {
 
 // A run's config and token shard for the fixture's shape (ids below its 37).
 fs::path write_fixture_run_config(const fs::path& dir) {
-    std::mt19937 gen(9);
-    std::vector<std::uint16_t> tokens(2000);
-    for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 37);
-    write_token_shard(dir / "train.bin", tokens);
+    test::write_random_shard(dir / "train.bin", 2000, 37, 9);
     const fs::path config = dir / "run.toml";
     std::ofstream(config) << "[model]\nn_layer = 2\nn_embd = 8\nn_head = 2\nvocab_size = 37\nmax_seq_len = 8\n"
                           << "[training]\nbatch_size = 2\nseq_len = 8\nsteps = 2\nthreads = 1\n[data]\ntrain = \""

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "data/dataloader.h"
 #include "data/token_shard.h"
@@ -95,10 +94,7 @@ protected:
     // data; run A trains it from scratch for 3 steps.
     void SetUp() override {
         dir = test::scratch_dir("init_from");
-        std::mt19937 gen(3);
-        std::vector<std::uint16_t> tokens(5000);
-        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-        write_token_shard(dir / "train.bin", tokens);
+        test::write_random_shard(dir / "train.bin", 5000, 97, 3);
         config_file = dir / "run.toml";
         std::ofstream(config_file) << "[model]\nn_layer = 2\nn_embd = 16\nn_head = 2\nvocab_size = 97\n"
                                       "max_seq_len = 16\ndropout = 0.0\n"

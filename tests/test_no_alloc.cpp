@@ -74,10 +74,7 @@ TEST(NoAllocation, SmallGpt2Shapes) {
 TEST(NoAllocation, TrainingStep) {
     if (!ADACC_COUNT_ALLOCATIONS) GTEST_SKIP() << "malloc is owned by AddressSanitizer in this build";
     const auto dir = test::scratch_dir("no_alloc_step");
-    std::mt19937 gen(1);
-    std::vector<std::uint16_t> tokens(4000);
-    for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-    write_token_shard(dir / "train.bin", tokens);
+    test::write_random_shard(dir / "train.bin", 4000, 97, 1);
     RunConfig config;
     config.model = *gpt_preset("gpt-micro");
     config.model.dropout = 0.1f;

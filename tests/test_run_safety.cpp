@@ -43,10 +43,7 @@ class RunSafety : public ::testing::Test {
 protected:
     void SetUp() override {
         dir = test::scratch_dir("safety");
-        std::mt19937 gen(1);
-        std::vector<std::uint16_t> tokens(20000);
-        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-        write_token_shard(dir / "train.bin", tokens);
+        test::write_random_shard(dir / "train.bin", 20000, 97, 1);
         run_dir = dir / "run";
     }
     // A tiny config (1 layer, 16 wide) with `extra` appended as more TOML sections.

@@ -48,6 +48,11 @@ std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
     return t;
 }
 
+void write_random_shard(const std::filesystem::path& file, int n, int vocab, std::uint32_t seed) {
+    const std::vector<int> ids = random_tokens(n, vocab, seed);
+    write_token_shard(file, std::vector<std::uint16_t>(ids.begin(), ids.end()));
+}
+
 std::string user_error_of(const std::function<void()>& action) {
     try {
         action();

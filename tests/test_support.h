@@ -25,6 +25,8 @@ constexpr bool kSanitized = false;
 
 // n token ids uniform in [0, vocab) from a fixed seed (std::mt19937: the same ids on every machine).
 std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed);
+// A token shard (llm.c's format) at `file` of those n ids: the tiny runs' training data.
+void write_random_shard(const std::filesystem::path& file, int n, int vocab, std::uint32_t seed);
 
 // Every arena of a training model of (config, B, T) whose every saved tensor, in every layer, is
 // compressed by the Adacc paper's codec for it (codec parameters from `profile`), as `target`

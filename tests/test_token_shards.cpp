@@ -20,7 +20,6 @@
 #include <fstream>
 #include <map>
 #include <numeric>
-#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -263,7 +262,9 @@ TEST_F(DataLoaderTest, RestoredStateContinuesIdentically) {
         EXPECT_EQ(take_batches(resumed, options_, 15), continuation) << "shuffle=" << shuffle;
     }
     DataLoader loader(shards(), options_);
-    EXPECT_CONTAINS(user_error([&] { loader.restore({0, 10}); }),
+    EXPECT_CONTAINS(user_error([&] {
+                        loader.restore({0, 10});
+                    }),
                     "the saved data position (epoch 0, batch 10) is past the end of an epoch of this data");
 }
 
@@ -439,9 +440,9 @@ TEST_F(CorpusRoundTrip, ShardsHoldEachDocumentPrecededByEndOfText) {
     write_token_shard(dir / "out" / "train_000009.bin", counting_tokens(5));  // from an "earlier run"
 
     std::vector<std::uint32_t> expected;
-    for (const std::string_view document : {std::string_view(plain), std::string_view("A fortune.\n"),
-                                            std::string_view("Another one, with <|endoftext|> in it.\n"),
-                                            std::string_view(nested)}) {
+    for (const std::string_view document :
+         {std::string_view(plain), std::string_view("A fortune.\n"),
+          std::string_view("Another one, with <|endoftext|> in it.\n"), std::string_view(nested)}) {
         expected.push_back(tokenizer_->eot_token());
         for (const std::uint32_t id : tokenizer_->encode(document)) expected.push_back(id);
     }
@@ -490,9 +491,9 @@ std::map<std::string, std::string> tree(const std::filesystem::path& dir) {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
         const std::string bytes = entry.is_regular_file() ? read_raw_file(entry.path()) : "";
         entries[std::filesystem::relative(entry.path(), dir).string()] =
-            entry.is_regular_file() ? std::to_string(bytes.size()) + " bytes, hash " +
-                                          std::to_string(std::hash<std::string>{}(bytes))
-                                    : "<folder>";
+            entry.is_regular_file()
+                ? std::to_string(bytes.size()) + " bytes, hash " + std::to_string(std::hash<std::string>{}(bytes))
+                : "<folder>";
     }
     return entries;
 }
@@ -563,8 +564,8 @@ protected:
     // Runs `adacc ARGS`, returning the exit status; stdout and stderr go to files in dir_.
     int run(const std::string& arguments, const std::string& stdin_text = "") {
         write_raw_file(dir_ / "stdin", stdin_text);
-        const std::string command = test::adacc_binary() + " " + arguments + " < " + (dir_ / "stdin").string() +
-                                    " > " + (dir_ / "stdout").string() + " 2> " + (dir_ / "stderr").string();
+        const std::string command = test::adacc_binary() + " " + arguments + " < " + (dir_ / "stdin").string() + " > " +
+                                    (dir_ / "stdout").string() + " 2> " + (dir_ / "stderr").string();
         const int status = std::system(command.c_str());
         return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     }
@@ -602,9 +603,9 @@ TEST_F(CommandLine, PrepareWritesShardsAndASummary) {
     EXPECT_EQ(read_token_shard(dir_ / "shards" / "val_000000.bin").size(), 100u);
     EXPECT_TRUE(std::filesystem::exists(dir_ / "shards" / "train_000000.bin"));
 
-    EXPECT_EQ(run("prepare --input " + (dir_ / "missing").string() + " --out " + (dir_ / "shards").string() + " " +
-                  vocab()),
-              2);
+    EXPECT_EQ(
+        run("prepare --input " + (dir_ / "missing").string() + " --out " + (dir_ / "shards").string() + " " + vocab()),
+        2);
     EXPECT_CONTAINS(err(), "error: input '" + (dir_ / "missing").string() + "' does not exist");
 }
 
@@ -683,10 +684,8 @@ class ShardUnderARun : public ::testing::Test {
 protected:
     void SetUp() override {
         if (!std::filesystem::exists(test::adacc_binary())) GTEST_SKIP() << "the adacc executable is not built";
-        std::mt19937 gen(2);
-        Tokens tokens(200'000);  // 100 pages: a run that reads it sequentially crosses many
-        for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-        write_token_shard(shard_, tokens);
+        // 100 pages: a run that reads it sequentially crosses many.
+        test::write_random_shard(shard_, 200'000, 97, 2);
         std::ofstream(dir_ / "run.toml")
             << "[model]\nn_layer = 1\nn_embd = 16\nn_head = 2\nvocab_size = 97\nmax_seq_len = 16\n"
             << "[training]\nbatch_size = 2\nseq_len = 16\nsteps = 1000000\nthreads = 1\n[data]\ntrain = \""
@@ -704,7 +703,8 @@ protected:
     }
     // The run must stop at once with a user error naming the shard.
     void expect_stopped_with_error() {
-        EXPECT_EQ(wait_for(pid_, std::chrono::seconds(30)), 2) << "(-N: signal N; 32767: still running)\n" << stderr_text();
+        EXPECT_EQ(wait_for(pid_, std::chrono::seconds(30)), 2) << "(-N: signal N; 32767: still running)\n"
+                                                               << stderr_text();
         EXPECT_CONTAINS(stderr_text(), "error: '" + shard_.string() + "' changed while this run was reading it");
     }
     std::string stderr_text() const { return read_raw_file(dir_ / "stderr"); }

@@ -11,11 +11,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "data/token_shard.h"
 #include "src/adacc/profiler.h"
 #include "src/config/config.h"
 #include "src/engine/backend.h"
@@ -320,11 +318,9 @@ RunRecord train_adacc(const std::filesystem::path& dir, const std::string& name,
 // outputs where the CPU runs two ops, so with them in play the two graphs' optimal plans could
 // differ; without them every plan costs the same on both.
 void write_shared_inputs(const std::filesystem::path& dir) {
-    std::mt19937 gen(2);
-    std::vector<std::uint16_t> tokens(4000);
-    for (auto& t : tokens) t = static_cast<std::uint16_t>(gen() % 97);
-    write_token_shard(dir / "train.bin", tokens);
-    Profile p = profile_on(ComputeTarget{}, std::vector<int>(tokens.begin(), tokens.begin() + kB * kT));
+    test::write_random_shard(dir / "train.bin", 4000, 97, 2);
+    // The shard's first batch: the same generator's first kB x kT ids.
+    Profile p = profile_on(ComputeTarget{}, test::random_tokens(kB * kT, 97, 2));
     favour_compression(p);
     for (std::size_t i = 0; i < p.op_names.size(); ++i)
         if (p.op_names[i] == "fc" || p.op_names[i] == "gelu") p.op_ms[i] = 1e4;  // 100x favour_compression's ops
