@@ -106,7 +106,21 @@ TEST_F(Cli, ModesAndBatchesAreEachListedOnce) {
     expect_user_error("compare --config " + config() + " --batch 2,3,2", {"--batch lists 2 twice"});
     expect_user_error("memory --config " + config() + " --modes full,full", {"--modes lists full twice"});
     expect_user_error("memory --config " + config() + " --modes full,foo",
-                      {"--modes: foo not in {none,full,selective,quant,adacc,recompute-opt}"});
+                      {"error: --modes: foo not in {none,full,selective,quant,adacc,recompute-opt}"});
+}
+
+// A command line CLI11 cannot parse reads as every other error ("error: ..."), naming the help that
+// lists the options; a word that is no command is named, with the command it may be a typo of.
+TEST_F(Cli, ParseErrorsSayErrorAndWhereTheOptionsAre) {
+    expect_user_error(
+        "train --config " + config() + " --bogus",
+        {"error: The following argument was not expected: --bogus; `adacc train --help` lists the options"});
+    expect_user_error("sample --vocab x", {"error: ", "--prompt", "`adacc sample --help` lists the options"});
+    expect_user_error("tran --config " + config(),
+                      {"error: tran is not a command of adacc (did you mean train?); `adacc --help` lists them"});
+    expect_user_error("frobnicate", {"error: frobnicate is not a command of adacc; `adacc --help` lists them"});
+    expect_user_error("--bogus", {"error: --bogus is not an option of adacc"});
+    expect_user_error("", {"error: no command given; `adacc --help` lists them"});
 }
 
 TEST_F(Cli, MalformedToml) {

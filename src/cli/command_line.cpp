@@ -6,6 +6,9 @@
 #include <charconv>
 #include <filesystem>
 #include <system_error>
+#include <vector>
+
+#include "src/common/closest_name.h"
 
 namespace adacc {
 
@@ -86,7 +89,35 @@ void Command::on_run(std::function<void()> run) { app_->callback(std::move(run))
 
 bool Command::takes(const std::string& name) const { return app_->get_option_no_throw(name) != nullptr; }
 
-CommandLine::CommandLine(const std::string& description) : app_(std::make_unique<CLI::App>(description)) {}
+namespace {
+
+// A parse error before any command: CLI11 says only that a subcommand is required. Says instead
+// what the first word is, the command it may be a typo of, and where the commands are listed.
+std::string no_command_message(const CLI::App& app, const std::vector<std::string>& words) {
+    const std::string listed = "; `adacc --help` lists them\n";
+    if (words.empty()) return "error: no command given" + listed;
+    const std::string& word = words.front();
+    if (word.starts_with("-")) return "error: " + word + " is not an option of adacc" + listed;
+    std::vector<std::string> commands;
+    for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; }))
+        commands.push_back(command->get_name());
+    const auto suggestion = closest_name(word, commands);
+    return "error: " + word + " is not a command of adacc" +
+           (suggestion ? " (did you mean " + *suggestion + "?)" : "") + listed;
+}
+
+}  // namespace
+
+CommandLine::CommandLine(const std::string& description) : app_(std::make_unique<CLI::App>(description)) {
+    // A parse error (an unknown option, a value of the wrong kind, a missing one) reads as the
+    // commands' own errors do (main.cpp): "error: ...", then where the options are listed.
+    app_->failure_message([](const CLI::App* app, const CLI::Error& e) {
+        const auto chosen = app->get_subcommands();
+        if (chosen.empty()) return no_command_message(*app, app->remaining());
+        return "error: " + std::string(e.what()) + "; `adacc " + chosen.front()->get_name() +
+               " --help` lists the options\n";
+    });
+}
 CommandLine::~CommandLine() = default;
 
 void CommandLine::require_subcommand() { app_->require_subcommand(1); }

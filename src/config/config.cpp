@@ -18,6 +18,7 @@
 #include <utility>
 #include <variant>
 
+#include "src/common/closest_name.h"
 #include "src/common/errors.h"
 #include "src/common/units.h"
 #include "src/cuda/cuda_device.h"
@@ -525,35 +526,7 @@ const KeySpec* find_key(std::string_view section, std::string_view name) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// "Did you mean": the closest valid name by edit distance, if close enough to be a typo.
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-    std::vector<std::size_t> row(b.size() + 1);
-    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (std::size_t i = 1; i <= a.size(); ++i) {
-        std::size_t diagonal = row[0];
-        row[0] = i;
-        for (std::size_t j = 1; j <= b.size(); ++j) {
-            const std::size_t above_value = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-            diagonal = above_value;
-        }
-    }
-    return row[b.size()];
-}
-
-std::optional<std::string> closest(std::string_view word, const std::vector<std::string>& candidates) {
-    std::optional<std::string> best;
-    std::size_t best_distance = std::max<std::size_t>(2, word.size() / 3) + 1;
-    for (const auto& candidate : candidates) {
-        const auto d = edit_distance(word, candidate);
-        if (d < best_distance) {
-            best_distance = d;
-            best = candidate;
-        }
-    }
-    return best;
-}
+// "Did you mean" (src/common/closest_name.h): the key or section nearest an unknown one.
 
 // A key written in the wrong section (training.warmup_steps) is found by its bare name first;
 // otherwise the nearest full name catches typos. A key outside any section (empty `section`)
@@ -564,7 +537,7 @@ std::optional<std::string> suggest_key(std::string_view section, std::string_vie
     std::vector<std::string> candidates;
     for (const auto& key : registry()) candidates.push_back(section.empty() ? std::string(key.name) : key.full_name());
     const auto best =
-        closest(section.empty() ? std::string(name) : std::string(section) + "." + std::string(name), candidates);
+        closest_name(section.empty() ? std::string(name) : std::string(section) + "." + std::string(name), candidates);
     if (!best || !section.empty()) return best;
     for (const auto& key : registry())
         if (key.name == *best) return key.full_name();
@@ -587,7 +560,8 @@ std::optional<std::string> suggest_key(std::string_view section, std::string_vie
 
 [[noreturn]] void throw_unknown_section(std::string_view section, std::string_view where) {
     std::string message = "unknown section [" + std::string(section) + "] in " + std::string(where);
-    if (const auto suggestion = closest(section, section_names())) message += "; did you mean [" + *suggestion + "]?";
+    if (const auto suggestion = closest_name(section, section_names()))
+        message += "; did you mean [" + *suggestion + "]?";
     throw UserError(message + " (sections: " + join(section_names()) + ")");
 }
 
