@@ -14,12 +14,16 @@
 #           by exact accounting (adacc memory); the planned modes training at gpt-345m (adacc compare:
 #           none, full, quant, recompute-opt, adacc; R = (t_full - t_adacc) / (t_full - t_none));
 #           gpt-4.7b adacc at its largest batch in this GPU's free memory for 2 steps.
+#   call 3  (when device time is left) adacc beside llm.c (scripts/bench_llmc.py): gpt-117m and
+#           gpt-345m at T=1024, batch 64, tokens/s of adacc and of llm.c's train_gpt2cu, which this
+#           project neither ships nor builds: LLMC_TRAIN_GPT2CU names one built by hand; without
+#           it, the step is a skip.
 # Before anything runs, a preflight: nvidia-smi, the GPU machine's own cuBLASLt and cuDNN found and
 # put on LD_LIBRARY_PATH, and `ldd` of every executable, so a missing library stops the call within
 # seconds rather than failing every step. Each step runs as a child under its own `timeout`: a hung
 # step is killed and reported, and the call goes on. The timeouts of a call add up to at most 480 s.
 #
-# Usage: gpu_check.sh 1 | 2 | --plan
+# Usage: gpu_check.sh 1 | 2 | 3 | --plan
 #   --plan prints each call's steps with their timeouts and the sum, and exits 1 if a sum is over
 #   480 s (no GPU needed). Run from a bundle (bash scripts/gpu_bundle.sh DIR on a CPU machine, then
 #   bash DIR/gpu_check.sh 1 and 2) or from a checkout whose build/ has the CUDA targets.
@@ -36,6 +40,7 @@
 #   GPU_CHECK_TIME_SCALE  multiplies every timeout (default 1): for testing this script with fake
 #                         executables on a machine without a GPU (tests/scripts/gpu_check_harness.sh)
 #   CUDA_HOME             the CUDA toolkit (default: the one nvcc on PATH is in, else /usr/local/cuda)
+#   LLMC_TRAIN_GPT2CU     call 3: llm.c's train_gpt2cu, built with cuDNN (README, "llm.c beside adacc")
 # The step functions are called by name (step_$NAME), which shellcheck cannot follow:
 # shellcheck disable=SC2317
 set -uo pipefail
@@ -49,12 +54,13 @@ MAX_CALL_S=480
 # Call 1's first H200 run: device_tests took 4 s, bench_gpu 18 s, hf_gpt2 26 s; per_op_table skipped.
 PLAN_1="preflight:15 device_tests:60 bench_gpu:75 per_op_table:110 hf_gpt2:40 torch_peer:180"
 PLAN_2="preflight:15 memcheck:75 racecheck:75 max_batch_345m:20 max_batch_4.7b:40 compare_345m:115 memory_345m:20 adacc_4.7b:120"
+PLAN_3="preflight:15 llmc_peer:300"
 
-plan_of() { case "$1" in 1) echo "$PLAN_1" ;; 2) echo "$PLAN_2" ;; esac; }
+plan_of() { case "$1" in 1) echo "$PLAN_1" ;; 2) echo "$PLAN_2" ;; 3) echo "$PLAN_3" ;; esac; }
 
 print_plan() {
   local call entry total over=0
-  for call in 1 2; do
+  for call in 1 2 3; do
     total=0
     echo "call $call (bash gpu_check.sh $call):"
     for entry in $(plan_of "$call"); do
@@ -73,17 +79,18 @@ print_plan() {
 }
 
 usage() {
-  echo "usage: gpu_check.sh 1 | 2 | --plan" >&2
+  echo "usage: gpu_check.sh 1 | 2 | 3 | --plan" >&2
   echo "  1       preflight, CUDA tests on the device, bench_gpu, per-op table, Hugging Face GPT-2 vs transformers," >&2
   echo "          adacc vs its PyTorch peer (gradients, tokens/s)" >&2
   echo "  2       preflight, compute-sanitizer memcheck + racecheck, largest batches, planned modes at gpt-345m, gpt-4.7b adacc" >&2
+  echo "  3       preflight, adacc vs llm.c's train_gpt2cu (tokens/s; LLMC_TRAIN_GPT2CU names it)" >&2
   echo "  --plan  each call's step timeouts and their sum; exit 1 if a call's sum is over $MAX_CALL_S s" >&2
   exit 2
 }
 
 [ $# -eq 1 ] || usage
 case "$1" in
-  1 | 2) CALL=$1 ;;
+  1 | 2 | 3) CALL=$1 ;;
   --plan) print_plan; exit $? ;;
   *) usage ;;
 esac
@@ -116,6 +123,10 @@ fi
 # python3 runs with the library path it came with: the preflight puts the bundle's libstdc++ & co
 # ahead of everything for adacc, which torch must not be made to load.
 PYTHON_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+# Call 3's llm.c executable, when given and executable (its libraries are checked with adacc's).
+LLMC=""
+[ "$CALL" = 3 ] && [ -n "${LLMC_TRAIN_GPT2CU:-}" ] && [ -x "$LLMC_TRAIN_GPT2CU" ] &&
+  LLMC="$(cd "$(dirname "$LLMC_TRAIN_GPT2CU")" && pwd)/$(basename "$LLMC_TRAIN_GPT2CU")"
 RESULTS="${OUT:-gpu_check_out}"
 mkdir -p "$RESULTS" && RESULTS="$(cd "$RESULTS" && pwd)"
 TARBALL="$RESULTS/gpu_check_call$CALL.tar.gz"
@@ -327,6 +338,7 @@ check_executables() {
   fi
   for exe in "${exes[@]}"; do [ -x "$exe" ] || missing+=("$exe"); done
   [ "${#exes[@]}" -gt 0 ] || missing+=("$BIN/*")
+  [ -n "$LLMC" ] && exes+=("$LLMC")
   if [ "${#missing[@]}" -gt 0 ]; then
     echo "gpu_check: preflight: not built: ${missing[*]} (the CUDA targets adacc, bench_gpu, test_cuda_device;" \
       "or run from a bundle: bash scripts/gpu_bundle.sh)" | tee -a "$log"
@@ -518,6 +530,28 @@ step_torch_peer() {
   fi
   judge "$log"
   highlight torch_peer "$(grep -E '^torch_peer ' "$log" | grep -v 'per tensor:$')"
+}
+
+# adacc beside llm.c (scripts/bench_llmc.py): gpt-117m and gpt-345m at T=1024, batch 64, adacc
+# (compare --modes none, bf16, cuDNN attention) and llm.c's train_gpt2cu ("-r 0", and "-r 0 -ge 2":
+# GELU in cuBLASLt's epilogues), 10 timed steps after 3, tokens/s side by side and adacc / llm.c.
+# llm.c gets the preflight's library path (its cuBLASLt and cuDNN are the machine's, as adacc's).
+step_llmc_peer() {
+  local log="$WORK/llmc_peer.txt"
+  if [ -z "${LLMC_TRAIN_GPT2CU:-}" ]; then
+    STATUS=SKIP NOTE="LLMC_TRAIN_GPT2CU names no llm.c train_gpt2cu (README, llm.c beside adacc)"
+    return
+  fi
+  if [ -z "$LLMC" ]; then
+    STATUS=FAIL NOTE="LLMC_TRAIN_GPT2CU=$LLMC_TRAIN_GPT2CU is not an executable"
+    return
+  fi
+  run_timed "$log" "$1" env LD_LIBRARY_PATH="$PYTHON_LIBRARY_PATH" "${LINEBUF[@]}" python3 "$HERE/bench_llmc.py" \
+    --llmc "$LLMC" --llmc-library-path "${LD_LIBRARY_PATH:-}" --adacc "$BIN/adacc" \
+    --adacc-library-path "${LD_LIBRARY_PATH:-}" --work "$TMP_ROOT/llmc_peer" --presets gpt-117m,gpt-345m \
+    --batch 64 --seq 1024 --steps 10 --warmup 3 --budget-s "$(rest "$1" 10)"
+  judge "$log"
+  highlight llmc_peer "$(grep -E '^llmc_peer ' "$log")"
 }
 
 # The largest batch per mode by exact accounting. The accounting is the same on any machine (README's

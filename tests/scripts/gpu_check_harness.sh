@@ -5,7 +5,8 @@
 #
 # Each scenario lays out a fresh bundle in a temp folder as scripts/gpu_bundle.sh does (DIR/
 # gpu_check.sh and the python scripts beside it, DIR/bin/, DIR/lib/, DIR/configs/, DIR/COMMIT), with
-# small bash stand-ins for bin/adacc, bin/bench_gpu and bin/test_cuda_device, and, first on a PATH of
+# small bash stand-ins for bin/adacc, bin/bench_gpu and bin/test_cuda_device (and for llm.c's
+# train_gpt2cu, which call 3 is given by LLMC_TRAIN_GPT2CU), and, first on a PATH of
 # its own, for nvidia-smi, compute-sanitizer and python3; CUDA_HOME is a fake toolkit holding only an
 # empty lib64/libcublasLt.so.13, so this machine's own toolkit and GPU libraries play no part. Every
 # fake appends its argv, one line, to the scenario's argv.log, and prints what the real program
@@ -24,6 +25,8 @@
 #   no_gpu               nvidia-smi fails: exit 2 in the preflight
 #   missing_library      bin/adacc a real executable whose shared library is gone: exit 3 naming it
 #   no_usable_device     test_cuda_device skips every test for want of a device: device_tests FAILs
+#   call3_llmc           call 3 with a stand-in llm.c: both presets, llm.c's faster variant, the ratio
+#   call3_without_llmc   call 3 without LLMC_TRAIN_GPT2CU: the step skips, saying what to set
 # Timeouts: GPU_CHECK_TIME_SCALE 0.25 where nothing should time out (the smallest timeout stays 1 s,
 # python's 2 MiB shard, 0.4 s here, gets 3 s), 0.02 and 0.2 where something is meant to; the whole
 # harness takes about 25 s.
@@ -200,15 +203,18 @@ cat > "$T/adacc" << 'EOF'
 #!/usr/bin/env bash
 # Fake adacc: memory (the mode table whose last column is the largest batch; gpt-4.7b's adacc row
 # says FAKE_ADACC_BATCH_4_7B), compare and train (each records the token shard it was given and its
-# size in $FAKE_STATE/shards.txt).
+# size in $FAKE_STATE/shards.txt; compare --format csv: its csv, 130 ms a step at batch 64 x 1024),
+# config --toml (a preset's [model]).
 . "$FAKE_COMMON"
 log_argv adacc "$@"
-sub=$1 config="" shard=""
+sub=$1 config="" shard="" preset="" format=table
 shift
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) config="$(basename "$2" .toml)"; shift 2 ;;
-    --set) [[ "$2" == data.train=* ]] && shard="${2#data.train=}"; shift 2 ;;
+    --set) [[ "$2" == data.train=* ]] && shard="${2#data.train=}"
+           [[ "$2" == model.preset=* ]] && preset="${2#model.preset=}"; shift 2 ;;
+    --format) format=$2; shift 2 ;;
     *) shift ;;
   esac
 done
@@ -233,7 +239,11 @@ case "$sub" in
     ;;
   compare | train)
     echo "$sub $config $shard $(stat -c %s "$shard" 2>/dev/null || echo missing)" >> "$FAKE_STATE/shards.txt"
-    if [ "$sub" = compare ]; then
+    if [ "$sub" = compare ] && [ "$format" = csv ]; then
+      echo "compare: none batch 64 ..."
+      echo "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,timed_steps,interleaved"
+      echo "none,64,1024,1,2,130.00,504123.1,10.98,10,no"
+    elif [ "$sub" = compare ]; then
       echo "compare: $config on cuda"
       echo "mode    batch  step ms (median, IQR)  tokens/s"
       echo "adacc      32   512.3 (2.1)           63960"
@@ -242,10 +252,38 @@ case "$sub" in
       echo "memory: accounted 17.99 GiB, the device's memory in use 18.40 GiB (cudaMemGetInfo)"
     fi
     ;;
+  config)
+    case "$preset" in
+      gpt-117m) echo '[model]'; echo 'n_layer = 12'; echo 'n_embd = 768'; echo 'n_head = 12' ;;
+      gpt-345m) echo '[model]'; echo 'n_layer = 24'; echo 'n_embd = 1024'; echo 'n_head = 16' ;;
+      *) echo "fake adacc: no preset '$preset'" >&2; exit 2 ;;
+    esac
+    echo 'vocab_size = 50257'; echo 'max_seq_len = 1024'
+    ;;
   *) echo "fake adacc: no subcommand '$sub'" >&2; exit 2 ;;
 esac
 EOF
-chmod +x "$T/fakebin"/* "$T/test_cuda_device" "$T/bench_gpu" "$T/adacc"
+
+cat > "$T/train_gpt2cu" << 'EOF'
+#!/usr/bin/env bash
+# Fake llm.c train_gpt2cu: llm.c's per-step lines for its -x steps, 100 ms a step, 95 with -ge 2.
+. "$FAKE_COMMON"
+log_argv train_gpt2cu "$@"
+steps=1 ms=100.00
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -x) steps=$2; shift 2 ;;
+    -ge) [ "$2" = 2 ] && ms=95.00; shift 2 ;;
+    *) shift 2 ;;
+  esac
+done
+echo "| device                | NVIDIA H200                                        |"
+echo "val loss 10.988"
+for ((s = 1; s <= steps; s++)); do
+  echo "step $(printf '%4d' "$s")/$steps | loss 10.950000 (+0.00z)| norm 1.0000 (+0.00z)| lr 3.00e-04 | $ms ms | -100.0% bf16 MFU | 655360 tok/s"
+done
+EOF
+chmod +x "$T/fakebin"/* "$T/test_cuda_device" "$T/bench_gpu" "$T/adacc" "$T/train_gpt2cu"
 
 # make_bundle DIR: the layout of scripts/gpu_bundle.sh, its scripts read from its own `cp` line so the
 # two cannot drift apart, with the fakes in bin/.
@@ -525,8 +563,33 @@ no_usable_device() {
   expect "python3 ran no torch script" eval '! grep -qE "hf_gpt2_check|torch_reference" "$S/argv.log"'
 }
 
+# Call 3 with the stand-in llm.c: adacc and both llm.c variants at each preset, llm.c's depth from the
+# preset's shape, the faster variant (-ge 2: 95 ms, 689,853 tokens/s) in the ratio.
+call3_llmc() {
+  new_scenario call3_llmc
+  run_call 3 LLMC_TRAIN_GPT2CU="$T/train_gpt2cu"
+  expect "exit 0" [ "$RC" -eq 0 ]
+  expect "llmc_peer PASS" status_is llmc_peer PASS
+  expect "the tarball is the only file in \$OUT" only_the_tarball_in_out 3
+  expect "llm.c ran d12 and d24 at batch 64 x 1024, two variants each" \
+    eval '[ "$(argv_lines "train_gpt2cu " | grep -c -- "-e d12 -b 64 -t 1024")" -eq 2 ] &&
+          [ "$(argv_lines "train_gpt2cu " | grep -c -- "-e d24 -b 64 -t 1024")" -eq 2 ]'
+  expect "the summary gives adacc / llm.c against the faster variant" \
+    grep -qF "llmc_peer gpt-117m B=64 T=1024: adacc 504123 tokens/s, llm.c 689853 tokens/s (-r 0 -ge 2), adacc / llm.c = 0.731" "$SUMMARY"
+  expect "llm.c's median of the 10 steps after 3" grep -qF "llm.c -r 0: 100.0 ms/step (median of 10)" "$SUMMARY"
+}
+
+call3_without_llmc() {
+  new_scenario call3_without_llmc
+  run_call 3
+  expect "exit 0" [ "$RC" -eq 0 ]
+  expect "llmc_peer SKIP naming LLMC_TRAIN_GPT2CU" eval 'status_is llmc_peer SKIP && note_has llmc_peer "LLMC_TRAIN_GPT2CU"'
+}
+
 call2_healthy
 call1_healthy
+call3_llmc
+call3_without_llmc
 shard_time_given_back
 shard_killed
 hung_steps
