@@ -43,6 +43,10 @@ LLMC_MAX_T = 1024
 LLMC_DEPTHS = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
 # llm.c's per-step line: "step    4/13 | loss ... | lr ... | 123.45 ms | ...".
 LLMC_STEP = re.compile(r"^step\s+(\d+)/(\d+) \|.*\| ([0-9.]+) ms \|")
+# What llm.c says of its memory once its buffers are allocated (cuDNN's workspace comes later): the
+# device's memory in use (cudaMemGetInfo) and its estimate of the largest batch the rest would hold.
+LLMC_MEMORY = re.compile(r"^device memory usage: (\d+) MiB / (\d+) MiB")
+LLMC_MAX_BATCH = re.compile(r"estimated maximum batch size: (\d+)")
 
 
 def llmc_descriptor(preset, shape):
@@ -53,6 +57,14 @@ def llmc_descriptor(preset, shape):
                          % (preset, shape["L"], shape["C"], shape["NH"], shape["V"],
                             ", ".join("d%d: C=%d NH=%d" % (d, c, h) for d, (c, h) in LLMC_DEPTHS.items())))
     return "d%d" % shape["L"]
+
+
+def llmc_memory(lines):
+    """llm.c's memory line and largest-batch estimate, as text ("" when it printed neither)."""
+    used = next((m for m in map(LLMC_MEMORY.match, lines) if m), None)
+    batch = next((m for m in map(LLMC_MAX_BATCH.search, lines) if m), None)
+    return "".join(["; device memory in use before its first step %s MiB" % used.group(1) if used else "",
+                    "; its estimate of its largest batch %s" % batch.group(1) if batch else ""])
 
 
 def median_step_ms(lines, warmup):
@@ -84,7 +96,8 @@ def run_llmc(args, descriptor, shard, flags, label):
             % (label, flags, done.returncode, timed, (lines or ["no output"])[-1][:160]))
         return None
     tokens_per_s = args.batch * args.seq / (ms / 1e3)
-    say("llmc_peer %s llm.c %s: %.1f ms/step (median of %d), %.0f tokens/s" % (label, flags, ms, timed, tokens_per_s))
+    say("llmc_peer %s llm.c %s: %.1f ms/step (median of %d), %.0f tokens/s%s"
+        % (label, flags, ms, timed, tokens_per_s, llmc_memory(lines)))
     return tokens_per_s
 
 
@@ -101,8 +114,8 @@ def run_adacc(adacc, args, preset, shard, label):
         tokens_per_s = float(fields["tokens_per_s"])
     except (StopIteration, KeyError, ValueError):
         raise SetupError("adacc compare printed no csv row for mode none: %s" % (lines or ["no output"])[-1])
-    say("llmc_peer %s adacc: %s ms/step (median of %s), %.0f tokens/s"
-        % (label, fields["step_ms"], fields["timed_steps"], tokens_per_s))
+    say("llmc_peer %s adacc: %s ms/step (median of %s), %.0f tokens/s; accounted memory %.0f MiB"
+        % (label, fields["step_ms"], fields["timed_steps"], tokens_per_s, float(fields["total_bytes"]) / 2**20))
     return tokens_per_s
 
 

@@ -242,7 +242,7 @@ case "$sub" in
     if [ "$sub" = compare ] && [ "$format" = csv ]; then
       echo "compare: none batch 64 ..."
       echo "mode,batch,seq,tape_peak_bytes,total_bytes,step_ms,tokens_per_s,loss,timed_steps,interleaved"
-      echo "none,64,1024,1,2,130.00,504123.1,10.98,10,no"
+      echo "none,64,1024,1,25769803776,130.00,504123.1,10.98,10,no"
     elif [ "$sub" = compare ]; then
       echo "compare: $config on cuda"
       echo "mode    batch  step ms (median, IQR)  tokens/s"
@@ -278,6 +278,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 echo "| device                | NVIDIA H200                                        |"
+echo "device memory usage: 61234 MiB / 143771 MiB"
+echo "memory per sequence: 900 MiB"
+echo " -> estimated maximum batch size: 155"
 echo "val loss 10.988"
 for ((s = 1; s <= steps; s++)); do
   echo "step $(printf '%4d' "$s")/$steps | loss 10.950000 (+0.00z)| norm 1.0000 (+0.00z)| lr 3.00e-04 | $ms ms | -100.0% bf16 MFU | 655360 tok/s"
@@ -576,7 +579,8 @@ call3_llmc() {
           [ "$(argv_lines "train_gpt2cu " | grep -c -- "-e d24 -b 64 -t 1024")" -eq 2 ]'
   expect "the summary gives adacc / llm.c against the faster variant" \
     grep -qF "llmc_peer gpt-117m B=64 T=1024: adacc 504123 tokens/s, llm.c 689853 tokens/s (-r 0 -ge 2), adacc / llm.c = 0.731" "$SUMMARY"
-  expect "llm.c's median of the 10 steps after 3" grep -qF "llm.c -r 0: 100.0 ms/step (median of 10)" "$SUMMARY"
+  expect "llm.c's median of the 10 steps after 3, and its memory" grep -qF "llm.c -r 0: 100.0 ms/step (median of 10), 655360 tokens/s; device memory in use before its first step 61234 MiB; its estimate of its largest batch 155" "$SUMMARY"
+  expect "adacc's accounted memory" grep -qF "adacc: 130.00 ms/step (median of 10), 504123 tokens/s; accounted memory 24576 MiB" "$SUMMARY"
 }
 
 call3_without_llmc() {
