@@ -141,13 +141,6 @@ std::string format_memory_rows(const std::vector<MemoryRow>& rows, const Compute
     return out;
 }
 
-std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
-                                std::uint64_t budget, const ComputeTarget& target) {
-    std::vector<MemoryRow> rows;
-    for (MemoryMode mode : modes) rows.push_back(fixed_memory_row(config, B, T, mode, budget, target));
-    return format_memory_rows(rows, target);
-}
-
 namespace {
 // "; backend fixed memory X (cuBLASLt workspace, reduction scratch, the CUDA context Y measured at
 // start-up)", or nothing where the backend holds none (the CPU).

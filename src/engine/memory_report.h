@@ -79,9 +79,6 @@ MemoryRow fixed_memory_row(const GPTConfig& config, int B, int T, MemoryMode mod
 // The table: one line per row with every arena, the total, and max_batch when any row has one.
 std::string format_memory_rows(const std::vector<MemoryRow>& rows, const ComputeTarget& target = {});
 
-// format_memory_rows of fixed_memory_row for each of `modes`.
-std::string format_memory_table(const GPTConfig& config, int B, int T, const std::vector<MemoryMode>& modes,
-                                std::uint64_t budget, const ComputeTarget& target = {});
 // One line: the device and dtype, its backend's fixed memory, and bytes per parameter (weights,
 // gradient, AdamW m and v) and per activation element.
 std::string describe_device_memory(const ComputeTarget& target);
