@@ -170,6 +170,30 @@ std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T,
     return cost;
 }
 
+// The matmul kernels by shape (KernelTimes::matmuls): which of the step's GEMMs take the matmul
+// row's time, and at what rate. FLOPs per call: 2 N C OC forward, 4 N C OC backward (dinp and
+// dweight; every linear layer of the model has a dinp); the bias and its gradient are not counted.
+nlohmann::json matmul_rows(const KernelTimes& kernels, int steps, double peak_flops) {
+    nlohmann::json rows = nlohmann::json::array();
+    std::printf("  matmuls by shape (N x C -> OC: ms per step, calls per step, TFLOP/s, of the peak):\n");
+    for (const auto& [shape, times] : kernels.matmuls) {
+        const bool backward = shape.kernel == Kernel::matmul_backward || shape.kernel == Kernel::matmul_dgelu_backward;
+        const double flops = (backward ? 4.0 : 2.0) * shape.N * shape.C * shape.OC * static_cast<double>(times.calls);
+        const double tflops = times.ms > 0 ? flops / (times.ms / 1e3) / 1e12 : 0.0;
+        std::printf("    %-22s %7d x %5d -> %5d %9.2f ms (%ld) %7.1f TFLOP/s %6.1f%%\n",
+                    kKernelNames[static_cast<int>(shape.kernel)], shape.N, shape.C, shape.OC, times.ms / steps,
+                    times.calls / steps, tflops, peak_flops > 0 ? 100 * tflops * 1e12 / peak_flops : 0.0);
+        rows.push_back({{"kernel", kKernelNames[static_cast<int>(shape.kernel)]},
+                        {"N", shape.N},
+                        {"C", shape.C},
+                        {"OC", shape.OC},
+                        {"ms_per_step", times.ms / steps},
+                        {"calls_per_step", times.calls / steps},
+                        {"tflops", tflops}});
+    }
+    return rows;
+}
+
 // One preset's step, kernel by kernel, grouped by family: ms per step, the share of the step,
 // FLOPs and bytes per step, and the roofline fraction: the least time the family's FLOPs and
 // bytes need at the GPU's peaks over the time it took.
@@ -239,6 +263,7 @@ nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B
                                   {"calls_per_step", kernels.calls[k] / steps}});
     }
     std::printf("\n");
+    out["matmuls"] = matmul_rows(kernels, steps, peak_flops);
     return out;
 }
 

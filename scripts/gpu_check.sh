@@ -491,7 +491,7 @@ step_per_op_table() {
   local log="$WORK/per_op_table.txt"
   run_timed "$log" "$1" "${LINEBUF[@]}" "$BIN/bench_gpu" --per-op "${BENCH_ARGS[@]}" --json "$WORK/per_op_table.json"
   judge "$log"
-  highlight per_op_table "$(body "$log" | head -60)"
+  highlight per_op_table "$(body "$log" | head -90)"
 }
 
 # adacc's Hugging Face GPT-2 folders against transformers' GPT2LMHeadModel: an exported tiny model

@@ -397,6 +397,27 @@ TEST(Backend, KernelTimingCountsEveryKernelOfAStepAndChangesNothing) {
     for (int k = 0; k < kNumKernels; ++k) EXPECT_GE(times.ms[k], 0.0) << kKernelNames[k];
     EXPECT_GT(times.total_ms(), 0.0);
     EXPECT_LE(times.total_ms(), wall_ms) << "the kernels' times are parts of the step's";
+
+    // The matmuls again by shape: each linear layer's (N x C -> OC) once a layer each way, the
+    // classifier's (N x C -> Vp) once; their calls and times add up to the matmul kernels'.
+    const int C = cfg.n_embd, Vp = cfg.padded_vocab_size();
+    const std::map<MatmulShape, long> expected = {
+        {{Kernel::matmul_forward, N, C, 3 * C}, L},        {{Kernel::matmul_forward, N, C, C}, L},
+        {{Kernel::matmul_gelu_forward, N, C, 4 * C}, L},   {{Kernel::matmul_forward, N, 4 * C, C}, L},
+        {{Kernel::matmul_forward, N, C, Vp}, 1},           {{Kernel::matmul_backward, N, C, 3 * C}, L},
+        {{Kernel::matmul_backward, N, C, C}, L},           {{Kernel::matmul_backward, N, C, 4 * C}, L},
+        {{Kernel::matmul_dgelu_backward, N, 4 * C, C}, L}, {{Kernel::matmul_backward, N, C, Vp}, 1}};
+    std::map<MatmulShape, long> got;
+    std::array<double, kNumKernels> shape_ms{};
+    for (const auto& [shape, t] : times.matmuls) {
+        got[shape] = t.calls;
+        shape_ms[static_cast<int>(shape.kernel)] += t.ms;
+    }
+    EXPECT_EQ(got, expected);
+    for (Kernel k :
+         {Kernel::matmul_forward, Kernel::matmul_gelu_forward, Kernel::matmul_backward, Kernel::matmul_dgelu_backward})
+        EXPECT_NEAR(shape_ms[static_cast<int>(k)], times.ms[static_cast<int>(k)], 1e-9 * times.ms[static_cast<int>(k)])
+            << kKernelNames[static_cast<int>(k)] << ": the same intervals, added in another order";
 }
 
 // model.attention = "cudnn" is fused's block with cuDNN's kernels, which the CPU does not run: the

@@ -10,6 +10,25 @@ namespace {
 
 KernelTiming* g_active = nullptr;  // the KernelTiming the timed pointers report to
 
+// A matmul kernel's shape from its arguments: its three int parameters are N, C and OC, in that
+// order (kernels/ops.inc); nothing for any other kernel.
+template <Kernel K, typename... Args>
+std::optional<MatmulShape> matmul_shape(const Args&... args) {
+    if constexpr (is_matmul(K)) {
+        static_assert((std::is_same_v<Args, int> + ...) == 3, "a matmul kernel's ints are N, C, OC");
+        int dims[3] = {};
+        int i = 0;
+        (
+            [&] {
+                if constexpr (std::is_same_v<Args, int>) dims[i++] = args;
+            }(),
+            ...);
+        return MatmulShape{K, dims[0], dims[1], dims[2]};
+    } else {
+        return std::nullopt;
+    }
+}
+
 // A kernel's timed stand-in: the same signature, the original called between two interval marks.
 template <Kernel K, typename F>
 struct Timed;
@@ -20,10 +39,10 @@ struct Timed<K, R (*)(const KernelContext&, Args...)> {
         g_active->kernel_started();
         if constexpr (std::is_void_v<R>) {
             original(ctx, args...);
-            g_active->kernel_stopped(K);
+            g_active->kernel_stopped(K, matmul_shape<K>(args...));
         } else {
             R result = original(ctx, args...);
-            g_active->kernel_stopped(K);
+            g_active->kernel_stopped(K, matmul_shape<K>(args...));
             return result;
         }
     }
@@ -55,17 +74,22 @@ void KernelTiming::kernel_started() {
     timer_->start();
 }
 
-void KernelTiming::kernel_stopped(Kernel kernel) {
+void KernelTiming::kernel_stopped(Kernel kernel, std::optional<MatmulShape> shape) {
     timer_->stop();
-    pending_.push_back(kernel);
+    pending_.push_back({kernel, shape});
 }
 
 void KernelTiming::flush() {
     const std::vector<double> ms = timer_->take_ms();
     for (std::size_t i = 0; i < ms.size(); ++i) {
-        const int k = static_cast<int>(pending_[i]);
+        const int k = static_cast<int>(pending_[i].kernel);
         totals_.calls[k] += 1;
         totals_.ms[k] += ms[i];
+        if (const auto& shape = pending_[i].shape) {
+            CallTimes& by_shape = totals_.matmuls[*shape];
+            by_shape.calls += 1;
+            by_shape.ms += ms[i];
+        }
     }
     pending_.clear();
 }
