@@ -139,7 +139,9 @@ struct FamilyCost {
 // (residual1 with ln2, residual2 with the next ln1 or the final layernorm: 2L of them), that forward
 // reads the residual and the branch and writes the sum beside the layernorm's output in the
 // layernorm family (2 more N x C than the layernorm's alone), and the residual's forward (3 N x C)
-// leaves the residual family: one N x C, the sum read back, saved per fused pair.
+// leaves the residual family: one N x C, the sum read back, saved per fused pair. A residual's
+// backward reads the sum's gradient and writes the branch's (2 N x C) only with dropout: without,
+// the branch's gradient is the sum's own buffer (models/op_table.cpp) and nothing runs.
 std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T, DType dtype, std::size_t params,
                                                const BlockFusions& fused) {
     const double N = double(B) * T, C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab_size(), H = c.n_head;
@@ -163,7 +165,8 @@ std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T,
     const double fused_nc = fused.residual_layernorm ? 2 * L * e * N * C : 0;  // an N x C per fused pair
     cost["layernorm"] = {0, (2 * L + 1) * (e * 6 * N * C + 16 * N) + 2 * fused_nc};
     if (!fused.gelu_epilogue) cost["gelu"] = {0, gelu_bytes};
-    cost["residual+dropout"] = {0, 2 * L * e * N * C * 5 - 3 * fused_nc};
+    const double residual_backward_nc = c.dropout > 0 ? 2 : 0;
+    cost["residual+dropout"] = {0, 2 * L * e * N * C * (3 + residual_backward_nc) - 3 * fused_nc};
     cost["encoder"] = {0, e * 2 * N * C + 8 * N * C};
     cost["classifier"] = {0, e * 2 * N * Vp};
     cost["optimizer+loss"] = {0, P * (4 + 28 + e)};

@@ -97,11 +97,12 @@ struct OpInfo {
     // by its liveness from these): the gradients of outputs it reads; of inputs it writes (born
     // here, overwritten); of inputs it adds to or completes, alive already (layernorm adds to the
     // residual stream's, attention_softmax writes qkv's q and k columns beside attention_value's
-    // v); and {input, output} when the input's gradient is the output's own buffer (a residual
-    // addition passes the gradient through unchanged; gelu's backward runs in place). matmul_dgelu
-    // writes its second input's (pre's) gradient: its first input's is never stored.
+    // v); and {input, output} for each input whose gradient is the output's own buffer (a residual
+    // addition passes the gradient through unchanged to the residual, and to the branch too without
+    // dropout; gelu's backward runs in place). matmul_dgelu writes its second input's (pre's)
+    // gradient: its first input's is never stored.
     std::vector<TensorKind> grad_reads = {}, grad_writes = {}, grad_updates = {};
-    std::optional<std::pair<TensorKind, TensorKind>> grad_shared = std::nullopt;
+    std::vector<std::pair<TensorKind, TensorKind>> grad_shared = {};
 };
 
 // What a backend fuses (a device's capability: src/engine/device.h, block_fusions): ops of the

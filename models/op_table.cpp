@@ -102,17 +102,23 @@ void attention_cudnn_backward(const OpCall& c) {
 }
 
 // residual_dropout: inputs {residual, branch, mask?}; outputs {sum = residual + dropout(branch)}.
-// The residual's gradient is the sum's own buffer; only the branch's is computed.
+// The residual's gradient is the sum's own buffer. With a mask the branch's is computed; without
+// one (no dropout) it is the sum's too, as llm.c's one residual-stream gradient: nothing to run.
 void residual_dropout_forward(const OpCall& c) {
     c.k.residual_dropout_forward(c.ctx, c.out[0], c.in[0], c.in[1], c.mask, c.dropout_p, c.n);
 }
 void residual_dropout_backward(const OpCall& c) {
+    if (c.din[1].data() == c.dout[0].data()) return;  // the branch's gradient is the sum's (wiring)
     c.k.residual_dropout_backward(c.ctx, c.din[1], c.dout[0], c.mask, c.dropout_p, c.n);
 }
 void residual_dropout_wiring(OpInfo& op) {
     op.grad_reads = {op.outputs[0]};
-    op.grad_writes = {op.inputs[1]};
-    op.grad_shared = std::pair{op.inputs[0], op.outputs[0]};
+    op.grad_shared = {{op.inputs[0], op.outputs[0]}};
+    const bool masked = op.inputs.size() > 2;
+    if (masked)
+        op.grad_writes = {op.inputs[1]};
+    else
+        op.grad_shared.push_back({op.inputs[1], op.outputs[0]});
 }
 
 // gelu: inputs {x}; outputs {y}. Backward runs in place, dinp over dout.
@@ -120,7 +126,7 @@ void gelu_forward(const OpCall& c) { c.k.gelu_forward(c.ctx, c.out[0], c.in[0], 
 void gelu_backward(const OpCall& c) { c.k.gelu_backward(c.ctx, c.din[0], c.in[0], c.dout[0], c.n); }
 void gelu_wiring(OpInfo& op) {
     op.grad_reads = {op.outputs[0]};
-    op.grad_shared = std::pair{op.inputs[0], op.outputs[0]};
+    op.grad_shared = {{op.inputs[0], op.outputs[0]}};
 }
 
 // matmul_gelu: inputs {x}; outputs {pre, y = gelu(pre)}; params {w, b}. Its backward is a plain

@@ -568,7 +568,7 @@ step_max_batch_345m() {
     --memory-budget 32GiB
   judge "$log"
   highlight max_batch_345m "$(memory_rows "$log")
-(README, by the same accounting on a CPU: none 33, full 244, selective 33, quant 84, adacc 244, recompute-opt 244)"
+(README, by the same accounting on a CPU: none 32, full 244, selective 32, quant 83, adacc 244, recompute-opt 244)"
 }
 
 # gpt-4.7b's attention: cuDNN's, which passed its device tests on an H200 and ran gpt-4.7b adacc at

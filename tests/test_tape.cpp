@@ -179,6 +179,37 @@ TEST(GradientBuffers, LivenessReusesBuffersAndKeepsLiveOnesApart) {
     EXPECT_EQ(f.bytes.size(), 5u);
 }
 
+// Without dropout a residual addition's branch gets the sum's gradient unchanged, so it is the
+// residual stream's buffer too (as llm.c's one dresidual) and residual_dropout_backward, which would
+// copy it, does not run: one N x C buffer fewer than with dropout. With dropout, the branch's is
+// its own (dout times the mask's scale).
+TEST(GradientBuffers, WithoutDropoutTheBranchesShareTheResidualStreamsGradient) {
+    const int B = 2, T = 6;
+    using K = TensorKind;
+    const GradientBuffers plain = gradient_buffers(BlockGraph(config_with("gpt-micro", 2, 0.0f), B, T));
+    const GradientBuffers masked = gradient_buffers(BlockGraph(config_with("gpt-micro", 2, 0.1f), B, T));
+    auto of = [](const GradientBuffers& g, K k) { return g.of[static_cast<int>(k)]; };
+    EXPECT_EQ(of(plain, K::attproj), of(plain, K::x2));
+    EXPECT_EQ(of(plain, K::fcproj), of(plain, K::out));
+    EXPECT_EQ(of(plain, K::x), of(plain, K::out));
+    EXPECT_NE(of(masked, K::attproj), of(masked, K::x2));
+    EXPECT_NE(of(masked, K::fcproj), of(masked, K::out));
+    EXPECT_EQ(plain.bytes.size() + 1, masked.bytes.size());
+
+    // The gradients are the copy's bit for bit: a step at dropout 0 against the same step of a model
+    // with dropout whose forward ran without it (each residual's backward then copies, scale 1).
+    auto gradients = [&](float dropout, bool training) {
+        const GPTConfig cfg = config_with("gpt-micro", 2, dropout);
+        const auto tokens = random_tokens(B * T, cfg.vocab_size, 1), targets = random_tokens(B * T, cfg.vocab_size, 2);
+        GPTModel model(cfg, B, T, plan_for_mode(cfg, B, T, MemoryMode::none));
+        model.init_weights(3);
+        model.forward(tokens.data(), targets.data(), B, T, DropoutContext{0, 0, 0, training}, 1.0f / (B * T));
+        model.backward(tokens.data(), B, T);
+        return std::vector<float>(model.grads(), model.grads() + model.num_params());
+    };
+    EXPECT_EQ(gradients(0.0f, true), gradients(0.1f, false));
+}
+
 // With GELU in the matmuls' epilogues (CUDA's graph) fcproj's backward writes fch's gradient and
 // fch_gelu's is never stored; fc's backward reads fch's. The buffers are otherwise the same.
 TEST(GradientBuffers, GeluInTheEpilogueWritesFchsGradientAndNeverFchGelus) {

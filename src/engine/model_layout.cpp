@@ -134,8 +134,7 @@ GradientBuffers gradient_buffers(const BlockGraph& block) {
     release(K::lnf);
     const auto& ops = block.ops();
     for (auto op = ops.rbegin(); op != ops.rend(); ++op) {
-        if (op->grad_shared) {
-            const auto [input, output] = *op->grad_shared;
+        for (const auto& [input, output] : op->grad_shared) {
             if (!live(output)) throw std::logic_error("gradient_buffers: " + op->name + " shares a dead gradient");
             g.of[static_cast<int>(input)] = g.of[static_cast<int>(output)];
             ++holders[g.of[static_cast<int>(input)]];
