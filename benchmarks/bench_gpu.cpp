@@ -175,7 +175,8 @@ std::map<std::string, FamilyCost> family_costs(const GPTConfig& c, int B, int T,
 
 // The matmul kernels by shape (KernelTimes::matmuls): which of the step's GEMMs take the matmul
 // row's time, and at what rate. FLOPs per call: 2 N C OC forward, 4 N C OC backward (dinp and
-// dweight; every linear layer of the model has a dinp); the bias and its gradient are not counted.
+// dweight; every linear layer of the model has a dinp); the bias gradient's FLOPs are not counted,
+// its column sums' time is in its kernel's.
 nlohmann::json matmul_rows(const KernelTimes& kernels, int steps, double peak_flops) {
     nlohmann::json rows = nlohmann::json::array();
     std::printf("  matmuls by shape (N x C -> OC: ms per step, calls per step, TFLOP/s, of the peak):\n");
