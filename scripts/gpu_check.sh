@@ -533,9 +533,11 @@ step_torch_peer() {
 }
 
 # adacc beside llm.c (scripts/bench_llmc.py): gpt-117m and gpt-345m at T=1024, batch 64, adacc
-# (compare --modes none, bf16, cuDNN attention) and llm.c's train_gpt2cu ("-r 0", and "-r 0 -ge 2":
-# GELU in cuBLASLt's epilogues), 10 timed steps after 3, tokens/s side by side and adacc / llm.c.
-# llm.c gets the preflight's library path (its cuBLASLt and cuDNN are the machine's, as adacc's).
+# (compare --modes none, bf16, cuDNN attention) and llm.c's train_gpt2cu ("-r 0"; "-r 0 -ge 2": GELU
+# in cuBLASLt's epilogues; "-r 2": its most frugal), 10 timed steps after 3, tokens/s side by side
+# and adacc / llm.c; then the largest batch of each in the GPU's memory (llm.c's own estimate,
+# adacc memory's by mode). llm.c gets the preflight's library path (its cuBLASLt and cuDNN are the
+# machine's, as adacc's).
 step_llmc_peer() {
   local log="$WORK/llmc_peer.txt"
   if [ -z "${LLMC_TRAIN_GPT2CU:-}" ]; then

@@ -566,20 +566,24 @@ no_usable_device() {
   expect "python3 ran no torch script" eval '! grep -qE "hf_gpt2_check|torch_reference" "$S/argv.log"'
 }
 
-# Call 3 with the stand-in llm.c: adacc and both llm.c variants at each preset, llm.c's depth from the
-# preset's shape, the faster variant (-ge 2: 95 ms, 689,853 tokens/s) in the ratio.
+# Call 3 with the stand-in llm.c: adacc and the three llm.c variants at each preset, llm.c's depth from
+# the preset's shape, the fastest variant (-ge 2: 95 ms, 689,853 tokens/s) in the speed ratio, then
+# llm.c's largest-batch estimate beside adacc memory's batches in the GPU's memory llm.c printed.
 call3_llmc() {
   new_scenario call3_llmc
   run_call 3 LLMC_TRAIN_GPT2CU="$T/train_gpt2cu"
   expect "exit 0" [ "$RC" -eq 0 ]
   expect "llmc_peer PASS" status_is llmc_peer PASS
   expect "the tarball is the only file in \$OUT" only_the_tarball_in_out 3
-  expect "llm.c ran d12 and d24 at batch 64 x 1024, two variants each" \
-    eval '[ "$(argv_lines "train_gpt2cu " | grep -c -- "-e d12 -b 64 -t 1024")" -eq 2 ] &&
-          [ "$(argv_lines "train_gpt2cu " | grep -c -- "-e d24 -b 64 -t 1024")" -eq 2 ]'
+  expect "llm.c ran d12 and d24 at batch 64 x 1024, three variants each" \
+    eval '[ "$(argv_lines "train_gpt2cu " | grep -c -- "-e d12 -b 64 -t 1024")" -eq 3 ] &&
+          [ "$(argv_lines "train_gpt2cu " | grep -c -- "-e d24 -b 64 -t 1024")" -eq 3 ]'
   expect "the summary gives adacc / llm.c against the faster variant" \
     grep -qF "llmc_peer gpt-117m B=64 T=1024: adacc 504123 tokens/s, llm.c 689853 tokens/s (-r 0 -ge 2), adacc / llm.c = 0.731" "$SUMMARY"
   expect "llm.c's median of the 10 steps after 3, and its memory" grep -qF "llm.c -r 0: 100.0 ms/step (median of 10), 655360 tokens/s; device memory in use before its first step 61234 MiB; its estimate of its largest batch 155" "$SUMMARY"
+  expect "the largest batches: llm.c's estimate beside adacc memory's in the GPU's memory" \
+    grep -qF "llmc_peer gpt-117m T=1024, largest batch in the GPU's 143771 MiB: llm.c 155 (its own estimate, -r 0); adacc none 33, full 244, quant 84, adacc 244 (exact accounting); adacc's largest (full) / llm.c's = 1.57" "$SUMMARY"
+  expect "adacc memory asked for the GPU's memory" eval '[ "$(argv_lines "adacc memory" | grep -c -- "--memory-budget 143771MiB")" -eq 2 ]'
   expect "adacc's accounted memory" grep -qF "adacc: 130.00 ms/step (median of 10), 504123 tokens/s; accounted memory 24576 MiB" "$SUMMARY"
 }
 
