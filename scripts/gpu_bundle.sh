@@ -67,8 +67,8 @@ done
 case "$REL" in /* | ../*) echo "  ($DIR is outside this repository: carry needs a path inside it)" ;; esac
 echo "  each brings back one file, gpu_check_call<N>.tar.gz; if less than 540 s of device time is left"
 echo "  for a call, prefix it with GPU_CHECK_BUDGET_S=<seconds left less 30>"
-echo "  with 6 minutes left, call 3 puts adacc beside llm.c's train_gpt2cu, built by hand in an ignored"
+echo "  with 8 minutes left, call 3 puts adacc beside llm.c's train_gpt2cu, built by hand in an ignored"
 echo "  folder such as llmc_peer/ (README, 'llm.c beside adacc'):"
-echo "  run command=\"LLMC_TRAIN_GPT2CU=llmc_peer/train_gpt2cu bash $REL/gpu_check.sh 3\" carry=[\"$REL\", \"llmc_peer\"] timeout_s=360"
+echo "  run command=\"LLMC_TRAIN_GPT2CU=llmc_peer/train_gpt2cu bash $REL/gpu_check.sh 3\" carry=[\"$REL\", \"llmc_peer\"] timeout_s=460"
 echo
 bash "$DIR/gpu_check.sh" --plan || { echo "gpu_bundle: a call's step timeouts add up to more than 480 s" >&2; exit 1; }

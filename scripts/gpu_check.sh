@@ -54,7 +54,7 @@ MAX_CALL_S=480
 # Call 1's first H200 run: device_tests took 4 s, bench_gpu 18 s, hf_gpt2 26 s; per_op_table skipped.
 PLAN_1="preflight:15 device_tests:60 bench_gpu:75 per_op_table:110 hf_gpt2:40 torch_peer:180"
 PLAN_2="preflight:15 memcheck:75 racecheck:75 max_batch_345m:20 max_batch_4.7b:40 compare_345m:115 memory_345m:20 adacc_4.7b:120"
-PLAN_3="preflight:15 llmc_peer:300"
+PLAN_3="preflight:15 llmc_peer:400"
 
 plan_of() { case "$1" in 1) echo "$PLAN_1" ;; 2) echo "$PLAN_2" ;; 3) echo "$PLAN_3" ;; esac; }
 
