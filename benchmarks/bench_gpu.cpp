@@ -9,7 +9,8 @@
 // CUDA events around every kernel), with each family's FLOPs and bytes per step and the fraction
 // of the GPU's roofline its time reaches.
 //   bench_gpu [--presets gpt-117m,gpt-345m] [--seq 1024] [--steps 6] [--warmup 2] [--json FILE]
-//             [--attention materialized|fused|cudnn] [--nondeterministic] [--per-op]
+//             [--attention materialized|fused|cudnn] [--nondeterministic] [--classifier-chunk N]
+//             [--per-op]
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -279,32 +280,33 @@ int largest_power_of_two_batch(const GPTConfig& cfg, int T, MemoryMode mode, con
     return B;
 }
 
-// The preset `name` with `attention`, and the largest power-of-two batch at which it fits in mode
-// none; nullopt (after saying so) when not even batch 1 does.
-std::optional<std::pair<GPTConfig, int>> preset_at_largest_batch(const std::string& name, int T,
-                                                                 AttentionImpl attention, const ComputeTarget& target) {
-    auto cfg = gpt_preset(name);
-    if (!cfg) throw UserError("unknown preset " + name);
-    cfg->attention = attention;
-    const int B = largest_power_of_two_batch(*cfg, T, MemoryMode::none, target);
-    if (B == 0) {
-        std::printf("%-10s does not fit even at batch 1\n", name.c_str());
-        return std::nullopt;
-    }
-    return std::make_pair(*cfg, B);
-}
-
 // What one bench_gpu invocation measures: its presets at seq T, each run's steps, the attention
 // and the target (device, dtype, determinism), and the GPU's peaks.
 struct BenchRun {
     std::vector<std::string> presets{"gpt-117m", "gpt-345m"};
     int T = 1024, steps = 6, warmup = 2;
     AttentionImpl attention = AttentionImpl::materialized;
+    int classifier_chunk = 0;  // model.classifier_chunk: 0, the default, is the auto chunk
     ComputeTarget target;
     GpuPeak peak{};
     // The dense peak of the matmuls' input type (fp32 runs true fp32, never TF32): MFU's denominator.
     double peak_tflops() const { return target.activation == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops; }
 };
+
+// The preset `name` with the run's attention and classifier chunk, and the largest power-of-two
+// batch at which it fits in mode none; nullopt (after saying so) when not even batch 1 does.
+std::optional<std::pair<GPTConfig, int>> preset_at_largest_batch(const std::string& name, const BenchRun& bench) {
+    auto cfg = gpt_preset(name);
+    if (!cfg) throw UserError("unknown preset " + name);
+    cfg->attention = bench.attention;
+    cfg->classifier_chunk = bench.classifier_chunk;
+    const int B = largest_power_of_two_batch(*cfg, bench.T, MemoryMode::none, bench.target);
+    if (B == 0) {
+        std::printf("%-10s does not fit even at batch 1\n", name.c_str());
+        return std::nullopt;
+    }
+    return std::make_pair(*cfg, B);
+}
 
 // One row of the step table: the preset's step at batch B on `target`, printed (with `label` after
 // it) and added to out["runs"].
@@ -341,7 +343,7 @@ std::optional<PresetRun> step_table(const BenchRun& bench, nlohmann::json& out) 
                 "MFU", "loss");
     std::optional<PresetRun> first;
     for (const std::string& name : bench.presets) {
-        const auto run = preset_at_largest_batch(name, bench.T, bench.attention, bench.target);
+        const auto run = preset_at_largest_batch(name, bench);
         if (!run) continue;
         if (!first) first = PresetRun{name, run->first, run->second};
         step_row(bench, name, run->first, run->second, bench.target, "", out);
@@ -380,7 +382,7 @@ void per_op_tables(const BenchRun& bench, const CudaDeviceInfo& gpu, nlohmann::j
         bench.peak_tflops(), bench.peak.memory_gbps);
     out["per_op"] = nlohmann::json::array();
     for (const std::string& name : bench.presets)
-        if (const auto run = preset_at_largest_batch(name, bench.T, bench.attention, bench.target))
+        if (const auto run = preset_at_largest_batch(name, bench))
             out["per_op"].push_back(per_op_table(name, run->first, run->second, bench.T, bench.target, bench.peak,
                                                  bench.steps, bench.warmup));
 }
@@ -403,6 +405,9 @@ int main(int argc, char** argv) {
         .one_of(attention_impl_names());
     app.flag("--nondeterministic", nondeterministic,
              "training.deterministic = false: cuDNN's attention backward sums dQ by atomics (--attention cudnn)");
+    app.option("--classifier-chunk", bench.classifier_chunk,
+               "model.classifier_chunk: tokens per chunk of the classifier (0: the auto chunk, 256 MiB of logits)")
+        .in_range(0, 1 << 30);
     app.flag("--per-op", per_op, "where each preset's step goes: ms, FLOPs, bytes and roofline per op family");
     if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
     try {
@@ -420,6 +425,7 @@ int main(int argc, char** argv) {
                               {"precision", dtype_name},
                               {"attention", attention_name},
                               {"deterministic", bench.target.deterministic},
+                              {"classifier_chunk", bench.classifier_chunk},
                               {"peak_tflops_fp32", bench.peak.fp32_tflops},
                               {"peak_tflops_bf16", bench.peak.bf16_tflops},
                               {"flops_per_token", "6N + 6LCT (llm.c)"},
@@ -430,11 +436,14 @@ int main(int argc, char** argv) {
             per_op_tables(bench, gpu, out);
         } else {
             std::printf(
-                "GPU %s (sm_%d), %s, %s attention%s; MFU = (6N + 6LCT) x tokens/s over the dense %s peak (fp32 "
-                "%.1f, bf16 %.0f TFLOP/s)\n\n",
+                "GPU %s (sm_%d), %s, %s attention%s%s; MFU = (6N + 6LCT) x tokens/s over the dense %s peak "
+                "(fp32 %.1f, bf16 %.0f TFLOP/s)\n\n",
                 gpu.name.c_str(), gpu.compute_capability, dtype_name.c_str(), attention_name.c_str(),
-                bench.target.deterministic ? "" : " (training.deterministic = false)", dtype_name.c_str(),
-                bench.peak.fp32_tflops, bench.peak.bf16_tflops);
+                bench.target.deterministic ? "" : " (training.deterministic = false)",
+                bench.classifier_chunk > 0
+                    ? (", model.classifier_chunk = " + std::to_string(bench.classifier_chunk)).c_str()
+                    : "",
+                dtype_name.c_str(), bench.peak.fp32_tflops, bench.peak.bf16_tflops);
             if (const auto first = step_table(bench, out)) modes_table(bench, *first, out);
         }
         if (!json_file.empty()) std::ofstream(json_file) << out.dump(2) << '\n';

@@ -91,18 +91,16 @@ bool Command::takes(const std::string& name) const { return app_->get_option_no_
 
 namespace {
 
-// A parse error before any command: CLI11 says only that a subcommand is required. Says instead
-// what the first word is, the command it may be a typo of, and where the commands are listed.
-std::string no_command_message(const CLI::App& app, const std::vector<std::string>& words) {
-    const std::string listed = "; `adacc --help` lists them\n";
+// A parse error before any of PROGRAM's commands: CLI11 says only that a subcommand is required.
+// Says instead what the first word is, the command it may be a typo of, and where they are listed.
+std::string no_command_message(const std::string& program, const std::vector<std::string>& commands,
+                               const std::vector<std::string>& words) {
+    const std::string listed = "; `" + program + " --help` lists them\n";
     if (words.empty()) return "error: no command given" + listed;
     const std::string& word = words.front();
-    if (word.starts_with("-")) return "error: " + word + " is not an option of adacc" + listed;
-    std::vector<std::string> commands;
-    for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; }))
-        commands.push_back(command->get_name());
+    if (word.starts_with("-")) return "error: " + word + " is not an option of " + program + listed;
     const auto suggestion = closest_name(word, commands);
-    return "error: " + word + " is not a command of adacc" +
+    return "error: " + word + " is not a command of " + program +
            (suggestion ? " (did you mean " + *suggestion + "?)" : "") + listed;
 }
 
@@ -112,10 +110,14 @@ CommandLine::CommandLine(const std::string& description) : app_(std::make_unique
     // A parse error (an unknown option, a value of the wrong kind, a missing one) reads as the
     // commands' own errors do (main.cpp): "error: ...", then where the options are listed.
     app_->failure_message([](const CLI::App* app, const CLI::Error& e) {
+        const std::string program = std::filesystem::path(app->get_name()).filename().string();
+        std::vector<std::string> commands;
+        for (const CLI::App* command : app->get_subcommands([](const CLI::App*) { return true; }))
+            commands.push_back(command->get_name());
         const auto chosen = app->get_subcommands();
-        if (chosen.empty()) return no_command_message(*app, app->remaining());
-        return "error: " + std::string(e.what()) + "; `adacc " + chosen.front()->get_name() +
-               " --help` lists the options\n";
+        if (!commands.empty() && chosen.empty()) return no_command_message(program, commands, app->remaining());
+        const std::string command = chosen.empty() ? program : program + " " + chosen.front()->get_name();
+        return "error: " + std::string(e.what()) + "; `" + command + " --help` lists the options\n";
     });
 }
 CommandLine::~CommandLine() = default;
