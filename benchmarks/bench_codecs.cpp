@@ -166,8 +166,8 @@ int main(int argc, char** argv) {
     int reps = 5;
     std::vector<int> thread_counts = {1, 2};
     bool matmul = true;
-    app.option("--reps", reps, "timed runs per measurement (best is reported)");
-    app.option("--threads", thread_counts, "thread counts").comma_separated();
+    app.option("--reps", reps, "timed runs per measurement (best is reported)").in_range(1, 100000);
+    app.option("--threads", thread_counts, "thread counts").comma_separated().in_range(1, 1024);
     app.flag("!--no-matmul", matmul, "skip the matmul comparison");
     if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
     adacc::configure_cpu_threads();  // pinned threads, as the engine runs them

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "src/cli/command_line.h"
@@ -35,33 +36,18 @@ double measure_sgemm_peak() {
     return best;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    adacc::CommandLine command_line("adacc CPU training-step benchmark");
-    adacc::Command app = command_line.program();
-    std::string preset = "gpt-117m";
-    int B = 4, T = 64, steps = 5, warmup = 2;
-    app.option("--preset", preset, "model preset");
-    app.option("--batch", B, "micro-batch size");
-    app.option("--seq", T, "sequence length");
-    app.option("--steps", steps, "measured steps");
-    app.option("--warmup", warmup, "warm-up steps");
-    if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
-    const auto cfg = adacc::gpt_preset(preset);
-    if (!cfg) {
-        std::fprintf(stderr, "error: unknown preset %s\n", preset.c_str());
-        return 2;
-    }
+// The benchmark's line for `preset` at batch B x T: `steps` timed steps after `warmup`, beside the
+// SGEMM peak measured first on the same threads.
+void time_training(const adacc::GPTConfig& cfg, const std::string& preset, int B, int T, int steps, int warmup) {
     adacc::configure_cpu_threads();  // the baseline and the model run on the same pinned threads
     const double peak = measure_sgemm_peak();
 
-    adacc::GPTModel model(*cfg, B, T);
+    adacc::GPTModel model(cfg, B, T);
     model.init_weights(1);
     std::mt19937 gen(1);
     std::vector<int> tokens(B * T), targets(B * T);
-    for (auto& t : tokens) t = static_cast<int>(gen() % cfg->vocab_size);
-    for (auto& t : targets) t = static_cast<int>(gen() % cfg->vocab_size);
+    for (auto& t : tokens) t = static_cast<int>(gen() % cfg.vocab_size);
+    for (auto& t : targets) t = static_cast<int>(gen() % cfg.vocab_size);
     adacc::OptimizerOptions opt;
     // Per phase and whole step; medians over the measured steps.
     std::vector<double> times, forward_times, backward_times, optimizer_times;
@@ -92,5 +78,36 @@ int main(int argc, char** argv) {
         preset.c_str(), B, T, static_cast<long long>(model.num_params()), step_s * 1e3, median(forward_times) * 1e3,
         median(backward_times) * 1e3, median(optimizer_times) * 1e3, B * T / step_s, gflops, peak,
         100.0 * gflops / peak);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    adacc::CommandLine command_line("adacc CPU training-step benchmark");
+    adacc::Command app = command_line.program();
+    std::string preset = "gpt-117m";
+    int B = 4, T = 64, steps = 5, warmup = 2;
+    app.option("--preset", preset, "model preset");
+    app.option("--batch", B, "micro-batch size").positive();
+    app.option("--seq", T, "sequence length, at most the preset's max_seq_len").positive();
+    app.option("--steps", steps, "measured steps").in_range(1, 100000);
+    app.option("--warmup", warmup, "warm-up steps").in_range(0, 100000);
+    if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
+    const auto cfg = adacc::gpt_preset(preset);
+    if (!cfg) {
+        std::fprintf(stderr, "error: unknown preset %s\n", preset.c_str());
+        return 2;
+    }
+    if (T > cfg->max_seq_len) {
+        std::fprintf(stderr, "error: --seq %d is longer than %s's max_seq_len %d\n", T, preset.c_str(),
+                     cfg->max_seq_len);
+        return 2;
+    }
+    try {
+        time_training(*cfg, preset, B, T, steps, warmup);
+    } catch (const std::exception& e) {  // the model's own refusals, a batch too large for memory among them
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
     return 0;
 }

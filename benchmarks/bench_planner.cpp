@@ -156,12 +156,12 @@ int main(int argc, char** argv) {
     float dropout = 0.1f;
     Synthetic s;
     app.option("--preset", preset);
-    app.option("--batch", B);
-    app.option("--seq", T);
-    app.option("--dropout", dropout, "> 0 adds the three dropout masks to the plan");
-    app.option("--reps", reps);
-    app.option("--gflops", s.gflops);
-    app.option("--gbs", s.gbs);
+    app.option("--batch", B).positive();
+    app.option("--seq", T).positive();
+    app.option("--dropout", dropout, "> 0 adds the three dropout masks to the plan").in_range(0.0, 0.99);
+    app.option("--reps", reps).in_range(1, 100000);
+    app.option("--gflops", s.gflops, "the synthetic profile's compute rate").in_range(1e-3, 1e9);
+    app.option("--gbs", s.gbs, "the synthetic profile's memory rate, GB/s").in_range(1e-3, 1e9);
     std::string codecs = "paper+group";
     app.option("--codecs", codecs, "compress options per tensor, as memory.codecs: paper, paper+group or all")
         .one_of(codec_candidate_names());

@@ -121,6 +121,13 @@ TEST_F(Cli, ParseErrorsSayErrorAndWhereTheOptionsAre) {
     expect_user_error("frobnicate", {"error: frobnicate is not a command of adacc; `adacc --help` lists them"});
     expect_user_error("--bogus", {"error: --bogus is not an option of adacc"});
     expect_user_error("", {"error: no command given; `adacc --help` lists them"});
+    // A program of the same command line without commands (the benchmarks) names itself.
+    const auto bench = std::filesystem::path(test::adacc_binary()).parent_path() / "bench_cpu";
+    if (!std::filesystem::exists(bench)) return;  // the sanitized build has no benchmarks
+    const Result r = test::run_shell(bench.string() + " --steps 0");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("error: --steps: Value 0 not in range"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("; `bench_cpu --help` lists the options"), std::string::npos) << r.output;
 }
 
 TEST_F(Cli, MalformedToml) {
