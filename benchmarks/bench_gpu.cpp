@@ -298,6 +298,9 @@ struct BenchRun {
 std::optional<std::pair<GPTConfig, int>> preset_at_largest_batch(const std::string& name, const BenchRun& bench) {
     auto cfg = gpt_preset(name);
     if (!cfg) throw UserError("unknown preset " + name);
+    if (bench.T > cfg->max_seq_len)
+        throw UserError("--seq " + std::to_string(bench.T) + " is longer than " + name + "'s max_seq_len " +
+                        std::to_string(cfg->max_seq_len));
     cfg->attention = bench.attention;
     cfg->classifier_chunk = bench.classifier_chunk;
     const int B = largest_power_of_two_batch(*cfg, bench.T, MemoryMode::none, bench.target);
@@ -396,7 +399,7 @@ int main(int argc, char** argv) {
     std::string json_file, dtype_name = "bf16", attention_name = "materialized";
     bool per_op = false, nondeterministic = false;
     app.option("--presets", bench.presets, "model presets").comma_separated();
-    app.option("--seq", bench.T, "sequence length");
+    app.option("--seq", bench.T, "sequence length").positive();
     app.option("--steps", bench.steps, "measured steps").in_range(1, 1000);
     app.option("--warmup", bench.warmup, "steps before measuring").in_range(0, 1000);
     app.option("--json", json_file, "also write the results here");
