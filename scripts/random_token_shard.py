@@ -11,9 +11,15 @@ import sys
 
 
 def main():
+    usage = "usage: random_token_shard.py OUT COUNT SEED (COUNT a whole number of tokens >= 1, SEED a whole number)"
     if len(sys.argv) != 4:
-        sys.exit("usage: random_token_shard.py OUT COUNT SEED")
-    out, count, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+        sys.exit(usage)
+    try:
+        out, count, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    except ValueError as error:
+        sys.exit("random_token_shard.py: %s; %s" % (error, usage))
+    if count < 1:
+        sys.exit("random_token_shard.py: COUNT %d; %s" % (count, usage))
     random.seed(seed)
     with open(out, "wb") as f:
         f.write(struct.pack("<256i", 20240520, 1, count, *([0] * 253)))
@@ -21,4 +27,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except OSError as error:
+        sys.exit("random_token_shard.py: %s" % error)
