@@ -153,4 +153,7 @@ def plot(plt, out, runs, data, seeds):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (OSError, ValueError, KeyError) as error:  # a file missing, unreadable or not the study's folder
+        sys.exit(f"error: {error!r}" if isinstance(error, KeyError) else f"error: {error}")

@@ -35,7 +35,10 @@ ARENAS = [
 
 def read_rows(path):
     with open(path) as f:
-        rows = json.load(f)
+        try:
+            rows = json.load(f)
+        except json.JSONDecodeError as error:
+            sys.exit(f"error: {path} is not JSON ({error}): give it `adacc compare --format json` output")
     if not isinstance(rows, list) or not all(isinstance(r, dict) and "mode" in r for r in rows):
         sys.exit(f"error: {path} is not `adacc compare --format json` output (a list of rows with a mode)")
     missing = [r["mode"] for r in rows if r.get("ran") and "tokens_per_s_p25" not in r]
@@ -121,4 +124,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (OSError, ValueError, KeyError) as error:  # a file missing, unreadable or not the compare json
+        sys.exit(f"error: {error!r}" if isinstance(error, KeyError) else f"error: {error}")

@@ -81,4 +81,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (OSError, ValueError, KeyError) as error:  # a file missing, unreadable or not a run folder's metrics.jsonl
+        sys.exit(f"error: {error!r}" if isinstance(error, KeyError) else f"error: {error}")
