@@ -28,6 +28,7 @@
 #include "src/common/errors.h"
 #include "src/common/units.h"
 #include "src/cuda/cuda_device.h"
+#include "src/engine/device.h"
 #include "src/engine/gpt_model.h"
 #include "src/engine/kernel_timing.h"
 #include "src/engine/memory_report.h"
@@ -36,29 +37,6 @@
 namespace {
 
 using namespace adacc;
-
-// Dense (no sparsity) tensor-core peaks in TFLOP/s by GPU, from NVIDIA's datasheets: bf16, and
-// fp32 without TF32 (the precision the kernels use today; see README); and the memory bandwidth
-// in GB/s (the per-op table's roofline).
-struct GpuPeak {
-    const char* name_part;
-    double bf16_tflops, fp32_tflops, memory_gbps;
-};
-constexpr GpuPeak kPeaks[] = {
-    {"H200", 989.0, 67.0, 4800.0}, {"H100 SXM", 989.0, 67.0, 3350.0}, {"H100 PCIe", 756.0, 51.0, 2000.0},
-    {"H100", 989.0, 67.0, 3350.0}, {"A100", 312.0, 19.5, 2039.0},     {"L40S", 362.0, 91.6, 864.0},
-    {"A10", 125.0, 31.2, 600.0},
-};
-
-GpuPeak peak_for(const std::string& gpu) {
-    for (const GpuPeak& p : kPeaks)
-        if (gpu.find(p.name_part) != std::string::npos) return p;
-    return {"unknown", 0.0, 0.0, 0.0};
-}
-
-double llmc_flops_per_token(const GPTConfig& c, std::size_t params, int T) {
-    return 6.0 * static_cast<double>(params) + 6.0 * c.n_layer * c.n_embd * static_cast<double>(T);
-}
 
 struct StepTiming {
     double median_ms = 0;
@@ -207,7 +185,7 @@ nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B
     KernelTimes kernels;
     const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, target, steps, warmup, &kernels);
     const DType dtype = target.activation;
-    const double peak_flops = (dtype == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops) * 1e12;
+    const double peak_flops = peak.tflops(dtype) * 1e12;
     const double peak_bytes = peak.memory_gbps * 1e9;
     const BlockGraph block(cfg, B, T, dtype, block_fusions(Device::cuda));
     auto has = [&](OpKind kind) {
@@ -290,7 +268,7 @@ struct BenchRun {
     ComputeTarget target;
     GpuPeak peak{};
     // The dense peak of the matmuls' input type (fp32 runs true fp32, never TF32): MFU's denominator.
-    double peak_tflops() const { return target.activation == DType::bf16 ? peak.bf16_tflops : peak.fp32_tflops; }
+    double peak_tflops() const { return peak.tflops(target.activation); }
 };
 
 // The preset `name` with the run's attention and classifier chunk, and the largest power-of-two
@@ -318,7 +296,7 @@ void step_row(const BenchRun& bench, const std::string& name, const GPTConfig& c
     const int T = bench.T;
     const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, target, bench.steps, bench.warmup);
     const double tokens_per_s = B * T / (t.median_ms / 1e3);
-    const double tflops = llmc_flops_per_token(cfg, ParameterLayout(cfg).total(), T) * tokens_per_s / 1e12;
+    const double tflops = cfg.flops_per_token(T) * tokens_per_s / 1e12;
     const double mfu = bench.peak_tflops() > 0 ? tflops / bench.peak_tflops() : 0.0;
     std::printf("%-10s %6d %6d %10.1f %12.0f %9.1f %11.1f%% %8.4f%s\n", name.c_str(), B, T, t.median_ms, tokens_per_s,
                 tflops, 100 * mfu, t.loss, label);
@@ -419,7 +397,7 @@ int main(int argc, char** argv) {
             std::printf("bench_gpu: no CUDA device (%s); nothing measured\n", gpu.problem.c_str());
             return 0;
         }
-        bench.peak = peak_for(gpu.name);
+        bench.peak = gpu_peak(gpu.name);
         bench.attention = *parse_attention_impl(attention_name);
         bench.target = ComputeTarget(Device::cuda, resolve_model_dtype(dtype_name, Device::cuda));
         bench.target.deterministic = !nondeterministic;

@@ -14,6 +14,10 @@ std::int64_t GPTConfig::unpadded_parameter_count() const {
     return parameter_count() - std::int64_t(padded_vocab_size() - vocab_size) * n_embd;
 }
 
+double GPTConfig::flops_per_token(int T) const {
+    return 6.0 * static_cast<double>(parameter_count()) + 6.0 * n_layer * n_embd * static_cast<double>(T);
+}
+
 bool same_shape(const GPTConfig& a, const GPTConfig& b) {
     for (const auto& field : kGPTShapeFields)
         if (a.*field.member != b.*field.member) return false;

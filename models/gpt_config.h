@@ -62,6 +62,9 @@ struct GPTConfig {
     std::int64_t parameter_count() const;
     // The same without the padded rows: what GPT-2 papers quote (124,439,808 for gpt-117m).
     std::int64_t unpadded_parameter_count() const;
+    // Training FLOPs per token as llm.c counts them for its MFU: 6N + 6LCT (N = parameter_count;
+    // the attention's T-dependent matmuls once per layer). 803,478,528 for gpt-117m at T = 1024.
+    double flops_per_token(int T) const;
 
     // Empty when valid; otherwise a message naming the offending key and the fix.
     std::optional<std::string> validate() const;

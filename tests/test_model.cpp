@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "src/engine/device.h"
 #include "src/engine/gpt_model.h"
 #include "src/engine/optimizer.h"
 #include "src/engine/tape.h"
@@ -34,6 +35,26 @@ TEST(ParameterCount, MatchesFormulaAndPublishedGpt2) {
         const GPTConfig c = *gpt_preset(name);
         EXPECT_EQ(static_cast<std::int64_t>(ParameterLayout(c).total()), c.parameter_count()) << name;
     }
+}
+
+// MFU's numerator, as llm.c's gpt2_estimate_mfu counts it: 6 N (N with the padded vocabulary rows)
+// + 6 L C T a token; gpt-117m at T = 1024: 6 x 124,475,904 + 6 x 12 x 768 x 1024.
+TEST(FlopsPerToken, IsLlmcsCount) {
+    EXPECT_EQ(gpt_preset("gpt-117m")->flops_per_token(1024), 803'478'528.0);
+    EXPECT_EQ(gpt_preset("gpt-117m")->flops_per_token(64), 6.0 * 124'475'904 + 6.0 * 12 * 768 * 64);
+    const GPTConfig medium = *gpt_preset("gpt-345m");
+    EXPECT_EQ(medium.flops_per_token(1024), 6.0 * medium.parameter_count() + 6.0 * 24 * 1024 * 1024);
+}
+
+// The datasheet peaks MFU is taken against, by the names CUDA gives the GPUs: the first listed part
+// of the name decides (an H100 PCIe is not an SXM one), an unlisted GPU has none (no MFU printed).
+TEST(GpuPeak, ByTheDevicesName) {
+    EXPECT_EQ(gpu_peak("NVIDIA H200").bf16_tflops, 989.0);
+    EXPECT_EQ(gpu_peak("NVIDIA H200").memory_gbps, 4800.0);
+    EXPECT_EQ(gpu_peak("NVIDIA H100 PCIe").bf16_tflops, 756.0);
+    EXPECT_EQ(gpu_peak("NVIDIA H100 80GB HBM3").tflops(DType::bf16), 989.0);
+    EXPECT_EQ(gpu_peak("NVIDIA A100-SXM4-80GB").tflops(DType::f32), 19.5);
+    EXPECT_EQ(gpu_peak("NVIDIA GeForce GTX 1080").tflops(DType::bf16), 0.0);
 }
 
 GPTConfig micro_config(float dropout) {

@@ -13,6 +13,21 @@ const char* device_name(Device device) {
     return "?";
 }
 
+GpuPeak gpu_peak(const std::string& name) {
+    struct Listed {
+        const char* name_part;  // the first listed part the name holds decides (H100 SXM before H100)
+        GpuPeak peak;
+    };
+    static constexpr Listed kListed[] = {
+        {"H200", {989.0, 67.0, 4800.0}}, {"H100 SXM", {989.0, 67.0, 3350.0}}, {"H100 PCIe", {756.0, 51.0, 2000.0}},
+        {"H100", {989.0, 67.0, 3350.0}}, {"A100", {312.0, 19.5, 2039.0}},     {"L40S", {362.0, 91.6, 864.0}},
+        {"A10", {125.0, 31.2, 600.0}},
+    };
+    for (const Listed& listed : kListed)
+        if (name.find(listed.name_part) != std::string::npos) return listed.peak;
+    return {};
+}
+
 std::vector<std::string> device_names() {
     std::vector<std::string> names;
     for (const DeviceInfo& d : kDevices) names.emplace_back(d.name);

@@ -16,6 +16,16 @@ namespace adacc {
 
 enum class Device : std::uint8_t { cpu, cuda };
 
+// A GPU's dense (no sparsity) peaks, from NVIDIA's datasheets, by a part of its name: tensor-core
+// bf16 and fp32 without TF32 (the precisions the CUDA kernels use) in TFLOP/s, and its memory
+// bandwidth in GB/s. MFU's denominator (bench_gpu, train's step lines) and the per-op roofline's.
+struct GpuPeak {
+    double bf16_tflops = 0, fp32_tflops = 0, memory_gbps = 0;
+    double tflops(DType activation) const { return activation == DType::bf16 ? bf16_tflops : fp32_tflops; }
+};
+// The peaks of the GPU called `name` (CUDA's device name); zeros for one not listed.
+GpuPeak gpu_peak(const std::string& name);
+
 struct DeviceInfo {
     Device device;
     const char* name;  // as written in configs (training.device) and after --device

@@ -11,6 +11,7 @@
 #include "src/cuda/cuda_device.h"
 #include "src/dist/process_group.h"
 #include "src/engine/cpu_threads.h"
+#include "src/engine/device.h"
 #include "src/engine/memory_report.h"
 #include "src/engine/weight_init.h"
 #include "src/io/checkpoint_folder.h"
@@ -46,6 +47,7 @@ void print_model_summary(const RunConfig& cfg, const GPTModel& model, const Comp
 Trainer::Trainer(const RunConfig& config, const std::optional<std::filesystem::path>& resume_checkpoint,
                  const std::optional<WeightsFile>& init_from)
     : config_(config), target_(compute_target(config)), run_dir_(config.logging.run_dir) {
+    if (target_.device == Device::cuda) peak_tflops_ = gpu_peak(cuda_device_info().name).tflops(target_.activation);
     if (config_.training.threads > 0) configure_cpu_threads(config_.training.threads);
     set_collective_timeout(config_.training.collective_timeout_s);
     // A device that cannot run this config (no GPU) or a planned mode's bad [memory] options fail
@@ -207,6 +209,12 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
     const int ranks = process_group().world_size;  // tokens and FLOPs of every rank
     const double tokens = static_cast<double>(t.batch_size) * t.seq_len * t.grad_accum * ranks;
     const double gflops = model_->training_flops(t.batch_size, t.seq_len) * t.grad_accum * ranks / seconds / 1e9;
+    // On a GPU gpu_peak knows, MFU as llm.c counts it: 6N + 6LCT a token over each GPU's dense peak.
+    const double mfu = peak_tflops_ > 0
+                           ? config_.model.flops_per_token(t.seq_len) * tokens / seconds / (peak_tflops_ * 1e12 * ranks)
+                           : 0.0;
+    char mfu_text[32] = "";
+    if (peak_tflops_ > 0) std::snprintf(mfu_text, sizeof mfu_text, " | MFU %.1f%%", 100 * mfu);
     // The tape at its peak (end of forward): bytes held kept / reserved for compressed blobs, and
     // bytes recomputed instead; on sampled steps also the blobs' exact size.
     const TapeUsage& tape = model_->tape().peak();
@@ -217,9 +225,9 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
                                                      : "";
     if (step % config_.logging.print_every == 0 || step == t.steps)
         std::printf(
-            "step %6d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | "
+            "step %6d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s%s | "
             "tape %s (kept %s, compressed %s, recompute %s%s)\n",
-            step, t.steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, gflops,
+            step, t.steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, gflops, mfu_text,
             format_bytes(tape.used).c_str(), format_bytes(kept).c_str(), format_bytes(compressed).c_str(),
             format_bytes(recomputed).c_str(), measured.c_str());
     std::fflush(stdout);
@@ -235,6 +243,7 @@ void Trainer::log_step(int step, float loss, float lr, float grad_norm, double s
                              {"tape_compressed_bytes", compressed},
                              {"tape_recompute_bytes", recomputed}};
     if (tape.measured_slots) record["tape_compressed_measured_bytes"] = tape.measured_bytes;
+    if (peak_tflops_ > 0) record["mfu"] = mfu;
     if (regulator_) {
         record["monitor_ms_total"] = regulator_->monitor_ms();
         // The plan this step ran, the same on every rank (AdaccRegulator checks it at each plan).

@@ -53,9 +53,8 @@ private:
     // Everything the constructor does once the run folder exists (data, model, weights).
     void start(const std::optional<std::filesystem::path>& resume_checkpoint,
                const std::optional<WeightsFile>& init_from);
-    void save_run_config() const;
-    void
-    report_memory_use();  // the run's last line: accounted vs what the machine charged  // RUN_DIR/config.toml: the resolved config this run trains with
+    void save_run_config() const;                    // RUN_DIR/config.toml: the resolved config this run trains with
+    void report_memory_use();                        // the run's last line: accounted vs what the machine charged
     void write_metrics(const nlohmann::json& line);  // a line of metrics.jsonl (rank 0 alone writes it)
     void log_replan(const ReplanEvent& event);
     float validation_loss();
@@ -64,6 +63,9 @@ private:
 
     RunConfig config_;
     ComputeTarget target_;  // where the model runs, resolved from the config once
+    // The GPU's dense peak in the run's dtype, TFLOP/s, for the step lines' MFU: 0 on the CPU or a
+    // GPU that src/engine/device.h:gpu_peak does not list (no MFU then).
+    double peak_tflops_ = 0;
     std::filesystem::path run_dir_;
     std::unique_ptr<GPTModel> model_;
     std::unique_ptr<DataLoader> train_data_, val_data_;
