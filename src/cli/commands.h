@@ -3,6 +3,7 @@
 // adacc::UserError on bad input.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,13 @@ void add_modes_option(Command& command, std::vector<std::string>& modes, const s
 // The modes --modes named, in order, or the fixed ones when it was not given; UserError when one
 // is named twice (it would be run or shown twice).
 std::vector<MemoryMode> memory_modes_of(const std::vector<std::string>& names);
+// The first value a list option holds a second time, or null: --modes and --batch refuse repeats.
+template <class T>
+const T* first_repeat(const std::vector<T>& values) {
+    for (auto v = values.begin(); v != values.end(); ++v)
+        if (std::find(values.begin(), v, *v) != v) return &*v;
+    return nullptr;
+}
 
 // How to set a config setting with the command that was parsed (its own flag for it, or --set),
 // for a SettingError's message; empty when the command takes neither.

@@ -1,6 +1,4 @@
 // The command-line options several commands share, declared in src/cli/commands.h.
-#include <algorithm>
-
 #include "src/cli/commands.h"
 #include "src/common/errors.h"
 #include "src/engine/device.h"
@@ -30,12 +28,9 @@ void add_modes_option(Command& command, std::vector<std::string>& modes, const s
 
 std::vector<MemoryMode> memory_modes_of(const std::vector<std::string>& names) {
     std::vector<MemoryMode> modes;
-    for (const std::string& name : names) {
-        const MemoryMode mode = parse_memory_mode(name);
-        if (std::find(modes.begin(), modes.end(), mode) != modes.end())
-            throw UserError("--modes lists " + name + " twice: give each mode once");
-        modes.push_back(mode);
-    }
+    for (const std::string& name : names) modes.push_back(parse_memory_mode(name));
+    if (const MemoryMode* repeat = first_repeat(modes))
+        throw UserError("--modes lists " + std::string(memory_mode_name(*repeat)) + " twice: give each mode once");
     return modes.empty() ? fixed_memory_modes() : modes;
 }
 

@@ -4,7 +4,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -118,9 +117,8 @@ void run_compare(CompareArgs& args) {
     CompareOptions options;
     options.modes = memory_modes_of(args.modes);
     options.batches = args.batches.empty() ? std::vector<int>{config.training.batch_size} : args.batches;
-    for (auto b = options.batches.begin(); b != options.batches.end(); ++b)
-        if (std::find(options.batches.begin(), b, *b) != b)
-            throw UserError("--batch lists " + std::to_string(*b) + " twice: give each batch once");
+    if (const int* repeat = first_repeat(options.batches))
+        throw UserError("--batch lists " + std::to_string(*repeat) + " twice: give each batch once");
     // Each --batch stands in for training.batch_size, so it is checked as that key would be.
     for (int B : options.batches) {
         RunConfig at_batch = config;
