@@ -16,8 +16,8 @@
 #else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#define ADACC_DYNAMIC_SHARED(T, name)                      \
-    extern __shared__ unsigned char adacc_dynamic_smem_[]; \
+#define ADACC_DYNAMIC_SHARED(T, name)                                    \
+    extern __shared__ __align__(16) unsigned char adacc_dynamic_smem_[]; \
     T* name = reinterpret_cast<T*>(adacc_dynamic_smem_)
 // ADACC_LAUNCH(kernel, grid, block, dynamic smem bytes, stream)(arguments...)
 #define ADACC_LAUNCH(kernel, grid, block, smem, stream) \

@@ -1096,10 +1096,13 @@ std::vector<OpCase> classifier_cases(DType a) {
     };
     // One row, several, no padding, and wider than the block (512 threads): several columns per
     // thread, the running max moving; V = 9001 is more than two of the block's sweeps of 16-byte
-    // packs in bf16 (4096 columns each), so its threads take their packs in both directions.
-    const Shape shapes[] = {{1, 101, 128, 0.0f, 4.0f},   {5, 101, 128, 0.0f, 4.0f}, {1, 101, 128, 1.0f, 4.0f},
-                            {5, 101, 128, 0.2f, 4.0f},   {3, 101, 101, 0.5f, 8.0f}, {4, 2051, 2112, 0.25f, 8.0f},
-                            {2, 9001, 9024, 0.25f, 8.0f}};
+    // packs in bf16 (4096 columns each). V = 60000 is more than one round of the loads a thread
+    // has in flight (4 sweeps, 16384 columns in fp32), and in fp32 (240 KB) more than a block's
+    // shared memory on any GPU (227 KiB at most), so the row's last columns are not cached and the
+    // second sweep reads them from the row again.
+    const Shape shapes[] = {{1, 101, 128, 0.0f, 4.0f},    {5, 101, 128, 0.0f, 4.0f},    {1, 101, 128, 1.0f, 4.0f},
+                            {5, 101, 128, 0.2f, 4.0f},    {3, 101, 101, 0.5f, 8.0f},    {4, 2051, 2112, 0.25f, 8.0f},
+                            {2, 9001, 9024, 0.25f, 8.0f}, {1, 60000, 60032, 0.5f, 8.0f}};
     std::vector<OpCase> cases;
     for (const Shape& s : shapes) {
         std::vector<float> targets(s.N);

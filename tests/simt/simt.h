@@ -68,8 +68,11 @@ std::uint64_t shuffle_exchange(std::uint64_t bits, int source);
 
 using LaunchBody = void (*)(void* closure);
 // Runs body(closure) once per thread of every block of the grid (see the model above).
-void run_grid(const char* kernel_name, dim3 grid, dim3 block, std::size_t dynamic_smem, LaunchBody body,
-              void* closure);
+void run_grid(const char* kernel_name, dim3 grid, dim3 block, std::size_t dynamic_smem, LaunchBody body, void* closure);
+
+// Aborts, as a GPU refuses the launch, where `bytes` of dynamic shared memory are more than 48 KiB
+// and more than cudaFuncSetAttribute (cudaFuncAttributeMaxDynamicSharedMemorySize) allowed `kernel`.
+void check_dynamic_shared(const char* kernel_name, const void* kernel, std::size_t bytes);
 
 // Strips template arguments and spaces from a stringised kernel expression ("k<128>" -> "k").
 std::string kernel_base_name(const char* expression);
@@ -86,10 +89,14 @@ public:
             void (*kernel)(Params...);
             std::tuple<std::decay_t<Params>...> args;
         } closure{kernel_, std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)};
-        run_grid(name_, grid_, block_, smem_, [](void* c) {
-            auto* self = static_cast<Closure*>(c);
-            std::apply(self->kernel, self->args);  // each thread gets its own copy of by-value parameters
-        }, &closure);
+        check_dynamic_shared(name_, reinterpret_cast<const void*>(kernel_), smem_);
+        run_grid(
+            name_, grid_, block_, smem_,
+            [](void* c) {
+                auto* self = static_cast<Closure*>(c);
+                std::apply(self->kernel, self->args);  // each thread gets its own copy of by-value parameters
+            },
+            &closure);
     }
 
 private:
@@ -130,7 +137,9 @@ inline void __syncthreads() { simt::sync_block(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { simt::sync_warp(); }
 
 template <typename T>
-T __shfl_sync(unsigned, T v, int src, int width = 32) { return simt::shuffle(v, src, width); }
+T __shfl_sync(unsigned, T v, int src, int width = 32) {
+    return simt::shuffle(v, src, width);
+}
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
     const int lane = simt::position().linear % 32;
@@ -183,7 +192,9 @@ inline int max(int a, int b) { return a > b ? a : b; }
 inline float min(float a, float b) { return std::fmin(a, b); }
 inline float max(float a, float b) { return std::fmax(a, b); }
 template <typename T>
-T __ldg(const T* p) { return *p; }
+T __ldg(const T* p) {
+    return *p;
+}
 
 #define ADACC_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(simt::dynamic_shared_memory())
 #define ADACC_LAUNCH(kernel, grid, block, smem, stream) \

@@ -2,6 +2,7 @@
 // emulation (tests/simt/simt.h). Everything is synchronous: a launch runs to completion, so
 // streams and events only keep time. One emulated device with simt_device_memory() bytes.
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -19,6 +20,15 @@ std::map<void*, std::size_t>& allocations() {
 }
 std::size_t allocated_bytes = 0;
 std::size_t device_memory = std::size_t{80} << 30;
+// Shared memory per block, an H100's: 48 KiB of dynamic shared memory unless the kernel was
+// allowed more (cudaFuncAttributeMaxDynamicSharedMemorySize), up to the opt-in limit.
+constexpr int kSharedPerBlock = 48 * 1024;
+constexpr int kSharedPerBlockOptin = 227 * 1024;
+std::mutex attributes_mutex;
+std::map<const void*, int>& dynamic_shared_allowed() {
+    static std::map<const void*, int> allowed;
+    return allowed;
+}
 
 struct EmulatedEvent {
     std::chrono::steady_clock::time_point when;
@@ -29,6 +39,22 @@ struct EmulatedEvent {
 namespace simt {
 
 void set_device_memory(std::size_t bytes) { device_memory = bytes; }
+
+void check_dynamic_shared(const char* kernel_name, const void* kernel, std::size_t bytes) {
+    if (bytes <= static_cast<std::size_t>(kSharedPerBlock)) return;
+    int allowed = kSharedPerBlock;
+    {
+        std::lock_guard<std::mutex> lock(attributes_mutex);
+        const auto it = dynamic_shared_allowed().find(kernel);
+        if (it != dynamic_shared_allowed().end() && it->second > allowed) allowed = it->second;
+    }
+    if (bytes <= static_cast<std::size_t>(allowed)) return;
+    std::fprintf(stderr,
+                 "SIMT emulation: kernel %s launched with %zu bytes of dynamic shared memory, more than the %d "
+                 "its cudaFuncAttributeMaxDynamicSharedMemorySize allows (a GPU refuses the launch)\n",
+                 kernel_name, bytes, allowed);
+    std::abort();
+}
 std::size_t device_allocated_bytes() {
     std::lock_guard<std::mutex> lock(allocations_mutex);
     return allocated_bytes;
@@ -57,12 +83,18 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     prop->multiProcessorCount = 1;
     prop->warpSize = 32;
     prop->maxThreadsPerBlock = 1024;
-    prop->sharedMemPerBlock = 48 * 1024;
-    prop->sharedMemPerBlockOptin = 227 * 1024;
+    prop->sharedMemPerBlock = kSharedPerBlock;
+    prop->sharedMemPerBlockOptin = kSharedPerBlockOptin;
     return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-    *value = attr == cudaDevAttrMultiProcessorCount ? 1 : 0;
+    if (device != 0) return cudaErrorInvalidDevice;
+    switch (attr) {
+        case cudaDevAttrMultiProcessorCount: *value = 1; break;
+        case cudaDevAttrMaxSharedMemoryPerBlock: *value = kSharedPerBlock; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = kSharedPerBlockOptin; break;
+        default: *value = 0;
+    }
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
@@ -166,6 +198,12 @@ const char* cudaGetErrorString(cudaError_t error) {
         default: return "emulated CUDA error";
     }
 }
-cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
+cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+    if (value < 0 || value > kSharedPerBlockOptin) return cudaErrorInvalidValue;
+    std::lock_guard<std::mutex> lock(attributes_mutex);
+    dynamic_shared_allowed()[kernel] = value;
+    return cudaSuccess;
+}
 
 }  // extern "C"
