@@ -2,9 +2,14 @@
 // for Linear/LayerNorm inputs, which quantizes its non-outlier channels with the very same row
 // kernel (kernels/cpu/codec_group_int4.cpp is the twin; formats in kernels/codec_format.h).
 //
-// group_int4 compress is one kernel, a block per row: its warps take the row's groups (max |x|,
-// s = max / 7), a barrier, then each thread codes a pack of elements (codecs.cuh:
+// group_int4 compress is one kernel, a block per row. Where the rows are packed and a group's
+// 16-byte packs fit on a warp's lanes (G = 64), group_quantize_packed_kernel's one pass: each
+// thread loads its packs, a group's lanes share their max |x| by shuffles (s = max / 7), and each
+// codes its pack from registers. Otherwise group_quantize_kernel's two: its warps take the row's
+// groups (max |x|, s = max / 7), a barrier, then each thread codes a pack of elements (codecs.cuh:
 // store_row_codes; one byte of two gathered elements at a time for outlier_int4's kept columns).
+// Decoding a blob without outliers into packed rows takes a pack's codes and its scale in one
+// load each.
 // outlier_int4 adds two kernels before it, and decides k on the device:
 //   1. Sh_j = sum_i |x_ij| in double, summed in row order exactly as the CPU does (so the blob
 //      matches it byte for byte): a block per 32 columns streams row tiles through shared memory
@@ -53,6 +58,76 @@ __device__ inline int block_exclusive_scan(int v, int* warp_totals, int& total) 
 
 // ---- The symmetric group row kernel (both codecs). ----
 
+// Block 0 of a quantize kernel writes the blob's frame: the header where the host made it (k
+// known there), and the zero padding of every section.
+__device__ inline void store_quantize_frame(std::uint8_t* blob, const QuantLayout& L, std::size_t rows, std::size_t k,
+                                            unsigned groups, unsigned row_bytes, const BlobHeader* header) {
+    if (blockIdx.x != 0) return;
+    const int tid = threadIdx.x;
+    if (header && tid == 0) store_header(blob, *header);
+    zero_padding(blob, L.indices, 4 * k, tid, blockDim.x);
+    zero_padding(blob, L.outliers, 4 * rows * k, tid, blockDim.x);
+    zero_padding(blob, L.scales, std::size_t{4} * rows * groups, tid, blockDim.x);
+    zero_padding(blob, L.codes, rows * row_bytes, tid, blockDim.x);
+}
+
+// Packs a thread of a one-pass row loads before it uses the first (kRowThreads threads: rows up to
+// 4096 bf16 or 2048 fp32 values in one round).
+constexpr int kQuantizeLoads = 4;
+
+// Whether group_quantize_packed_kernel takes a group_int4 blob's rows: packed, and a group's
+// 16-byte packs fit on a warp's lanes (G = 64: 8 lanes in bf16, 16 in fp32).
+template <typename T>
+bool quantize_in_one_pass(const T* src, std::size_t cols, int G) {
+    constexpr int P = kPack<T>;
+    return rows_packed(src, cols) && G % P == 0 && G / P <= 32 && 32 % (G / P) == 0;
+}
+
+// The rows of a group_int4 blob in one pass (quantize_in_one_pass): thread t owns packs t, t +
+// blockDim, ... of a row, so a group's packs are on adjacent lanes of one warp. One read of the
+// row, kQuantizeLoads packs a thread in flight: each lane's max |x|, the group's by shuffles among
+// its lanes, the scale, and the pack's codes from registers; no barrier, no second read, no scale
+// read back. The max is exact in any order, so scales and bytes are group_quantize_kernel's.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    group_quantize_packed_kernel(const T* src, std::size_t rows, std::size_t cols, int group_size, BlobHeader header,
+                                 std::uint8_t* blob) {
+    constexpr int P = kPack<T>;
+    const unsigned c = static_cast<unsigned>(cols), G = static_cast<unsigned>(group_size), group_lanes = G / P;
+    const unsigned groups = (c + G - 1) / G, row_bytes = c / 2, packs = c / P;
+    const QuantLayout L = quant_layout(rows, cols, G, 0);
+    store_quantize_frame(blob, L, rows, 0, groups, row_bytes, &header);
+    float* scales = reinterpret_cast<float*>(blob + L.scales);
+    std::uint8_t* codes = blob + L.codes;
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        const T* x = src + i * c;
+        // Every thread runs the same rounds (the shuffles need every lane); packs past the row are 0.
+        for (unsigned round = 0; round < packs; round += kQuantizeLoads * blockDim.x) {
+            Pack<T> loaded[kQuantizeLoads];
+            ADACC_UNROLL
+            for (int u = 0; u < kQuantizeLoads; ++u) {
+                const unsigned p = round + u * blockDim.x + threadIdx.x;
+                loaded[u] = load_raw_pack(x, static_cast<long>(p) * P, c, true);
+            }
+            ADACC_UNROLL
+            for (int u = 0; u < kQuantizeLoads; ++u) {
+                const unsigned p = round + u * blockDim.x + threadIdx.x;
+                float v[P];
+                unpack(v, loaded[u]);
+                float m = 0.0f;
+                for (int j = 0; j < P; ++j) m = fmaxf(m, fabsf(v[j]));
+                for (unsigned lanes = 1; lanes < group_lanes; lanes <<= 1)
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, static_cast<int>(lanes)));
+                if (p >= packs) continue;
+                const float s = m / 7.0f;
+                if (p % group_lanes == 0) scales[i * groups + p / group_lanes] = s;
+                store_pack_codes<T>(codes + i * row_bytes, p * P, c, v,
+                                    [s](float value, unsigned) { return sym_code(value, s); });
+            }
+        }
+    }
+}
+
 // Writes rows [blockIdx.x, +gridDim.x, ...) of a group_int4 blob, or of an outlier_int4 blob
 // with kDeviceK: then k and the channel indices are already in the blob (outlier_select_kernel)
 // and the row's kept values are x[keep[m]], m < c = cols - k. Without kDeviceK, k = 0 and block
@@ -71,13 +146,7 @@ __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_
     float* scales = reinterpret_cast<float*>(blob + L.scales);
     std::uint8_t* codes = blob + L.codes;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
-    if (blockIdx.x == 0) {
-        if (!kDeviceK && tid == 0) store_header(blob, header);
-        zero_padding(blob, L.indices, 4 * k, tid, blockDim.x);
-        zero_padding(blob, L.outliers, 4 * rows * k, tid, blockDim.x);
-        zero_padding(blob, L.scales, std::size_t{4} * rows * groups, tid, blockDim.x);
-        zero_padding(blob, L.codes, rows * row_bytes, tid, blockDim.x);
-    }
+    store_quantize_frame(blob, L, rows, k, groups, row_bytes, kDeviceK ? nullptr : &header);
     const bool gather = k > 0;
     // Contiguous packed rows (no gather): 128-bit loads in both passes, whole groups of packs in
     // the max pass.
@@ -131,6 +200,31 @@ __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_
     }
 }
 
+// The rows of a blob without outliers into packed rows whose groups are whole packs: a thread
+// decodes a pack from one load of its codes (2 or 4 bytes) and one of its scale, and stores it
+// whole. The values are the per-element path's (store_decoded_rows): code times scale in fp32.
+template <typename T>
+__device__ inline void decode_packed_rows(T* dst, std::size_t rows, unsigned cols, unsigned G, const float* scales,
+                                          unsigned groups, const std::uint8_t* codes, unsigned row_bytes) {
+    constexpr int P = kPack<T>;
+    using Word = std::conditional_t<P == 8, std::uint32_t, std::uint16_t>;  // a pack's P / 2 code bytes
+    const unsigned packs = cols / P;
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        const auto* row_codes = reinterpret_cast<const Word*>(codes + i * row_bytes);
+        const float* row_scales = scales + i * groups;
+        for (unsigned p = threadIdx.x; p < packs; p += blockDim.x) {
+            const Word word = row_codes[p];
+            const float s = row_scales[p * P / G];
+            Pack<T> pack;
+            for (int e = 0; e < P; ++e) {
+                const int nibble = (word >> (4 * e)) & 15;  // element e: byte e / 2, low nibble first
+                pack.v[e] = from_f32<T>(static_cast<float>((nibble ^ 8) - 8) * s);
+            }
+            store_whole_pack(dst + i * cols + static_cast<std::size_t>(p) * P, pack);
+        }
+    }
+}
+
 // Decodes rows of a group_int4 or outlier_int4 blob; G and k come from its header. A header
 // that does not match (codec, rows, cols), or outlier indices that are not ascending channels
 // below cols, decode to NaN (the CPU's decompress throws there).
@@ -158,6 +252,11 @@ __global__ void group_dequantize_kernel(const std::uint8_t* blob, std::size_t ro
         bad_of[tid] = mine;
         __syncthreads();
         for (int t = 0; t < kRowThreads; ++t) bad = bad || bad_of[t];  // launched with kRowThreads
+    }
+    constexpr int P = kPack<T>;
+    if (!bad && k == 0 && G % P == 0 && rows_packed(dst, cols) && reinterpret_cast<std::uintptr_t>(codes) % 4 == 0) {
+        decode_packed_rows(dst, rows, static_cast<unsigned>(cols), G, scales, groups, codes, row_bytes);
+        return;
     }
     store_decoded_rows(dst, rows, cols, [=](std::size_t i, unsigned j) {
         if (bad) return quiet_nan();
@@ -307,8 +406,12 @@ __global__ void outlier_select_kernel(double* sums, std::size_t cols, double z, 
 template <bool kDeviceK, typename T>
 void launch_quantize(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols, int G,
                      const std::int32_t* keep, const BlobHeader& header, void* dst) {
-    ADACC_LAUNCH((group_quantize_kernel<kDeviceK, T>), row_blocks(rows), kRowThreads, 0, ctx.stream)
-    (src, rows, cols, G, keep, header, static_cast<std::uint8_t*>(dst));
+    auto* blob = static_cast<std::uint8_t*>(dst);
+    if (!kDeviceK && quantize_in_one_pass(src, cols, G))
+        ADACC_LAUNCH(group_quantize_packed_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)
+    (src, rows, cols, G, header, blob);
+    else ADACC_LAUNCH((group_quantize_kernel<kDeviceK, T>), row_blocks(rows), kRowThreads, 0, ctx.stream)(
+        src, rows, cols, G, keep, header, blob);
     check_launch(kDeviceK ? "codec_compress (outlier_int4)" : "codec_compress (group_int4)");
 }
 

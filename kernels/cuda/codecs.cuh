@@ -169,31 +169,40 @@ __device__ inline void store_decoded_rows(T* dst, std::size_t rows, std::size_t 
     }
 }
 
+// The code bytes of the pack of kPack<T> values v at element e of a row of c (element e + j is
+// v[j]; those at or past c code nothing): code element a of value x as code(x, a). Byte b of the
+// row holds elements 2b, 2b + 1 (a last odd element's high nibble 0), as the CPU writes them; a
+// whole pack's kPack / 2 bytes go as one 2- or 4-byte store where they are aligned.
+template <typename T, typename Code>
+__device__ inline void store_pack_codes(std::uint8_t* row_codes, unsigned e, unsigned c, const float (&v)[kPack<T>],
+                                        Code code) {
+    constexpr int P = kPack<T>, B = P / 2;  // B code bytes a pack: 4 (bf16) or 2 (fp32)
+    std::uint8_t bytes[B];
+    for (int h = 0; h < B; ++h) {
+        const unsigned a = e + 2 * h;
+        bytes[h] = pack_codes(a < c ? code(v[2 * h], a) : 0, a + 1 < c ? code(v[2 * h + 1], a + 1) : 0);
+    }
+    std::uint8_t* out = row_codes + e / 2;
+    if (e + P <= c && reinterpret_cast<std::uintptr_t>(out) % B == 0) {
+        using Word = std::conditional_t<B == 4, std::uint32_t, std::uint16_t>;
+        Word word = 0;
+        for (int h = 0; h < B; ++h) word = static_cast<Word>(word | static_cast<Word>(bytes[h]) << (8 * h));
+        *reinterpret_cast<Word*>(out) = word;
+    } else {
+        for (int h = 0; h < B && e + 2 * h < c; ++h) out[h] = bytes[h];
+    }
+}
+
 // The code bytes of a row of c values x (the quantize kernels' second pass): a block's threads
 // take packs of kPack elements (an even number: kPack / 2 whole bytes), loaded as 128-bit packs
-// where `packed`, and code element e of value v as code(v, e). Byte b holds elements 2b, 2b + 1
-// (a last odd element's high nibble 0), as the CPU writes them: the pack changes the loads and
-// stores, never a byte.
+// where `packed`. The pack changes the loads and stores, never a byte.
 template <typename T, typename Code>
 __device__ inline void store_row_codes(std::uint8_t* row_codes, const T* x, unsigned c, bool packed, Code code) {
-    constexpr int P = kPack<T>, B = P / 2;  // B code bytes a pack: 4 (bf16) or 2 (fp32)
+    constexpr int P = kPack<T>;
     for (unsigned e = threadIdx.x * P; e < c; e += blockDim.x * P) {
         float v[P];
         load_pack(v, x, e, c, packed);
-        std::uint8_t bytes[B];
-        for (int h = 0; h < B; ++h) {
-            const unsigned a = e + 2 * h;
-            bytes[h] = pack_codes(a < c ? code(v[2 * h], a) : 0, a + 1 < c ? code(v[2 * h + 1], a + 1) : 0);
-        }
-        std::uint8_t* out = row_codes + e / 2;
-        if (e + P <= c && reinterpret_cast<std::uintptr_t>(out) % B == 0) {  // one 2- or 4-byte store
-            using Word = std::conditional_t<B == 4, std::uint32_t, std::uint16_t>;
-            Word word = 0;
-            for (int h = 0; h < B; ++h) word = static_cast<Word>(word | static_cast<Word>(bytes[h]) << (8 * h));
-            *reinterpret_cast<Word*>(out) = word;
-        } else {
-            for (int h = 0; h < B && e + 2 * h < c; ++h) out[h] = bytes[h];
-        }
+        store_pack_codes<T>(row_codes, e, c, v, code);
     }
 }
 

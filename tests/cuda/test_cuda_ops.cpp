@@ -1286,14 +1286,16 @@ CodecParams codec_params(int group_size, int max_outlier_channels = -1) {
 // The INT4 codecs in fp32 and bf16 (the tensor rounded to bf16 compresses to the CPU's blob of
 // the same values as floats). Shapes are odd (rows 1, 7, 33; cols 40, 72, 100; odd group sizes,
 // G = 1 and 4096) plus one with more rows than a tile of the outlier sums and a chunk of the
-// channel maxima (140 rows).
+// channel maxima (140 rows). group_int4's one-pass rows (packed rows, a group on 1 to 32 lanes of
+// 16-byte packs): G = 8 (one lane in bf16, two in fp32), 64 and 256 (32 lanes in bf16; 64 in fp32,
+// which takes the two-pass path), and 4160 columns, more than one round of a thread's loads.
 std::vector<OpCase> codec_cases(DType a) {
     struct Shape {
         std::size_t rows, cols;
         int G;
     };
-    const Shape shapes[] = {{1, 40, 64}, {7, 72, 64},  {33, 100, 64},  {7, 100, 7},  {33, 72, 16},
-                            {5, 40, 1},  {3, 100, 33}, {1, 100, 4096}, {140, 72, 64}};
+    const Shape shapes[] = {{1, 40, 64},  {7, 72, 64},    {33, 100, 64}, {7, 100, 7}, {33, 72, 16},   {5, 40, 1},
+                            {3, 100, 33}, {1, 100, 4096}, {140, 72, 64}, {5, 72, 8},  {2, 1024, 256}, {3, 4160, 64}};
     std::vector<OpCase> cases;
     for (const auto& [rows, cols, G] : shapes) {
         const CodecParams p = codec_params(G);
