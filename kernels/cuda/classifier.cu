@@ -133,10 +133,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 // columns, as many as the device's shared memory per block holds beside the kernel's own.
 template <typename T>
 int cached_columns(int V) {
-    int device = 0, shared_bytes = 0;
-    check(cudaGetDevice(&device), "fused_classifier: cudaGetDevice");
-    check(cudaDeviceGetAttribute(&shared_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-          "fused_classifier: cudaDeviceGetAttribute");
+    const long shared_bytes = static_cast<long>(shared_memory_per_block("fused_classifier"));
     constexpr long P = kPack<T>;
     constexpr long statistics_bytes = (sizeof(RowStatistics) + 15) / 16 * 16;  // the cache starts 16-byte aligned
     const long fit = (shared_bytes - statistics_bytes) / static_cast<long>(sizeof(Pack<T>));
@@ -169,9 +166,8 @@ void fused_classifier(const KernelContext& ctx, Act logits_act, float* losses, c
         const bool aligned = Vp % kPack<T> == 0 && packs_aligned({logits});  // every row starts aligned
         const int cached = dloss != 0.0f ? cached_columns<T>(V) : 0;         // no second sweep: nothing to cache
         const std::size_t cache_bytes = static_cast<std::size_t>(cached) * sizeof(T);
-        check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&fused_classifier_kernel<T>),
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(cache_bytes)),
-              "fused_classifier: cudaFuncSetAttribute");
+        allow_dynamic_shared(reinterpret_cast<const void*>(&fused_classifier_kernel<T>), cache_bytes,
+                             "fused_classifier");
         ADACC_LAUNCH(fused_classifier_kernel<T>, N, kThreads, cache_bytes, ctx.stream)
         (logits, losses, targets, V, Vp, dloss, cached, aligned);
     });

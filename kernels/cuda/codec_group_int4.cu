@@ -132,9 +132,14 @@ __global__ void __launch_bounds__(kRowThreads)
 // with kDeviceK: then k and the channel indices are already in the blob (outlier_select_kernel)
 // and the row's kept values are x[keep[m]], m < c = cols - k. Without kDeviceK, k = 0 and block
 // 0 writes `header`. Block 0 also zeroes every section's padding.
+// With `staged` (launched with cols T's of dynamic shared memory) the block first copies each row
+// into shared memory in 16-byte packs, all in flight, and both passes read it there: outlier_int4's
+// kept columns are a gather through the channel map, which from global memory waited on a load
+// per group and lane, then again per code byte.
 template <bool kDeviceK, typename T>
 __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_t cols, int group_size,
-                                      const std::int32_t* keep, BlobHeader header, std::uint8_t* blob) {
+                                      const std::int32_t* keep, BlobHeader header, bool staged, std::uint8_t* blob) {
+    ADACC_DYNAMIC_SHARED(T, stage);
     // k: the selection's, from the blob; else the header's to be written (0).
     const std::size_t k =
         kDeviceK ? reinterpret_cast<const BlobHeader*>(blob)->outlier_channels : header.outlier_channels;
@@ -151,9 +156,19 @@ __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_
     // Contiguous packed rows (no gather): 128-bit loads in both passes, whole groups of packs in
     // the max pass.
     constexpr int P = kPack<T>;
-    const bool packed = !gather && rows_packed(src, cols), group_packs = packed && G % P == 0;
+    const bool source_packed = rows_packed(src, cols);
+    const bool packed = !gather && (staged || source_packed), group_packs = packed && G % P == 0;
     for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
         const T* x = src + i * cols;
+        if (staged) {
+            for (unsigned e = tid * P; e < cols; e += blockDim.x * P) {
+                float v[P];
+                load_pack(v, x, e, cols, source_packed);
+                store_pack(stage, e, cols, v, true);
+            }
+            __syncthreads();
+            x = stage;
+        }
         auto value = [x, keep, gather](unsigned m) { return to_f32(x[gather ? keep[m] : m]); };
         float* row_scales = scales + i * groups;
         // Scales: max |x| is exact whatever the order, so a warp (or, for G < 32, a thread) per group.
@@ -196,7 +211,9 @@ __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_
         }
         // The outlier channels, exactly (row-major rows x k).
         for (std::size_t t = tid; t < k; t += blockDim.x) outliers[i * k + t] = to_f32(x[idx[t]]);
-        // No barrier before the next row: it writes other scales, and this row's are not rewritten.
+        // The next row writes other scales, and this row's are not rewritten; but it overwrites
+        // the stage this one reads.
+        if (staged) __syncthreads();
     }
 }
 
@@ -406,13 +423,22 @@ __global__ void outlier_select_kernel(double* sums, std::size_t cols, double z, 
 template <bool kDeviceK, typename T>
 void launch_quantize(const KernelContext& ctx, const T* src, std::size_t rows, std::size_t cols, int G,
                      const std::int32_t* keep, const BlobHeader& header, void* dst) {
+    const char* what = kDeviceK ? "codec_compress (outlier_int4)" : "codec_compress (group_int4)";
     auto* blob = static_cast<std::uint8_t*>(dst);
-    if (!kDeviceK && quantize_in_one_pass(src, cols, G))
+    if (!kDeviceK && quantize_in_one_pass(src, cols, G)) {
         ADACC_LAUNCH(group_quantize_packed_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)
-    (src, rows, cols, G, header, blob);
-    else ADACC_LAUNCH((group_quantize_kernel<kDeviceK, T>), row_blocks(rows), kRowThreads, 0, ctx.stream)(
-        src, rows, cols, G, keep, header, blob);
-    check_launch(kDeviceK ? "codec_compress (outlier_int4)" : "codec_compress (group_int4)");
+        (src, rows, cols, G, header, blob);
+    } else {
+        // A row too wide for the block's shared memory is read where it is.
+        const std::size_t stage_bytes = cols * sizeof(T);
+        const bool staged = stage_bytes <= shared_memory_per_block(what);
+        if (staged)
+            allow_dynamic_shared(reinterpret_cast<const void*>(&group_quantize_kernel<kDeviceK, T>), stage_bytes, what);
+        ADACC_LAUNCH((group_quantize_kernel<kDeviceK, T>), row_blocks(rows), kRowThreads, staged ? stage_bytes : 0,
+                     ctx.stream)
+        (src, rows, cols, G, keep, header, staged, blob);
+    }
+    check_launch(what);
 }
 
 }  // namespace

@@ -36,6 +36,17 @@ __global__ void group_partials_sum_kernel(float* out, const float* partials, int
 
 }  // namespace
 
+std::size_t shared_memory_per_block(const char* what) {
+    int device = 0, bytes = 0;
+    check(cudaGetDevice(&device), what);
+    check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), what);
+    return static_cast<std::size_t>(bytes);
+}
+
+void allow_dynamic_shared(const void* kernel, std::size_t bytes, const char* what) {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
+}
+
 void sum_group_partials(const KernelContext& ctx, float* out, const float* partials, int groups, int C, bool accumulate,
                         const char* what) {
     ADACC_LAUNCH(group_partials_sum_kernel, ceil_div(C, kPartialChannels), kPartialChannels * kPartialGroupLanes, 0,

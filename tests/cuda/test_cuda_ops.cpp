@@ -1364,6 +1364,11 @@ std::vector<OpCase> codec_cases(DType a) {
     }
     // cols < 16: the default cap is 0, no selection runs (no scratch).
     cases.push_back(codec_case(a, Codec::outlier_int4, "narrow", codec_activations(7, 15, 10), 7, 15, CodecParams{}));
+    // group_int4's two-pass kernel stages a row in shared memory where it fits: a row of 60000
+    // (G = 7, no one pass) does in bf16 (120 KB), and in fp32 (240 KB) is more than a block's
+    // shared memory on any GPU (227 KiB at most), so it is read where it is.
+    cases.push_back(
+        codec_case(a, Codec::group_int4, "wide", codec_activations(2, 60000, 11), 2, 60000, codec_params(7)));
     // Empty tensors: the header alone (channel_int4 with no rows: zero scales).
     for (Codec codec : {Codec::group_int4, Codec::outlier_int4, Codec::channel_int4, Codec::asym_int4}) {
         cases.push_back(codec_case(a, codec, "empty", {}, 0, 40, CodecParams{}));
