@@ -7,10 +7,11 @@
 // the GPU's dense peak for the precision the kernels use. One table on stdout, JSON with --json.
 // --per-op instead: where each preset's step goes, per op family and per kernel (KernelTiming:
 // CUDA events around every kernel), with each family's FLOPs and bytes per step and the fraction
-// of the GPU's roofline its time reaches.
+// of the GPU's roofline its time reaches; in mode none, or in each of --per-op-modes (a compressed
+// mode's codec kernels then show their time, with no cost columns).
 //   bench_gpu [--presets gpt-117m,gpt-345m] [--seq 1024] [--steps 6] [--warmup 2] [--json FILE]
 //             [--attention materialized|fused|cudnn] [--nondeterministic] [--classifier-chunk N]
-//             [--per-op]
+//             [--per-op [--per-op-modes none,quant]]
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -180,10 +181,10 @@ nlohmann::json matmul_rows(const KernelTimes& kernels, int steps, double peak_fl
 // One preset's step, kernel by kernel, grouped by family: ms per step, the share of the step,
 // FLOPs and bytes per step, and the roofline fraction: the least time the family's FLOPs and
 // bytes need at the GPU's peaks over the time it took.
-nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B, int T, const ComputeTarget& target,
-                            const GpuPeak& peak, int steps, int warmup) {
+nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B, int T, MemoryMode mode,
+                            const ComputeTarget& target, const GpuPeak& peak, int steps, int warmup) {
     KernelTimes kernels;
-    const StepTiming t = time_steps(cfg, B, T, MemoryMode::none, target, steps, warmup, &kernels);
+    const StepTiming t = time_steps(cfg, B, T, mode, target, steps, warmup, &kernels);
     const DType dtype = target.activation;
     const double peak_flops = peak.tflops(dtype) * 1e12;
     const double peak_bytes = peak.memory_gbps * 1e9;
@@ -200,16 +201,20 @@ nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B
         if (kernels.calls[k] > 0) family_ms[family_of(kKernelNames[k])] += kernels.ms[k] / steps;
     const double kernels_ms = kernels.total_ms() / steps;
     std::printf(
-        "\n%s, batch %d x seq %d, %s, mode none, %s attention%s%s%s: step %.1f ms (median of %d, kernels timed), "
-        "its kernels %.1f ms\n",
-        name.c_str(), B, T, std::string(dtype_name(dtype)).c_str(), attention_impl_name(cfg.attention),
-        target.deterministic ? "" : " (training.deterministic = false)",
+        "\n%s, batch %d x seq %d, %s, mode %s, %s attention%s%s%s: step %.1f ms (median of %d, kernels timed), "
+        "its kernels %.1f ms%s\n",
+        name.c_str(), B, T, std::string(dtype_name(dtype)).c_str(), memory_mode_name(mode),
+        attention_impl_name(cfg.attention), target.deterministic ? "" : " (training.deterministic = false)",
         fused.gelu_epilogue ? ", GELU in the matmuls' epilogues" : "",
         fused.residual_layernorm ? ", residual adds fused with the layernorms after them" : "", t.median_ms, steps,
-        kernels_ms);
+        kernels_ms,
+        mode == MemoryMode::none ? ""
+                                 : "; FLOPs, bytes and roofline are mode none's least work (recomputation and "
+                                   "the codecs are not in them)");
     std::printf("%-18s %9s %7s %11s %10s %9s %8s %9s\n", "family", "ms/step", "share", "GFLOP/step", "GB/step",
                 "TFLOP/s", "GB/s", "roofline");
     nlohmann::json out = {{"model", name},
+                          {"mode", memory_mode_name(mode)},
                           {"batch", B},
                           {"seq", T},
                           {"step_ms", t.median_ms},
@@ -218,7 +223,13 @@ nlohmann::json per_op_table(const std::string& name, const GPTConfig& cfg, int B
                           {"kernels", nlohmann::json::array()}};
     for (const auto& [family, ms] : family_ms) {
         const auto it = costs.find(family);
-        const FamilyCost cost = it == costs.end() ? FamilyCost{} : it->second;
+        if (it == costs.end()) {  // a family mode none does not run (the codecs): its time alone
+            std::printf("%-18s %9.2f %6.1f%% %11s %10s %9s %8s %9s\n", family.c_str(), ms, 100 * ms / t.median_ms, "-",
+                        "-", "-", "-", "-");
+            out["families"].push_back({{"family", family}, {"ms_per_step", ms}});
+            continue;
+        }
+        const FamilyCost cost = it->second;
         const double seconds = ms / 1e3;
         const double least =
             std::max(peak_flops > 0 ? cost.flops / peak_flops : 0.0, peak_bytes > 0 ? cost.bytes / peak_bytes : 0.0);
@@ -264,7 +275,8 @@ struct BenchRun {
     std::vector<std::string> presets{"gpt-117m", "gpt-345m"};
     int T = 1024, steps = 6, warmup = 2;
     AttentionImpl attention = AttentionImpl::materialized;
-    int classifier_chunk = 0;  // model.classifier_chunk: 0, the default, is the auto chunk
+    int classifier_chunk = 0;                       // model.classifier_chunk: 0, the default, is the auto chunk
+    std::vector<std::string> per_op_modes{"none"};  // --per-op: the fixed memory modes timed
     ComputeTarget target;
     GpuPeak peak{};
     // The dense peak of the matmuls' input type (fp32 runs true fp32, never TF32): MFU's denominator.
@@ -362,10 +374,11 @@ void per_op_tables(const BenchRun& bench, const CudaDeviceInfo& gpu, nlohmann::j
         gpu.name.c_str(), gpu.compute_capability, std::string(dtype_name(bench.target.activation)).c_str(),
         bench.peak_tflops(), bench.peak.memory_gbps);
     out["per_op"] = nlohmann::json::array();
-    for (const std::string& name : bench.presets)
-        if (const auto run = preset_at_largest_batch(name, bench))
-            out["per_op"].push_back(per_op_table(name, run->first, run->second, bench.T, bench.target, bench.peak,
-                                                 bench.steps, bench.warmup));
+    for (const std::string& mode : bench.per_op_modes)
+        for (const std::string& name : bench.presets)
+            if (const auto run = preset_at_largest_batch(name, bench))
+                out["per_op"].push_back(per_op_table(name, run->first, run->second, bench.T, parse_memory_mode(mode),
+                                                     bench.target, bench.peak, bench.steps, bench.warmup));
 }
 
 }  // namespace
@@ -390,6 +403,12 @@ int main(int argc, char** argv) {
                "model.classifier_chunk: tokens per chunk of the classifier (0: the auto chunk, 256 MiB of logits)")
         .in_range(0, 1 << 30);
     app.flag("--per-op", per_op, "where each preset's step goes: ms, FLOPs, bytes and roofline per op family");
+    std::vector<std::string> fixed_modes;
+    for (MemoryMode mode : fixed_memory_modes()) fixed_modes.push_back(memory_mode_name(mode));
+    app.option("--per-op-modes", bench.per_op_modes,
+               "with --per-op: the fixed memory modes to time, each preset in each (default none)")
+        .comma_separated()
+        .one_of(fixed_modes);
     if (const auto parse_ended = command_line.run(argc, argv)) return *parse_ended;
     try {
         const CudaDeviceInfo gpu = cuda_device_info();

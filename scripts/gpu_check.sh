@@ -486,10 +486,12 @@ step_bench_gpu() {
 }
 
 # Where each preset's step goes (bench_gpu --per-op): ms per step per op family beside its FLOPs,
-# bytes and roofline fraction, then per kernel, from CUDA events around every kernel.
+# bytes and roofline fraction, then per kernel, from CUDA events around every kernel; in mode none,
+# then in mode quant, whose codec kernels then show their time (four tables of 1 + 3 steps).
 step_per_op_table() {
   local log="$WORK/per_op_table.txt"
-  run_timed "$log" "$1" "${LINEBUF[@]}" "$BIN/bench_gpu" --per-op "${BENCH_ARGS[@]}" --json "$WORK/per_op_table.json"
+  run_timed "$log" "$1" "${LINEBUF[@]}" "$BIN/bench_gpu" --per-op --per-op-modes none,quant "${BENCH_ARGS[@]}" \
+    --json "$WORK/per_op_table.json"
   judge "$log"
   highlight per_op_table "$(body "$log" | head -90)"
 }

@@ -431,6 +431,7 @@ call1_healthy() {
   expect "hf_gpt2 SKIP without torch" eval 'status_is hf_gpt2 SKIP && note_has hf_gpt2 "this step needs torch, transformers and numpy"'
   expect "torch_peer SKIP without torch" eval 'status_is torch_peer SKIP && note_has torch_peer "torch_peer: skipped"'
   expect "bench_gpu.json and per_op_table.json in the tarball" eval '[ -s "$WORK/bench_gpu.json" ] && [ -s "$WORK/per_op_table.json" ]'
+  expect "the per-op tables in modes none and quant" eval '[ -n "$(argv_lines "bench_gpu --per-op --per-op-modes none,quant")" ]'
   expect "device_tests.json in the tarball" [ -s "$WORK/device_tests.json" ]
   expect "every timeout at least 1 s" every_timeout_at_least_1
 }
