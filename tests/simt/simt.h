@@ -9,8 +9,10 @@
 // thread of the block (warp) waits at it; threads waiting at different barriers, or exiting while
 // others wait, abort with the kernel's name and block index. Warp shuffles write a per-lane slot,
 // meet at a warp barrier, read, and meet again. `__shared__` variables are per block (one block
-// runs at a time); dynamic shared memory is a per-launch buffer. Odd-numbered blocks run their
-// fibers in reverse order, so a kernel that relies on thread order instead of a barrier fails.
+// runs at a time); dynamic shared memory is a per-launch buffer, refused above 48 KiB unless
+// cudaFuncSetAttribute allowed the kernel more, as a GPU refuses the launch. Odd-numbered blocks
+// run their fibers in reverse order, so a kernel that relies on thread order instead of a barrier
+// fails.
 // Atomics are atomic by construction (fibers switch only at barriers).
 //
 // What it cannot check: speed, registers, occupancy; races that barriers do not order (fibers

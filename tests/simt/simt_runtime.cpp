@@ -40,6 +40,11 @@ namespace simt {
 
 void set_device_memory(std::size_t bytes) { device_memory = bytes; }
 
+std::size_t device_allocated_bytes() {
+    std::lock_guard<std::mutex> lock(allocations_mutex);
+    return allocated_bytes;
+}
+
 void check_dynamic_shared(const char* kernel_name, const void* kernel, std::size_t bytes) {
     if (bytes <= static_cast<std::size_t>(kSharedPerBlock)) return;
     int allowed = kSharedPerBlock;
@@ -54,10 +59,6 @@ void check_dynamic_shared(const char* kernel_name, const void* kernel, std::size
                  "its cudaFuncAttributeMaxDynamicSharedMemorySize allows (a GPU refuses the launch)\n",
                  kernel_name, bytes, allowed);
     std::abort();
-}
-std::size_t device_allocated_bytes() {
-    std::lock_guard<std::mutex> lock(allocations_mutex);
-    return allocated_bytes;
 }
 
 }  // namespace simt
