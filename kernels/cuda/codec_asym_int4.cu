@@ -1,9 +1,10 @@
 // Asymmetric group INT4 for softmax probabilities on CUDA (twin: kernels/cpu/codec_asym_int4.cpp).
 // Per row group of G: s = (max - min) / 15, o = min + 8 s, q = clip(round((x - o) / s), -8, 7),
-// x^ = fma(q, s, o); s = 0 stores code 0 and decodes to min. Same shape as group_int4's row
-// kernel: a block per row, a warp (or for G < 32 a thread) per group for min and max, a barrier,
-// then a pack of codes per thread (codecs.cuh: store_row_codes); 128-bit loads where rows are
-// aligned.
+// x^ = fma(q, s, o); s = 0 stores code 0 and decodes to min. Same shapes as group_int4's row
+// kernels: packed rows whose group is at most a warp's 16-byte packs (G = 64) in one pass
+// (codecs.cuh: quantize_packed_rows); other rows a block per row, a warp (or for G < 32 a
+// thread) per group for min and max, a barrier, then a pack of codes per thread (codecs.cuh:
+// store_row_codes), 128-bit loads where rows are aligned.
 //
 // Bytes equal the CPU's with one exception: in a group whose values are all zeros of both signs,
 // min and max are +-0 depending on the order they are met (fminf/fmaxf here, the CPU's AVX-512
@@ -27,6 +28,17 @@ __device__ inline void store_group(float lo, float hi, float* scale, float* offs
 
 __device__ inline int asym_code(float x, float s, float o) { return s == 0.0f ? 0 : round_clip((x - o) / s); }
 
+// Block 0 of a quantize kernel writes the header and the padding of every section.
+__device__ inline void store_asym_frame(std::uint8_t* blob, const BlobHeader& header, const CodecLayout& L,
+                                        std::size_t rows, unsigned groups, unsigned row_bytes) {
+    if (blockIdx.x != 0) return;
+    const int tid = threadIdx.x;
+    if (tid == 0) store_header(blob, header);
+    zero_padding(blob, L.scales, std::size_t{4} * rows * groups, tid, blockDim.x);
+    zero_padding(blob, L.offsets, std::size_t{4} * rows * groups, tid, blockDim.x);
+    zero_padding(blob, L.codes, rows * row_bytes, tid, blockDim.x);
+}
+
 template <typename T>
 __global__ void asym_quantize_kernel(const T* src, std::size_t rows, std::size_t cols, int group_size,
                                      BlobHeader header, CodecLayout L, std::uint8_t* blob) {
@@ -39,12 +51,7 @@ __global__ void asym_quantize_kernel(const T* src, std::size_t rows, std::size_t
     // Packed rows: 128-bit loads in both passes; whole groups of packs in the min / max pass.
     constexpr int P = kPack<T>;
     const bool packed = rows_packed(src, cols), group_packs = packed && G % P == 0;
-    if (blockIdx.x == 0) {
-        if (tid == 0) store_header(blob, header);
-        zero_padding(blob, L.scales, std::size_t{4} * rows * groups, tid, blockDim.x);
-        zero_padding(blob, L.offsets, std::size_t{4} * rows * groups, tid, blockDim.x);
-        zero_padding(blob, L.codes, rows * row_bytes, tid, blockDim.x);
-    }
+    store_asym_frame(blob, header, L, rows, groups, row_bytes);
     for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
         const T* x = src + i * cols;
         float* row_scales = scales + i * groups;
@@ -90,6 +97,43 @@ __global__ void asym_quantize_kernel(const T* src, std::size_t rows, std::size_t
     }
 }
 
+// asym_int4's rows in one pass (codecs.cuh: quantize_packed_rows): a group's min and max by
+// shuffles among its lanes, its scale and offset stored by its first lane, each pack coded from
+// registers. Block 0 writes the header and the padding, as asym_quantize_kernel's.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    asym_quantize_packed_kernel(const T* src, std::size_t rows, std::size_t cols, int group_size, BlobHeader header,
+                                CodecLayout L, std::uint8_t* blob) {
+    constexpr int P = kPack<T>;
+    const unsigned c = static_cast<unsigned>(cols), G = static_cast<unsigned>(group_size), group_lanes = G / P;
+    const unsigned groups = (c + G - 1) / G, row_bytes = c / 2;
+    store_asym_frame(blob, header, L, rows, groups, row_bytes);
+    float* scales = reinterpret_cast<float*>(blob + L.scales);
+    float* offsets = reinterpret_cast<float*>(blob + L.offsets);
+    std::uint8_t* codes = blob + L.codes;
+    quantize_packed_rows(
+        src, rows, c, group_lanes,
+        [](const float(&v)[P], bool in_row) {  // a pack past the row: (+inf, -inf), the identity
+            GroupStats range{INFINITY, -INFINITY};
+            for (int j = 0; j < P && in_row; ++j) range = GroupStats{fminf(range.a, v[j]), fmaxf(range.b, v[j])};
+            return range;
+        },
+        [](GroupStats x, GroupStats y) {
+            return GroupStats{fminf(x.a, y.a), fmaxf(x.b, y.b)};
+        },
+        [=](std::size_t i, unsigned p, const float(&v)[P], GroupStats range) {
+            float s, o;
+            store_group(range.a, range.b, &s, &o);
+            const std::size_t g = i * groups + p / group_lanes;
+            if (p % group_lanes == 0) {
+                scales[g] = s;
+                offsets[g] = o;
+            }
+            store_pack_codes<T>(codes + i * row_bytes, p * P, c, v,
+                                [s, o](float value, unsigned) { return asym_code(value, s, o); });
+        });
+}
+
 // Decodes rows (G from the header); a header that does not match decodes to NaN.
 template <typename T>
 __global__ void asym_dequantize_kernel(const std::uint8_t* blob, std::size_t rows, std::size_t cols, T* dst) {
@@ -117,8 +161,14 @@ void compress_asym_int4(const KernelContext& ctx, const T* src, std::size_t rows
     check_columns(cols);
     const BlobHeader header = codec_format::make_header(Codec::asym_int4, rows, cols, params, 0);  // checks params
     const CodecLayout L = codec_layout(Codec::asym_int4, rows, cols, params);
-    ADACC_LAUNCH(asym_quantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)
-    (src, rows, cols, params.group_size, header, L, static_cast<std::uint8_t*>(dst));
+    auto* blob = static_cast<std::uint8_t*>(dst);
+    if (quantize_in_one_pass(src, cols, params.group_size)) {
+        ADACC_LAUNCH(asym_quantize_packed_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)
+        (src, rows, cols, params.group_size, header, L, blob);
+    } else {
+        ADACC_LAUNCH(asym_quantize_kernel<T>, row_blocks(rows), kRowThreads, 0, ctx.stream)
+        (src, rows, cols, params.group_size, header, L, blob);
+    }
     check_launch("codec_compress (asym_int4)");
 }
 

@@ -71,61 +71,35 @@ __device__ inline void store_quantize_frame(std::uint8_t* blob, const QuantLayou
     zero_padding(blob, L.codes, rows * row_bytes, tid, blockDim.x);
 }
 
-// Packs a thread of a one-pass row loads before it uses the first (kRowThreads threads: rows up to
-// 4096 bf16 or 2048 fp32 values in one round).
-constexpr int kQuantizeLoads = 4;
-
-// Whether group_quantize_packed_kernel takes a group_int4 blob's rows: packed, and a group's
-// 16-byte packs fit on a warp's lanes (G = 64: 8 lanes in bf16, 16 in fp32).
-template <typename T>
-bool quantize_in_one_pass(const T* src, std::size_t cols, int G) {
-    constexpr int P = kPack<T>;
-    return rows_packed(src, cols) && G % P == 0 && G / P <= 32 && 32 % (G / P) == 0;
-}
-
-// The rows of a group_int4 blob in one pass (quantize_in_one_pass): thread t owns packs t, t +
-// blockDim, ... of a row, so a group's packs are on adjacent lanes of one warp. One read of the
-// row, kQuantizeLoads packs a thread in flight: each lane's max |x|, the group's by shuffles among
-// its lanes, the scale, and the pack's codes from registers; no barrier, no second read, no scale
-// read back. The max is exact in any order, so scales and bytes are group_quantize_kernel's.
+// group_int4's rows in one pass (codecs.cuh: quantize_packed_rows): a group's max |x| by
+// shuffles among its lanes, its scale stored by its first lane, each pack coded from registers.
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
     group_quantize_packed_kernel(const T* src, std::size_t rows, std::size_t cols, int group_size, BlobHeader header,
                                  std::uint8_t* blob) {
     constexpr int P = kPack<T>;
     const unsigned c = static_cast<unsigned>(cols), G = static_cast<unsigned>(group_size), group_lanes = G / P;
-    const unsigned groups = (c + G - 1) / G, row_bytes = c / 2, packs = c / P;
+    const unsigned groups = (c + G - 1) / G, row_bytes = c / 2;
     const QuantLayout L = quant_layout(rows, cols, G, 0);
     store_quantize_frame(blob, L, rows, 0, groups, row_bytes, &header);
     float* scales = reinterpret_cast<float*>(blob + L.scales);
     std::uint8_t* codes = blob + L.codes;
-    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        const T* x = src + i * c;
-        // Every thread runs the same rounds (the shuffles need every lane); packs past the row are 0.
-        for (unsigned round = 0; round < packs; round += kQuantizeLoads * blockDim.x) {
-            Pack<T> loaded[kQuantizeLoads];
-            ADACC_UNROLL
-            for (int u = 0; u < kQuantizeLoads; ++u) {
-                const unsigned p = round + u * blockDim.x + threadIdx.x;
-                loaded[u] = load_raw_pack(x, static_cast<long>(p) * P, c, true);
-            }
-            ADACC_UNROLL
-            for (int u = 0; u < kQuantizeLoads; ++u) {
-                const unsigned p = round + u * blockDim.x + threadIdx.x;
-                float v[P];
-                unpack(v, loaded[u]);
-                float m = 0.0f;
-                for (int j = 0; j < P; ++j) m = fmaxf(m, fabsf(v[j]));
-                for (unsigned lanes = 1; lanes < group_lanes; lanes <<= 1)
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, static_cast<int>(lanes)));
-                if (p >= packs) continue;
-                const float s = m / 7.0f;
-                if (p % group_lanes == 0) scales[i * groups + p / group_lanes] = s;
-                store_pack_codes<T>(codes + i * row_bytes, p * P, c, v,
-                                    [s](float value, unsigned) { return sym_code(value, s); });
-            }
-        }
-    }
+    quantize_packed_rows(
+        src, rows, c, group_lanes,
+        [](const float(&v)[P], bool) {  // a pack past the row is zeros: max 0, the identity
+            float m = 0.0f;
+            for (int j = 0; j < P; ++j) m = fmaxf(m, fabsf(v[j]));
+            return GroupStats{m, 0.0f};
+        },
+        [](GroupStats x, GroupStats y) {
+            return GroupStats{fmaxf(x.a, y.a), 0.0f};
+        },
+        [=](std::size_t i, unsigned p, const float(&v)[P], GroupStats group) {
+            const float s = group.a / 7.0f;
+            if (p % group_lanes == 0) scales[i * groups + p / group_lanes] = s;
+            store_pack_codes<T>(codes + i * row_bytes, p * P, c, v,
+                                [s](float value, unsigned) { return sym_code(value, s); });
+        });
 }
 
 // Writes rows [blockIdx.x, +gridDim.x, ...) of a group_int4 blob, or of an outlier_int4 blob

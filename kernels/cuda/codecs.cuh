@@ -193,6 +193,64 @@ __device__ inline void store_pack_codes(std::uint8_t* row_codes, unsigned e, uns
     }
 }
 
+// ---- One-pass quantization of packed rows. ----
+
+// Packs a thread of a one-pass row loads before it uses the first (kRowThreads threads: rows up to
+// 4096 bf16 or 2048 fp32 values in one round).
+inline constexpr int kQuantizeLoads = 4;
+
+// Whether a group codec's rows can take quantize_packed_rows: packed, and a group's 16-byte packs
+// fit on adjacent lanes of a warp (G = 64: 8 lanes in bf16, 16 in fp32).
+template <typename T>
+bool quantize_in_one_pass(const T* src, std::size_t cols, int G) {
+    constexpr int P = kPack<T>;
+    return rows_packed(src, cols) && G % P == 0 && G / P <= 32 && 32 % (G / P) == 0;
+}
+
+// A group's statistics: two floats (group_int4's max |x| and an unused one, asym_int4's min and max).
+struct GroupStats {
+    float a, b;
+};
+
+// The rows of a group codec in one pass (quantize_in_one_pass): thread t owns packs t, t +
+// blockDim, ... of a row, so a group's `group_lanes` packs are on adjacent lanes of one warp. Each
+// thread loads kQuantizeLoads packs at once; a pack's statistics stats(v, in_row) (the identity
+// for a pack past the row) meet their group's by shuffles through merge, and emit(i, p, v, group)
+// codes pack p of row i from registers: one read of the row, no barrier. A group's statistics are
+// exact whatever the order they merge in where merge is a max or a min (as both codecs'), so the
+// blobs are the two-pass kernels'.
+template <typename T, typename Stats, typename Merge, typename Emit>
+__device__ inline void quantize_packed_rows(const T* src, std::size_t rows, unsigned c, unsigned group_lanes,
+                                            Stats stats, Merge merge, Emit emit) {
+    constexpr int P = kPack<T>;
+    const unsigned packs = c / P;
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        const T* x = src + i * c;
+        // Every thread runs the same rounds (the shuffles need every lane).
+        for (unsigned round = 0; round < packs; round += kQuantizeLoads * blockDim.x) {
+            Pack<T> loaded[kQuantizeLoads];
+            ADACC_UNROLL
+            for (int u = 0; u < kQuantizeLoads; ++u) {
+                const unsigned p = round + u * blockDim.x + threadIdx.x;
+                loaded[u] = load_raw_pack(x, static_cast<long>(p) * P, c, true);
+            }
+            ADACC_UNROLL
+            for (int u = 0; u < kQuantizeLoads; ++u) {
+                const unsigned p = round + u * blockDim.x + threadIdx.x;
+                float v[P];
+                unpack(v, loaded[u]);
+                GroupStats group = stats(v, p < packs);
+                for (unsigned lanes = 1; lanes < group_lanes; lanes <<= 1) {
+                    const GroupStats other{__shfl_xor_sync(0xffffffffu, group.a, static_cast<int>(lanes)),
+                                           __shfl_xor_sync(0xffffffffu, group.b, static_cast<int>(lanes))};
+                    group = merge(group, other);
+                }
+                if (p < packs) emit(i, p, v, group);
+            }
+        }
+    }
+}
+
 // The code bytes of a row of c values x (the quantize kernels' second pass): a block's threads
 // take packs of kPack elements (an even number: kPack / 2 whole bytes), loaded as 128-bit packs
 // where `packed`. The pack changes the loads and stores, never a byte.
