@@ -8,8 +8,8 @@
 // codes its pack from registers. Otherwise group_quantize_kernel's two: its warps take the row's
 // groups (max |x|, s = max / 7), a barrier, then each thread codes a pack of elements (codecs.cuh:
 // store_row_codes; one byte of two gathered elements at a time for outlier_int4's kept columns).
-// Decoding a blob without outliers into packed rows takes a pack's codes and its scale in one
-// load each.
+// Decoding into packed rows goes a pack at a time: without outliers a pack's codes and its scale
+// in one load each; with them one search of the channel indices a pack, not one an element.
 // outlier_int4 adds two kernels before it, and decides k on the device:
 //   1. Sh_j = sum_i |x_ij| in double, summed in row order exactly as the CPU does (so the blob
 //      matches it byte for byte): a block per 32 columns streams row tiles through shared memory
@@ -216,6 +216,53 @@ __device__ inline void decode_packed_rows(T* dst, std::size_t rows, unsigned col
     }
 }
 
+// How many of the k ascending outlier channel indices lie below column j (a binary search).
+__device__ inline unsigned outliers_below(const std::int32_t* idx, std::size_t k, unsigned j) {
+    unsigned lo = 0, hi = static_cast<unsigned>(k);
+    while (lo < hi) {
+        const unsigned mid = (lo + hi) / 2;
+        if (static_cast<unsigned>(idx[mid]) < j)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+// The rows of an outlier_int4 blob (k > 0, valid indices) into packed rows: a thread searches the
+// channel indices once for its pack's first column, then walks the pack's columns, each an outlier
+// channel's exact value or the next kept column's code times its scale, and stores the pack whole.
+// The values are the per-element path's, without a search per element.
+template <typename T>
+__device__ inline void decode_outlier_packed_rows(T* dst, std::size_t rows, unsigned cols, unsigned G, std::size_t k,
+                                                  const std::int32_t* idx, const float* outliers, const float* scales,
+                                                  unsigned groups, const std::uint8_t* codes, unsigned row_bytes) {
+    constexpr int P = kPack<T>;
+    const unsigned packs = cols / P;
+    for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        const std::uint8_t* row_codes = codes + i * row_bytes;
+        const float* row_scales = scales + i * groups;
+        const float* row_outliers = outliers + i * k;
+        for (unsigned p = threadIdx.x; p < packs; p += blockDim.x) {
+            const unsigned first = p * P;
+            unsigned below = outliers_below(idx, k, first);  // outlier channels before column j
+            Pack<T> pack;
+            for (int e = 0; e < P; ++e) {
+                const unsigned j = first + e;
+                float value;
+                if (below < k && static_cast<unsigned>(idx[below]) == j) {
+                    value = row_outliers[below++];
+                } else {
+                    const unsigned m = j - below;  // its place among the kept columns
+                    value = static_cast<float>(get_code(row_codes, m)) * row_scales[m / G];
+                }
+                pack.v[e] = from_f32<T>(value);
+            }
+            store_whole_pack(dst + i * cols + first, pack);
+        }
+    }
+}
+
 // Decodes rows of a group_int4 or outlier_int4 blob; G and k come from its header. A header
 // that does not match (codec, rows, cols), or outlier indices that are not ascending channels
 // below cols, decode to NaN (the CPU's decompress throws there).
@@ -245,24 +292,23 @@ __global__ void group_dequantize_kernel(const std::uint8_t* blob, std::size_t ro
         for (int t = 0; t < kRowThreads; ++t) bad = bad || bad_of[t];  // launched with kRowThreads
     }
     constexpr int P = kPack<T>;
-    if (!bad && k == 0 && G % P == 0 && rows_packed(dst, cols) && reinterpret_cast<std::uintptr_t>(codes) % 4 == 0) {
-        decode_packed_rows(dst, rows, static_cast<unsigned>(cols), G, scales, groups, codes, row_bytes);
-        return;
+    if (!bad && rows_packed(dst, cols)) {
+        if (k > 0) {
+            decode_outlier_packed_rows(dst, rows, static_cast<unsigned>(cols), G, k, idx, outliers, scales, groups,
+                                       codes, row_bytes);
+            return;
+        }
+        if (G % P == 0 && reinterpret_cast<std::uintptr_t>(codes) % 4 == 0) {
+            decode_packed_rows(dst, rows, static_cast<unsigned>(cols), G, scales, groups, codes, row_bytes);
+            return;
+        }
     }
     store_decoded_rows(dst, rows, cols, [=](std::size_t i, unsigned j) {
         if (bad) return quiet_nan();
         const std::uint8_t* row_codes = codes + i * row_bytes;
         const float* row_scales = scales + i * groups;
         if (k == 0) return static_cast<float>(get_code(row_codes, j)) * row_scales[j / G];
-        // lo = the number of outlier channels below j (binary search of the ascending indices).
-        unsigned lo = 0, hi = static_cast<unsigned>(k);
-        while (lo < hi) {
-            const unsigned mid = (lo + hi) / 2;
-            if (static_cast<unsigned>(idx[mid]) < j)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
+        const unsigned lo = outliers_below(idx, k, j);
         if (lo < k && static_cast<unsigned>(idx[lo]) == j) return outliers[i * k + lo];
         const unsigned m = j - lo;  // its place among the kept columns, < c
         return static_cast<float>(get_code(row_codes, m)) * row_scales[m / G];
