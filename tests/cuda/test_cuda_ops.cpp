@@ -1096,10 +1096,10 @@ std::vector<OpCase> classifier_cases(DType a) {
     };
     // One row, several, no padding, and wider than the block (512 threads): several columns per
     // thread, the running max moving; V = 9001 is more than two of the block's sweeps of 16-byte
-    // packs in bf16 (4096 columns each). V = 60000 is more than one round of the loads a thread
-    // has in flight (4 sweeps, 16384 columns in fp32), and in fp32 (240 KB) more than a block's
-    // shared memory on any GPU (227 KiB at most), so the row's last columns are not cached and the
-    // second sweep reads them from the row again.
+    // packs in bf16 (4096 columns each). V = 60000 is more than three rounds of the loads a thread
+    // has in flight (4 packs: 16384 columns a round in bf16, 8192 in fp32), and in fp32 (240 KB)
+    // more than a block's shared memory on any GPU (227 KiB at most), so the row's last columns are
+    // not cached and the second sweep reads them from the row again.
     const Shape shapes[] = {{1, 101, 128, 0.0f, 4.0f},    {5, 101, 128, 0.0f, 4.0f},    {1, 101, 128, 1.0f, 4.0f},
                             {5, 101, 128, 0.2f, 4.0f},    {3, 101, 101, 0.5f, 8.0f},    {4, 2051, 2112, 0.25f, 8.0f},
                             {2, 9001, 9024, 0.25f, 8.0f}, {1, 60000, 60032, 0.5f, 8.0f}};
@@ -1286,9 +1286,10 @@ CodecParams codec_params(int group_size, int max_outlier_channels = -1) {
 // The INT4 codecs in fp32 and bf16 (the tensor rounded to bf16 compresses to the CPU's blob of
 // the same values as floats). Shapes are odd (rows 1, 7, 33; cols 40, 72, 100; odd group sizes,
 // G = 1 and 4096) plus one with more rows than a tile of the outlier sums and a chunk of the
-// channel maxima (140 rows). group_int4's one-pass rows (packed rows, a group on 1 to 32 lanes of
-// 16-byte packs): G = 8 (one lane in bf16, two in fp32), 64 and 256 (32 lanes in bf16; 64 in fp32,
-// which takes the two-pass path), and 4160 columns, more than one round of a thread's loads.
+// channel maxima (140 rows). group_int4's and asym_int4's one-pass rows (packed rows, a group on 1
+// to 32 lanes of 16-byte packs): G = 8 (one lane in bf16, two in fp32), 64 and 256 (32 lanes in
+// bf16; 64 in fp32, which takes the two-pass path), and 4160 columns, more than one round of a
+// thread's loads.
 std::vector<OpCase> codec_cases(DType a) {
     struct Shape {
         std::size_t rows, cols;
