@@ -4,9 +4,10 @@
 // overwrites the logits with dlogits = (softmax - onehot) * dloss and zeroes the padded columns.
 // The first sweep keeps what it read in the block's shared memory and the second reads it from
 // there, so the logits cross DRAM once each way (before, the second sweep read them again: three
-// passes over a chunk's logits, 268 MB at GPT-2's vocabulary in bf16). The cache holds the row's first `cached` columns, all of them where
-// the row fits the block's shared memory (bf16 always: Vp <= 65536 is 128 KiB; fp32 up to ~58k
-// columns); the second sweep reads the rest from the row again.
+// passes over a chunk's logits, 268 MB at GPT-2's vocabulary in bf16). The cache holds the row's
+// first `cached` columns, all of them where the row fits the block's shared memory (bf16 always:
+// Vp <= 65536 is 128 KiB; fp32 up to ~58k columns); the second sweep reads the rest from the row
+// again.
 // Both sweeps move 16 bytes at a time (kernels/cuda/cuda_common.cuh: load_pack, store_pack).
 // The reductions are fixed butterflies and one shared broadcast, so every thread uses the same
 // (max, sum) and the result does not depend on timing.
