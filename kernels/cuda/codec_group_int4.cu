@@ -127,8 +127,9 @@ __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
     store_quantize_frame(blob, L, rows, k, groups, row_bytes, kDeviceK ? nullptr : &header);
     const bool gather = k > 0;
-    // Contiguous packed rows (no gather): 128-bit loads in both passes, whole groups of packs in
-    // the max pass.
+    // Contiguous rows (no gather) read as 128-bit packs in both passes, whole groups of packs in
+    // the max pass: from the stage always (one row, 16-byte aligned), from the source where its
+    // rows are packed.
     constexpr int P = kPack<T>;
     const bool source_packed = rows_packed(src, cols);
     const bool packed = !gather && (staged || source_packed), group_packs = packed && G % P == 0;

@@ -46,11 +46,14 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel)
 
 inline cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
 
+// The dynamic shared memory any kernel may be launched with, on every GPU, without asking.
+inline constexpr std::size_t kDefaultDynamicShared = 48 * 1024;
 // The most shared memory a block of the current device may have, static and dynamic together
 // (cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KiB on an H100 or H200, 163 KiB on an A100).
 std::size_t shared_memory_per_block(const char* what);
 // Allows `kernel` (a __global__ function's address) `bytes` of dynamic shared memory; a launch
-// with more than 48 KiB fails without it. `what` names the caller in an error.
+// with more than kDefaultDynamicShared fails without it (up to that, nothing to ask). `what`
+// names the caller in an error.
 void allow_dynamic_shared(const void* kernel, std::size_t bytes, const char* what);
 
 inline unsigned ceil_div(std::size_t a, std::size_t b) { return static_cast<unsigned>((a + b - 1) / b); }

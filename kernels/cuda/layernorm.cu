@@ -33,7 +33,6 @@ constexpr int kMaxBackwardWarps = 4;
 // Rows each backward block (row group) owns: 512 groups at N = 16384, several blocks per SM: the
 // row pass (dinp) runs in the same blocks and must fill the GPU; the partials stay small (3 MiB).
 constexpr int kRowsPerGroup = 32;
-constexpr std::size_t kSharedLimit = 48 * 1024;
 
 // Channels a warp's pass over a row covers per step: 32 lanes of one pack each.
 template <typename T>
@@ -399,8 +398,9 @@ void layernorm_backward(const KernelContext& ctx, Act dinp_act, float* dweight, 
         // 48 KiB, up to 4.
         const int padded = padded_channels<T>(C);
         const std::size_t slice_bytes = 2 * static_cast<std::size_t>(padded) * sizeof(float);
-        const int warps = kSharedLimit / slice_bytes < kMaxBackwardWarps ? static_cast<int>(kSharedLimit / slice_bytes)
-                                                                         : kMaxBackwardWarps;
+        const int warps = kDefaultDynamicShared / slice_bytes < kMaxBackwardWarps
+                              ? static_cast<int>(kDefaultDynamicShared / slice_bytes)
+                              : kMaxBackwardWarps;
         if (warps == 0)
             throw std::invalid_argument("layernorm_backward: C = " + std::to_string(C) +
                                         " does not fit in shared memory (at most 6144 channels)");
