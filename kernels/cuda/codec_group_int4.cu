@@ -136,10 +136,14 @@ __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_
     for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
         const T* x = src + i * cols;
         if (staged) {
+            // A plain store: store_pack's st.global would fault on a shared address.
             for (unsigned e = tid * P; e < cols; e += blockDim.x * P) {
-                float v[P];
-                load_pack(v, x, e, cols, source_packed);
-                store_pack(stage, e, cols, v, true);
+                const Pack<T> pack = load_raw_pack(x, e, cols, source_packed);
+                if (e + P <= cols)
+                    *reinterpret_cast<Pack<T>*>(stage + e) = pack;
+                else
+                    for (int j = 0; j < P; ++j)  // constant indices: the pack stays in registers
+                        if (e + j < cols) stage[e + j] = pack.v[j];
             }
             __syncthreads();
             x = stage;
@@ -151,7 +155,7 @@ __global__ void group_quantize_kernel(const T* src, std::size_t rows, std::size_
             for (unsigned g = warp; g < groups; g += warps) {
                 const unsigned end = g * G + G < c ? g * G + G : c;
                 float m = 0.0f;
-                if (group_packs) {  // whole packs of the group (end is a multiple of P)
+                if (group_packs) {  // the group's packs; past the row's end they read 0, no larger |x|
                     for (unsigned e = g * G + lane * P; e < end; e += 32 * P) {
                         float v[P];
                         load_pack(v, x, e, c, true);

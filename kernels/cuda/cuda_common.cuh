@@ -46,14 +46,16 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel)
 
 inline cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
 
-// The dynamic shared memory any kernel may be launched with, on every GPU, without asking.
+// The shared memory, static and dynamic together, any kernel may be launched with, on every GPU,
+// without asking (a kernel with no static shared memory may have all of it dynamic).
 inline constexpr std::size_t kDefaultDynamicShared = 48 * 1024;
 // The most shared memory a block of the current device may have, static and dynamic together
 // (cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KiB on an H100 or H200, 163 KiB on an A100).
 std::size_t shared_memory_per_block(const char* what);
-// Allows `kernel` (a __global__ function's address) `bytes` of dynamic shared memory; a launch
-// with more than kDefaultDynamicShared fails without it (up to that, nothing to ask). `what`
-// names the caller in an error.
+// Allows `kernel` (a __global__ function's address) `bytes` of dynamic shared memory beside its
+// static shared memory. Asked whenever bytes > 0: the 48 KiB a launch may have unasked counts the
+// static bytes too (the fused classifier's 272 would make 48 KiB of dynamic fail). `what` names
+// the caller in an error.
 void allow_dynamic_shared(const void* kernel, std::size_t bytes, const char* what);
 
 inline unsigned ceil_div(std::size_t a, std::size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
@@ -169,18 +171,15 @@ __device__ inline void unpack(float (&out)[kPack<T>], const Pack<T>& pack) {
     for (int j = 0; j < kPack<T>; ++j) out[j] = to_f32(pack.v[j]);
 }
 
-// One 16-byte store of a pack at a 16-byte aligned p. On the GPU through __stwb (an ordinary
-// write-back store of a uint4), which is always one st.global.v4: nvcc may split a Pack copy
-// into 4-byte stores where the stored values come from loads of other arrays.
+// One 16-byte store of a pack at a 16-byte aligned p in global memory, through __stwb (an ordinary
+// write-back store of a uint4), which is always one st.global.v4: nvcc may split a Pack copy into
+// 4-byte stores where the stored values come from loads of other arrays. Global memory only, as
+// are store_pack and store_raw_pack: a shared address faults (the emulation aborts on one).
 template <typename T>
 __device__ inline void store_whole_pack(T* p, const Pack<T>& pack) {
-#ifdef ADACC_SIMT_EMULATION
-    *reinterpret_cast<Pack<T>*>(p) = pack;
-#else
     uint4 bits;
     memcpy(&bits, &pack, sizeof bits);
     __stwb(reinterpret_cast<uint4*>(p), bits);
-#endif
 }
 
 // Stores elements [i, min(i + kPack, n)) of `in`, rounded to T, as load_pack reads them.

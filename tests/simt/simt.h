@@ -15,7 +15,10 @@
 // fails.
 // Atomics are atomic by construction (fibers switch only at barriers).
 //
-// What it cannot check: speed, registers, occupancy; races that barriers do not order (fibers
+// A global-only store intrinsic (__stwb) into dynamic shared memory aborts, as a GPU faults on it.
+//
+// What it cannot check: speed, registers, occupancy; static shared memory's share of the 48 KiB a
+// launch may have without cudaFuncSetAttribute; races that barriers do not order (fibers
 // never interleave between barriers, real threads do); inline PTX, wgmma/mma, TMA, cooperative
 // groups (kernels/cuda/ uses none). The runtime calls the backend uses (tests/simt/simt_runtime.cpp)
 // map to host memory and run synchronously; cuBLASLt (tests/simt/simt_cublaslt.cpp) is a CPU GEMM.
@@ -63,6 +66,9 @@ struct ThreadPosition {
 };
 ThreadPosition& position();
 void* dynamic_shared_memory();
+// Aborts where p lies in the launch's dynamic shared memory: `what` (an st.global intrinsic) is a
+// global-memory store, and a shared address there is an illegal address on a GPU.
+void require_global_address(const void* p, const char* what);
 void sync_block();
 void sync_warp();
 // Shuffle: every live lane of the warp publishes `bits`, then reads lane `source` (in-warp index).
@@ -196,6 +202,11 @@ inline float max(float a, float b) { return std::fmax(a, b); }
 template <typename T>
 T __ldg(const T* p) {
     return *p;
+}
+// st.global.wb: global memory only (kernels/cuda/cuda_common.cuh:store_whole_pack).
+inline void __stwb(uint4* p, uint4 value) {
+    simt::require_global_address(p, "__stwb (st.global) stored to shared memory; a GPU faults on it");
+    *p = value;
 }
 
 #define ADACC_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(simt::dynamic_shared_memory())

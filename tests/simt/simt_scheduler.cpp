@@ -214,6 +214,12 @@ ThreadPosition& position() {
 
 void* dynamic_shared_memory() { return current_grid().dynamic_smem.data(); }
 
+void require_global_address(const void* p, const char* what) {
+    const std::vector<unsigned char>& smem = current_grid().dynamic_smem;
+    const auto* byte = static_cast<const unsigned char*>(p);
+    if (byte >= smem.data() && byte < smem.data() + smem.size()) fail(what);
+}
+
 void sync_block() {
     current_grid();
     yield(FiberState::at_block_barrier);
