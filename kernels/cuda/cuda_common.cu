@@ -44,7 +44,7 @@ std::size_t shared_memory_per_block(const char* what) {
 }
 
 void allow_dynamic_shared(const void* kernel, std::size_t bytes, const char* what) {
-    if (bytes <= kDefaultDynamicShared) return;
+    if (bytes == 0) return;
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
 }
 
