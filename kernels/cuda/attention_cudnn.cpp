@@ -295,6 +295,8 @@ void allocate_workspace(DnnContext& dnn, std::size_t need, const GraphKey& key, 
         return;
     }
     cudaGetLastError();  // clear the error so later calls do not see it
+    // The old workspace is gone: a cached graph run after this error is caught would get none.
+    dnn.graphs.clear();
     std::size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
     const std::size_t reserved = cudnn_attention_device_bytes(key.B, key.H, key.T, key.hs, deterministic);
