@@ -145,7 +145,10 @@ DnnContext& dnn_for(const KernelContext& ctx) {
     if (!dnn.handle) {
         check_cudnn(cudnnCreate(&dnn.handle), "cudnnCreate");
         check_cuda(cudaMalloc(reinterpret_cast<void**>(&dnn.rng), 2 * sizeof(std::int64_t)), "cudaMalloc (seed)");
-        check_cuda(cudaMemset(dnn.rng, 0, 2 * sizeof(std::int64_t)), "cudaMemset (seed)");
+        // On the kernel's stream, so that the seed's own memsets there come after it whatever the
+        // stream's kind (a non-blocking stream is not ordered after the default stream's cudaMemset).
+        check_cuda(cudaMemsetAsync(dnn.rng, 0, 2 * sizeof(std::int64_t), static_cast<cudaStream_t>(ctx.stream)),
+                   "cudaMemsetAsync (seed)");
     }
     check_cudnn(cudnnSetStream(dnn.handle, static_cast<cudaStream_t>(ctx.stream)), "cudnnSetStream");
     return dnn;
