@@ -9,9 +9,10 @@
 // CUDA events around every kernel), with each family's FLOPs and bytes per step and the fraction
 // of the GPU's roofline its time reaches; in mode none, or in each of --per-op-modes (a compressed
 // mode's codec kernels then show their time, with no cost columns).
-//   bench_gpu [--presets gpt-117m,gpt-345m] [--seq 1024] [--steps 6] [--warmup 2] [--json FILE]
-//             [--attention materialized|fused|cudnn] [--nondeterministic] [--classifier-chunk N]
-//             [--per-op [--per-op-modes none,quant]]
+// --batch B times every preset at batch B instead (a preset that does not fit there is skipped).
+//   bench_gpu [--presets gpt-117m,gpt-345m] [--seq 1024] [--batch B] [--steps 6] [--warmup 2]
+//             [--json FILE] [--attention materialized|fused|cudnn] [--nondeterministic]
+//             [--classifier-chunk N] [--per-op [--per-op-modes none,quant]]
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -274,6 +275,7 @@ int largest_power_of_two_batch(const GPTConfig& cfg, int T, MemoryMode mode, con
 struct BenchRun {
     std::vector<std::string> presets{"gpt-117m", "gpt-345m"};
     int T = 1024, steps = 6, warmup = 2;
+    int batch = 0;  // --batch: 0, the largest power of two that fits in mode none
     AttentionImpl attention = AttentionImpl::materialized;
     int classifier_chunk = 0;                       // model.classifier_chunk: 0, the default, is the auto chunk
     std::vector<std::string> per_op_modes{"none"};  // --per-op: the fixed memory modes timed
@@ -283,9 +285,10 @@ struct BenchRun {
     double peak_tflops() const { return peak.tflops(target.activation); }
 };
 
-// The preset `name` with the run's attention and classifier chunk, and the largest power-of-two
-// batch at which it fits in mode none; nullopt (after saying so) when not even batch 1 does.
-std::optional<std::pair<GPTConfig, int>> preset_at_largest_batch(const std::string& name, const BenchRun& bench) {
+// The preset `name` with the run's attention and classifier chunk, and the batch it runs at: --batch,
+// or the largest power of two at which it fits in mode none; nullopt (after saying so) when that
+// batch does not fit.
+std::optional<std::pair<GPTConfig, int>> preset_at_batch(const std::string& name, const BenchRun& bench) {
     auto cfg = gpt_preset(name);
     if (!cfg) throw UserError("unknown preset " + name);
     if (bench.T > cfg->max_seq_len)
@@ -293,6 +296,13 @@ std::optional<std::pair<GPTConfig, int>> preset_at_largest_batch(const std::stri
                         std::to_string(cfg->max_seq_len));
     cfg->attention = bench.attention;
     cfg->classifier_chunk = bench.classifier_chunk;
+    if (bench.batch > 0) {
+        const ModelMemory m = memory_for_mode(*cfg, bench.batch, bench.T, MemoryMode::none, bench.target);
+        if (m.total() <= device_memory_bytes(Device::cuda)) return std::make_pair(*cfg, bench.batch);
+        std::printf("%-10s does not fit at batch %d (%s in mode none)\n", name.c_str(), bench.batch,
+                    format_bytes(m.total()).c_str());
+        return std::nullopt;
+    }
     const int B = largest_power_of_two_batch(*cfg, bench.T, MemoryMode::none, bench.target);
     if (B == 0) {
         std::printf("%-10s does not fit even at batch 1\n", name.c_str());
@@ -328,7 +338,7 @@ struct PresetRun {
     int B = 0;
 };
 
-// Each preset at its largest power-of-two batch; with cuDNN's attention, the first that fitted
+// Each preset at its batch (preset_at_batch); with cuDNN's attention, the first that fitted
 // again with its other backward (training.deterministic = false) at that batch, whose workspace is
 // the smaller one. Returns that first one (nullopt: none fitted).
 std::optional<PresetRun> step_table(const BenchRun& bench, nlohmann::json& out) {
@@ -336,7 +346,7 @@ std::optional<PresetRun> step_table(const BenchRun& bench, nlohmann::json& out) 
                 "MFU", "loss");
     std::optional<PresetRun> first;
     for (const std::string& name : bench.presets) {
-        const auto run = preset_at_largest_batch(name, bench);
+        const auto run = preset_at_batch(name, bench);
         if (!run) continue;
         if (!first) first = PresetRun{name, run->first, run->second};
         step_row(bench, name, run->first, run->second, bench.target, "", out);
@@ -366,7 +376,7 @@ void modes_table(const BenchRun& bench, const PresetRun& run, nlohmann::json& ou
     }
 }
 
-// --per-op: each preset's per-op table at its largest power-of-two batch.
+// --per-op: each preset's per-op table at its batch (preset_at_batch).
 void per_op_tables(const BenchRun& bench, const CudaDeviceInfo& gpu, nlohmann::json& out) {
     std::printf(
         "GPU %s (sm_%d), %s; roofline: the least time a family's FLOPs (at %.0f TFLOP/s) and bytes (at %.0f GB/s) "
@@ -376,7 +386,7 @@ void per_op_tables(const BenchRun& bench, const CudaDeviceInfo& gpu, nlohmann::j
     out["per_op"] = nlohmann::json::array();
     for (const std::string& mode : bench.per_op_modes)
         for (const std::string& name : bench.presets)
-            if (const auto run = preset_at_largest_batch(name, bench))
+            if (const auto run = preset_at_batch(name, bench))
                 out["per_op"].push_back(per_op_table(name, run->first, run->second, bench.T, parse_memory_mode(mode),
                                                      bench.target, bench.peak, bench.steps, bench.warmup));
 }
@@ -391,6 +401,8 @@ int main(int argc, char** argv) {
     bool per_op = false, nondeterministic = false;
     app.option("--presets", bench.presets, "model presets").comma_separated();
     app.option("--seq", bench.T, "sequence length").positive();
+    app.option("--batch", bench.batch, "batch size (0: the largest power of two that fits in mode none)")
+        .in_range(0, 1 << 20);
     app.option("--steps", bench.steps, "measured steps").in_range(1, 1000);
     app.option("--warmup", bench.warmup, "steps before measuring").in_range(0, 1000);
     app.option("--json", json_file, "also write the results here");

@@ -39,6 +39,14 @@ target_link_libraries(adacc_cuda_emulated PUBLIC OpenMP::OpenMP_CXX)
 add_executable(adacc_emulated ${CMAKE_SOURCE_DIR}/src/cli/main.cpp)
 adacc_link_engine(adacc_emulated adacc_cuda_emulated)
 
+# bench_gpu on the emulated backend, so that every table it prints (the per-op ones in a compressed
+# mode too) runs in CI at a tiny preset (tests/cuda/test_cuda_bench_gpu.cpp); its times there are
+# the emulation's, nothing to read. Not in a build without benchmarks (the sanitized one).
+if(ADACC_BUILD_BENCHMARKS)
+  add_executable(bench_gpu_emulated ${CMAKE_SOURCE_DIR}/benchmarks/bench_gpu.cpp)
+  adacc_link_engine(bench_gpu_emulated adacc_cuda_emulated)
+endif()
+
 file(GLOB ADACC_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/test_*.cpp)
 set(ADACC_CUDA_TEST_SUPPORT ${CMAKE_SOURCE_DIR}/tests/cuda/cuda_test_support.cpp $<TARGET_OBJECTS:adacc_test_support>)
 
@@ -50,6 +58,10 @@ target_link_libraries(test_cuda_emulated PRIVATE GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_cuda_emulated PRIVATE ADACC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
   ADACC_BINARY="$<TARGET_FILE:adacc>" ADACC_CUDA_BINARY="$<TARGET_FILE:adacc_emulated>")
 add_dependencies(test_cuda_emulated adacc_emulated)
+if(TARGET bench_gpu_emulated)
+  target_compile_definitions(test_cuda_emulated PRIVATE ADACC_BENCH_GPU_BINARY="$<TARGET_FILE:bench_gpu_emulated>")
+  add_dependencies(test_cuda_emulated bench_gpu_emulated)
+endif()
 gtest_discover_tests(test_cuda_emulated DISCOVERY_TIMEOUT 60 TEST_PREFIX "emulated."
   PROPERTIES TIMEOUT 900 LABELS "cuda_emulated" ENVIRONMENT "OMP_WAIT_POLICY=passive")
 
