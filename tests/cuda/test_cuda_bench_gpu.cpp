@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
-#include <set>
 #include <string>
 #include <tuple>
 
