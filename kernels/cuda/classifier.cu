@@ -167,8 +167,13 @@ void fused_classifier(const KernelContext& ctx, Act logits_act, float* losses, c
         const bool aligned = Vp % kPack<T> == 0 && packs_aligned({logits});  // every row starts aligned
         const int cached = dloss != 0.0f ? cached_columns<T>(V) : 0;         // no second sweep: nothing to cache
         const std::size_t cache_bytes = static_cast<std::size_t>(cached) * sizeof(T);
-        allow_dynamic_shared(reinterpret_cast<const void*>(&fused_classifier_kernel<T>), cache_bytes,
-                             "fused_classifier");
+        const void* kernel = reinterpret_cast<const void*>(&fused_classifier_kernel<T>);
+        allow_dynamic_shared(kernel, cache_bytes, "fused_classifier");
+        // kBlocksPerSm blocks' caches need most of the SM's shared memory, more than an even split
+        // with L1 leaves; the kernel reads each row from DRAM once, so L1 has nothing to hold.
+        check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   cudaSharedmemCarveoutMaxShared),
+              "fused_classifier");
         ADACC_LAUNCH(fused_classifier_kernel<T>, N, kThreads, cache_bytes, ctx.stream)
         (logits, losses, targets, V, Vp, dloss, cached, aligned);
     });
