@@ -256,6 +256,16 @@ GemmPlans::Plan make_plan(const BlasContext& blas, const GemmShape& s, const Gem
     check_blas(cublasLtMatmulPreferenceSetAttribute(pref.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                     sizeof(workspace)),
                what, "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+    if (s.output == DType::bf16) {
+        // Split-K partial sums in fp32 (the compute type) or no split-K: an in-place or output-type
+        // reduction would add partial sums held in bf16, each rounded, where accumulation is fp32
+        // (blas.h). The shapes it can pick split-K for are the small outputs of long sums (the lm
+        // head's dinp over Vp); fp32 outputs reduce in fp32 whatever the scheme.
+        const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        check_blas(cublasLtMatmulPreferenceSetAttribute(pref.handle, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                        &reductions, sizeof(reductions)),
+                   what, "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)");
+    }
     set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align.b, what,
                   "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
     set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align.a, what,

@@ -1,7 +1,8 @@
 // The one place kernels/cuda/ calls cuBLASLt: a row-major, optionally strided-batched GEMM
 //   D_i (m x n) = alpha * op(A_i) (m x k) @ op(B_i) (k x n) + beta * D_i [+ bias (n), every row]
 // for i < batch, X_i = X + i * stride_x elements, op(X) = X or X^T. Accumulation is fp32
-// (CUBLAS_COMPUTE_32F: true fp32, never TF32) whatever the element types, which are those
+// (CUBLAS_COMPUTE_32F: true fp32, never TF32; split-K partial sums too, a bf16 D's included)
+// whatever the element types, which are those
 // cuBLASLt supports with it:
 //   A, B f32  -> D f32
 //   A, B bf16 -> D bf16 (rounded to nearest even from the fp32 result), or D f32 (with beta = 1,

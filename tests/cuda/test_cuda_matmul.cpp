@@ -46,6 +46,9 @@ struct Operand {
 
 void check_blas(cublasStatus_t s, const char* what) { ASSERT_EQ(s, CUBLAS_STATUS_SUCCESS) << what; }
 
+// Split-K sums in fp32 (the compute type) or no split-K: kernels/cuda/blas.cu's preference for a bf16 D.
+constexpr std::uint32_t kFp32Reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+
 // The cuBLASLt objects a test asks with, destroyed with it: a matmul descriptor (fp32 compute and
 // scale), a preference and the layouts made through make_layout. `created`: the first two were.
 struct LtObjects {
@@ -186,6 +189,9 @@ void run_lt_case(const LtCase& c, const cuda::BlasContext& blas, cudaStream_t st
         }
     }
     check_blas(lt.prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{blas.workspace_bytes}), "workspace");
+    // A bf16 D from fp32 sums rounded once, as kernels/cuda/blas.cu asks: no split-K sums in bf16.
+    if (c.out == CUDA_R_16BF)
+        check_blas(lt.prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, kFp32Reductions), "reduction schemes");
     // Odd lds and strides: element alignment only.
     const std::uint32_t align_in = element_bytes(c.in), align_out = element_bytes(c.out);
     const std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t> aligns[4] = {
@@ -275,6 +281,7 @@ TEST(CudaMatmulCublasLt, EmulationRefusesTypeCombinationsCublasLtDoesNotSupport)
     CudaTestContext ctx;
     LtObjects lt(*static_cast<const cuda::BlasContext*>(ctx.get().blas));
     ASSERT_TRUE(lt.created);
+    ASSERT_EQ(lt.prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, kFp32Reductions), CUBLAS_STATUS_SUCCESS);
     cublasLtMatrixLayout_t f32 = nullptr, bf = nullptr;
     ASSERT_EQ(lt.make_layout(&f32, CUDA_R_32F, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
     ASSERT_EQ(lt.make_layout(&bf, CUDA_R_16BF, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
@@ -292,6 +299,31 @@ TEST(CudaMatmulCublasLt, EmulationRefusesTypeCombinationsCublasLtDoesNotSupport)
     ASSERT_EQ(lt.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, std::int32_t{CUDA_R_32F}), CUBLAS_STATUS_SUCCESS);
     EXPECT_EQ(lt.heuristic(bf, bf, f32, f32), CUBLAS_STATUS_SUCCESS);
     EXPECT_EQ(lt.heuristic(bf, bf, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);
+}
+
+// The emulated GEMM rounds its sum to D's type once. A bf16 D is served only where the preference
+// rules out split-K sums held in bf16 (in place or in the output type), as kernels/cuda/blas.cu's
+// does; cuBLASLt's default admits them. An fp32 D sums in fp32 whatever the scheme.
+TEST(CudaMatmulCublasLt, EmulationServesABf16OutputOnlyWithFp32Reductions) {
+    ADACC_REQUIRE_CUDA_DEVICE();
+    if (!running_under_emulation()) GTEST_SKIP() << "checks the emulation only";
+    CudaTestContext ctx;
+    LtObjects lt(*static_cast<const cuda::BlasContext*>(ctx.get().blas));
+    ASSERT_TRUE(lt.created);
+    cublasLtMatrixLayout_t f32 = nullptr, bf = nullptr;
+    ASSERT_EQ(lt.make_layout(&f32, CUDA_R_32F, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(lt.make_layout(&bf, CUDA_R_16BF, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(lt.heuristic(bf, bf, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED);  // the default: every scheme
+    EXPECT_EQ(lt.heuristic(bf, bf, f32, f32), CUBLAS_STATUS_SUCCESS);
+    for (const std::uint32_t bf16_sums :
+         {std::uint32_t{CUBLASLT_REDUCTION_SCHEME_INPLACE}, std::uint32_t{CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE}}) {
+        ASSERT_EQ(lt.prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, kFp32Reductions | bf16_sums),
+                  CUBLAS_STATUS_SUCCESS);
+        EXPECT_EQ(lt.heuristic(bf, bf, bf, bf), CUBLAS_STATUS_NOT_SUPPORTED) << bf16_sums;
+    }
+    ASSERT_EQ(lt.prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, kFp32Reductions), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(lt.heuristic(bf, bf, bf, bf), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(lt.prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, std::uint32_t{8}), CUBLAS_STATUS_INVALID_VALUE);
 }
 
 // The GELU epilogues' aux matrix as cublasLt.h states its rules: a leading dimension that is a

@@ -16,7 +16,9 @@
 // stderr, so no kernel silently gets a wrong result; shapes that cuBLASLt rejects are rejected
 // (CUBLAS_STATUS_INVALID_VALUE) with a message too.
 // The algorithm the heuristic returns records the preference's minimum alignments, and
-// cublasLtMatmul checks every batch's pointers against them, as the real library needs them.
+// cublasLtMatmul checks every batch's pointers against them, as the real library needs them. A
+// bf16 D needs a preference that rules out split-K sums held in bf16 (REDUCTION_SCHEME_MASK
+// without INPLACE and OUTPUT_TYPE): the emulation rounds once, as only the other algorithms do.
 #include <cublasLt.h>
 
 #include <cmath>
@@ -62,7 +64,8 @@ bool has_gelu_aux(std::uint32_t epilogue) {
 
 struct Preference {
     std::uint64_t max_workspace = 0;
-    std::uint32_t align[4] = {256, 256, 256, 256};  // A, B, C, D (cuBLASLt's defaults)
+    std::uint32_t align[4] = {256, 256, 256, 256};              // A, B, C, D (cuBLASLt's defaults)
+    std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_MASK;  // cuBLASLt's default: every scheme
 };
 
 cublasStatus_t refuse(const char* call, const std::string& what) {
@@ -353,6 +356,10 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
             if (!read_value(buf, sizeInBytes, p->max_workspace))
                 return invalid(call, "MAX_WORKSPACE_BYTES is a uint64_t");
             return CUBLAS_STATUS_SUCCESS;
+        case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+            if (!read_value(buf, sizeInBytes, p->reductions) || (p->reductions & ~CUBLASLT_REDUCTION_SCHEME_MASK))
+                return invalid(call, "REDUCTION_SCHEME_MASK is a uint32_t of cublasLtReductionScheme_t bits");
+            return CUBLAS_STATUS_SUCCESS;
         case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
         case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
         case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
@@ -385,6 +392,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
                                                layout_of(Bdesc), layout_of(Cdesc), layout_of(Ddesc), p);
         s != CUBLAS_STATUS_SUCCESS)
         return s;
+    // The emulated GEMM rounds its exact sum to D's type once; a bf16 D from a real algorithm whose
+    // split-K partial sums are bf16 (in place or in the output type) is rounded more: not emulated.
+    const std::uint32_t bf16_reductions = CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    if (layout_of(Ddesc)->type == CUDA_R_16BF && (pref_of(preference)->reductions & bf16_reductions))
+        return refuse(call,
+                      "a bf16 D whose preference admits split-K sums in bf16 (REDUCTION_SCHEME_MASK with INPLACE "
+                      "or OUTPUT_TYPE)");
     // One algorithm, needing no workspace; it remembers the alignments it was promised.
     cublasLtMatmulHeuristicResult_t& r = heuristicResultsArray[0];
     r = cublasLtMatmulHeuristicResult_t{};
