@@ -383,12 +383,14 @@ void per_op_tables(const BenchRun& bench, const CudaDeviceInfo& gpu, nlohmann::j
         "need, over its time\n",
         gpu.name.c_str(), gpu.compute_capability, std::string(dtype_name(bench.target.activation)).c_str(),
         bench.peak_tflops(), bench.peak.memory_gbps);
+    std::vector<PresetRun> runs;  // each preset's batch, found once for every mode
+    for (const std::string& name : bench.presets)
+        if (const auto run = preset_at_batch(name, bench)) runs.push_back({name, run->first, run->second});
     out["per_op"] = nlohmann::json::array();
     for (const std::string& mode : bench.per_op_modes)
-        for (const std::string& name : bench.presets)
-            if (const auto run = preset_at_batch(name, bench))
-                out["per_op"].push_back(per_op_table(name, run->first, run->second, bench.T, parse_memory_mode(mode),
-                                                     bench.target, bench.peak, bench.steps, bench.warmup));
+        for (const PresetRun& run : runs)
+            out["per_op"].push_back(per_op_table(run.name, run.cfg, run.B, bench.T, parse_memory_mode(mode),
+                                                 bench.target, bench.peak, bench.steps, bench.warmup));
 }
 
 }  // namespace
