@@ -1,10 +1,11 @@
-// GPU training-step benchmark (scripts/gpu_check.sh runs it): for each preset at seq T, the
-// largest power-of-two batch whose arenas fit the GPU's free memory in mode none, its step time
-// (median after warm-up: forward, backward, gradient norm, AdamW), tokens/s and MFU (with cuDNN's
-// attention, the first preset again with training.deterministic = false); then every fixed memory
-// mode at the first preset's batch. MFU counts FLOPs per token as llm.c does, 6 N + 6 L C T (N
-// parameters, L layers, C channels; attention's T-dependent part included once per layer), against
-// the GPU's dense peak for the precision the kernels use. One table on stdout, JSON with --json.
+// GPU training-step benchmark (scripts/gpu_check.sh runs it): for each preset at seq T, the largest
+// power-of-two batch whose arenas fit the GPU's free memory in mode none, its step time (median
+// after warm-up, beside the fastest and slowest step: forward, backward, gradient norm, AdamW),
+// tokens/s and MFU (with cuDNN's attention, the first preset again with training.deterministic =
+// false); then every fixed memory mode at the first preset's batch. MFU counts FLOPs per token as
+// llm.c does, 6 N + 6 L C T (N parameters, L layers, C channels; attention's T-dependent part
+// included once per layer), against the GPU's dense peak for the precision the kernels use. One
+// table on stdout, JSON with --json.
 // --per-op instead: where each preset's step goes, per op family and per kernel (KernelTiming:
 // CUDA events around every kernel), with each family's FLOPs and bytes per step and the fraction
 // of the GPU's roofline its time reaches; in mode none, or in each of --per-op-modes (a compressed
@@ -40,8 +41,10 @@ namespace {
 
 using namespace adacc;
 
+// The timed steps' median and their fastest and slowest: a target judged on the median is read
+// beside the spread it came with.
 struct StepTiming {
-    double median_ms = 0;
+    double median_ms = 0, fastest_ms = 0, slowest_ms = 0;
     float loss = 0;
 };
 
@@ -74,7 +77,16 @@ StepTiming time_steps(const GPTConfig& cfg, int B, int T, MemoryMode mode, const
     if (kernel_timing) *per_kernel = kernel_timing->take();
     std::sort(ms.begin(), ms.end());
     timing.median_ms = ms[ms.size() / 2];
+    timing.fastest_ms = ms.front();
+    timing.slowest_ms = ms.back();
     return timing;
+}
+
+// "fastest-slowest" of the timed steps, in ms.
+std::string format_ms_range(const StepTiming& t) {
+    char text[48];
+    std::snprintf(text, sizeof text, "%.1f-%.1f", t.fastest_ms, t.slowest_ms);
+    return text;
 }
 
 // ---- the per-op table (--per-op) ----
@@ -320,12 +332,15 @@ void step_row(const BenchRun& bench, const std::string& name, const GPTConfig& c
     const double tokens_per_s = B * T / (t.median_ms / 1e3);
     const double tflops = cfg.flops_per_token(T) * tokens_per_s / 1e12;
     const double mfu = bench.peak_tflops() > 0 ? tflops / bench.peak_tflops() : 0.0;
-    std::printf("%-10s %6d %6d %10.1f %12.0f %9.1f %11.1f%% %8.4f%s\n", name.c_str(), B, T, t.median_ms, tokens_per_s,
-                tflops, 100 * mfu, t.loss, label);
+    std::printf("%-10s %6d %6d %10.1f %15s %12.0f %9.1f %11.1f%% %8.4f%s\n", name.c_str(), B, T, t.median_ms,
+                format_ms_range(t).c_str(), tokens_per_s, tflops, 100 * mfu, t.loss, label);
     out["runs"].push_back({{"model", name},
                            {"batch", B},
                            {"deterministic", target.deterministic},
                            {"step_ms", t.median_ms},
+                           {"step_ms_fastest", t.fastest_ms},
+                           {"step_ms_slowest", t.slowest_ms},
+                           {"timed_steps", bench.steps},
                            {"tokens_per_s", tokens_per_s},
                            {"tflops", tflops},
                            {"mfu", mfu}});
@@ -342,8 +357,8 @@ struct PresetRun {
 // again with its other backward (training.deterministic = false) at that batch, whose workspace is
 // the smaller one. Returns that first one (nullopt: none fitted).
 std::optional<PresetRun> step_table(const BenchRun& bench, nlohmann::json& out) {
-    std::printf("%-10s %6s %6s %10s %12s %9s %12s %8s\n", "model", "batch", "seq", "step_ms", "tokens/s", "TFLOP/s",
-                "MFU", "loss");
+    std::printf("%-10s %6s %6s %10s %15s %12s %9s %12s %8s\n", "model", "batch", "seq", "step_ms", "fastest-slowest",
+                "tokens/s", "TFLOP/s", "MFU", "loss");
     std::optional<PresetRun> first;
     for (const std::string& name : bench.presets) {
         const auto run = preset_at_batch(name, bench);
@@ -361,16 +376,18 @@ std::optional<PresetRun> step_table(const BenchRun& bench, nlohmann::json& out) 
 
 // A preset at its batch in every fixed memory mode: step ms, tape and total bytes.
 void modes_table(const BenchRun& bench, const PresetRun& run, nlohmann::json& out) {
-    std::printf("\n%s at batch %d x seq %d, fixed memory modes:\n%-10s %10s %12s %12s\n", run.name.c_str(), run.B,
-                bench.T, "mode", "step_ms", "tape", "total");
+    std::printf("\n%s at batch %d x seq %d, fixed memory modes:\n%-10s %10s %15s %12s %12s\n", run.name.c_str(), run.B,
+                bench.T, "mode", "step_ms", "fastest-slowest", "tape", "total");
     for (MemoryMode mode : fixed_memory_modes()) {
         const ModelMemory m = memory_for_mode(run.cfg, run.B, bench.T, mode, bench.target);
         const StepTiming t = time_steps(run.cfg, run.B, bench.T, mode, bench.target, bench.steps, bench.warmup);
-        std::printf("%-10s %10.1f %12s %12s\n", memory_mode_name(mode), t.median_ms, format_bytes(m.tape).c_str(),
-                    format_bytes(m.total()).c_str());
+        std::printf("%-10s %10.1f %15s %12s %12s\n", memory_mode_name(mode), t.median_ms, format_ms_range(t).c_str(),
+                    format_bytes(m.tape).c_str(), format_bytes(m.total()).c_str());
         out["modes"].push_back({{"mode", memory_mode_name(mode)},
                                 {"batch", run.B},
                                 {"step_ms", t.median_ms},
+                                {"step_ms_fastest", t.fastest_ms},
+                                {"step_ms_slowest", t.slowest_ms},
                                 {"tape_bytes", m.tape},
                                 {"total_bytes", m.total()}});
     }

@@ -24,13 +24,13 @@ constexpr const char* kBenchGpu = nullptr;
 constexpr const char* kNotBuilt =
     "no bench_gpu_emulated in this build (the device build's bench_gpu runs in the GPU check)";
 
-// bench_gpu with `args` at batch 2 x seq 16, one step, the fused attention (cuDNN's cannot run on
-// the emulation); its JSON.
-nlohmann::json run_bench_gpu(const std::string& args) {
+// bench_gpu with `args` at batch 2 x seq 16, `steps` timed steps, the fused attention (cuDNN's
+// cannot run on the emulation); its JSON.
+nlohmann::json run_bench_gpu(const std::string& args, int steps = 1) {
     const auto dir = scratch_dir("bench_gpu");
     const auto json_file = dir / "bench.json";
-    const ProcessResult r = run_shell(std::string(kBenchGpu) + " --seq 16 --batch 2 --steps 1 --warmup 0" +
-                                      " --attention fused --json " + json_file.string() + " " + args);
+    const ProcessResult r = run_shell(std::string(kBenchGpu) + " --seq 16 --batch 2 --steps " + std::to_string(steps) +
+                                      " --warmup 0 --attention fused --json " + json_file.string() + " " + args);
     EXPECT_EQ(r.status, 0) << r.output;
     const std::string text = read_bytes(json_file);
     EXPECT_FALSE(text.empty()) << "no JSON written\n" << r.output;
@@ -41,14 +41,25 @@ nlohmann::json run_bench_gpu(const std::string& args) {
 // with N = Vp C + T_max C + L (12 C^2 + 13 C) + 2 C = 2048 + 256 + 6560 + 32 = 8896 parameters.
 constexpr double kMicroFlopsPerToken = 6.0 * 8896 + 6.0 * 2 * 16 * 16;
 
+// A row of two timed steps: its median is the upper of the two, so its slowest, and its fastest
+// is the other.
+void expect_median_within_spread(const nlohmann::json& row) {
+    const double fastest = row["step_ms_fastest"], median = row["step_ms"], slowest = row["step_ms_slowest"];
+    EXPECT_GT(fastest, 0.0) << row.dump();
+    EXPECT_LE(fastest, median) << row.dump();
+    EXPECT_EQ(median, slowest) << row.dump();
+}
+
 TEST(BenchGpu, StepAndModeTablesAtAFixedBatch) {
     if (!kBenchGpu) GTEST_SKIP() << kNotBuilt;
-    const nlohmann::json out = run_bench_gpu("--presets gpt-micro,gpt-tiny");
+    const nlohmann::json out = run_bench_gpu("--presets gpt-micro,gpt-tiny", 2);
     ASSERT_EQ(out["runs"].size(), 2u) << out.dump(1);
     EXPECT_EQ(out["runs"][0]["model"], "gpt-micro");
     EXPECT_EQ(out["runs"][1]["model"], "gpt-tiny");
     for (const auto& run : out["runs"]) {
         EXPECT_EQ(run["batch"], 2);
+        EXPECT_EQ(run["timed_steps"], 2);
+        expect_median_within_spread(run);
         const double tokens_per_s = run["tokens_per_s"], step_ms = run["step_ms"];
         EXPECT_GT(step_ms, 0.0);
         EXPECT_NEAR(tokens_per_s * step_ms / 1e3, 2.0 * 16, 1e-9 * 32) << run.dump();
@@ -62,6 +73,7 @@ TEST(BenchGpu, StepAndModeTablesAtAFixedBatch) {
     for (MemoryMode mode : fixed_memory_modes()) {
         ASSERT_TRUE(modes.count(memory_mode_name(mode))) << memory_mode_name(mode);
         EXPECT_EQ(modes[memory_mode_name(mode)]["batch"], 2);
+        expect_median_within_spread(modes[memory_mode_name(mode)]);
     }
     EXPECT_LT(modes["full"]["tape_bytes"].get<double>(), modes["none"]["tape_bytes"].get<double>());
 }
