@@ -60,15 +60,16 @@ case "$DIR" in
 esac
 REL="${REL%/}"
 echo
-echo "gpu_bundle: on a GPU machine, two calls of the device tool (run), then give_back:"
+echo "gpu_bundle: on a GPU machine, two calls of the device tool (run), then give_back; kind nvidia-h200,"
+echo "  the card README's measurements were made on (the tool's default kind is an H100):"
 for call in 1 2; do
-  echo "  run command=\"bash $REL/gpu_check.sh $call\" carry=[\"$REL\"] timeout_s=540"
+  echo "  run command=\"bash $REL/gpu_check.sh $call\" carry=[\"$REL\"] kind=nvidia-h200 timeout_s=540"
 done
 case "$REL" in /* | ../*) echo "  ($DIR is outside this repository: carry needs a path inside it)" ;; esac
 echo "  each brings back one file, gpu_check_call<N>.tar.gz; if less than 540 s of device time is left"
 echo "  for a call, prefix it with GPU_CHECK_BUDGET_S=<seconds left less 30>"
 echo "  with 8 minutes left, call 3 puts adacc beside llm.c's train_gpt2cu, built by hand in an ignored"
 echo "  folder such as llmc_peer/ (README, 'llm.c beside adacc'):"
-echo "  run command=\"LLMC_TRAIN_GPT2CU=llmc_peer/train_gpt2cu bash $REL/gpu_check.sh 3\" carry=[\"$REL\", \"llmc_peer\"] timeout_s=460"
+echo "  run command=\"LLMC_TRAIN_GPT2CU=llmc_peer/train_gpt2cu bash $REL/gpu_check.sh 3\" carry=[\"$REL\", \"llmc_peer\"] kind=nvidia-h200 timeout_s=460"
 echo
 bash "$DIR/gpu_check.sh" --plan || { echo "gpu_bundle: a call's step timeouts add up to more than 480 s" >&2; exit 1; }
