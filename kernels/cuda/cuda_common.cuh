@@ -145,12 +145,23 @@ inline bool packs_aligned(std::initializer_list<const void*> pointers) {
     return true;
 }
 
+// One 16-byte load of the pack at p, which must be 16-byte aligned: a GPU faults on a misaligned
+// one, so the emulation aborts on it (a CPU would read it unaligned).
+template <typename T>
+__device__ inline Pack<T> load_whole_pack(const T* p) {
+#ifdef ADACC_SIMT_EMULATION
+    simt::require_aligned(p, sizeof(Pack<T>),
+                          "a 16-byte pack load at an address not 16-byte aligned; a GPU faults on it");
+#endif
+    return *reinterpret_cast<const Pack<T>*>(p);
+}
+
 // Elements [i, i + kPack) of p as fp32 (those at or past n read as 0): one 128-bit load when
 // `aligned` (p is 16-byte aligned and i a multiple of kPack) and the pack is whole.
 template <typename T>
 __device__ inline void load_pack(float (&out)[kPack<T>], const T* p, long i, long n, bool aligned) {
     if (aligned && i + kPack<T> <= n) {
-        const Pack<T> pack = *reinterpret_cast<const Pack<T>*>(p + i);
+        const Pack<T> pack = load_whole_pack(p + i);
         for (int j = 0; j < kPack<T>; ++j) out[j] = to_f32(pack.v[j]);
     } else {
         for (int j = 0; j < kPack<T>; ++j) out[j] = i + j < n ? to_f32(p[i + j]) : 0.0f;
@@ -161,7 +172,7 @@ __device__ inline void load_pack(float (&out)[kPack<T>], const T* p, long i, lon
 // (half the registers of fp32 values in bf16); unpack gives load_pack's values.
 template <typename T>
 __device__ inline Pack<T> load_raw_pack(const T* p, long i, long n, bool aligned) {
-    if (aligned && i + kPack<T> <= n) return *reinterpret_cast<const Pack<T>*>(p + i);
+    if (aligned && i + kPack<T> <= n) return load_whole_pack(p + i);
     Pack<T> pack;
     for (int j = 0; j < kPack<T>; ++j) pack.v[j] = i + j < n ? p[i + j] : from_f32<T>(0.0f);
     return pack;

@@ -15,7 +15,9 @@
 // fails.
 // Atomics are atomic by construction (fibers switch only at barriers).
 //
-// A global-only store intrinsic (__stwb) into dynamic shared memory aborts, as a GPU faults on it.
+// A global-only store intrinsic (__stwb) into dynamic shared memory aborts, as a GPU faults on it;
+// so does a 16-byte pack load or store (kernels/cuda/cuda_common.cuh) at an address that is not
+// 16-byte aligned, which a CPU reads unaligned and a GPU refuses ("misaligned address").
 //
 // What it cannot check: speed, registers, occupancy; static shared memory's share of the 48 KiB a
 // launch may have without cudaFuncSetAttribute; races that barriers do not order (fibers
@@ -69,6 +71,9 @@ void* dynamic_shared_memory();
 // Aborts where p lies in the launch's dynamic shared memory: `what` (an st.global intrinsic) is a
 // global-memory store, and a shared address there is an illegal address on a GPU.
 void require_global_address(const void* p, const char* what);
+// Aborts where p is not a multiple of `alignment`: `what` is a vector load or store of that width,
+// which a GPU faults on ("misaligned address") where a CPU reads it unaligned.
+void require_aligned(const void* p, std::size_t alignment, const char* what);
 void sync_block();
 void sync_warp();
 // Shuffle: every live lane of the warp publishes `bits`, then reads lane `source` (in-warp index).
@@ -203,9 +208,11 @@ template <typename T>
 T __ldg(const T* p) {
     return *p;
 }
-// st.global.wb: global memory only (kernels/cuda/cuda_common.cuh:store_whole_pack).
+// st.global.wb: global memory only (kernels/cuda/cuda_common.cuh:store_whole_pack), 16-byte aligned.
 inline void __stwb(uint4* p, uint4 value) {
     simt::require_global_address(p, "__stwb (st.global) stored to shared memory; a GPU faults on it");
+    simt::require_aligned(p, sizeof(uint4),
+                          "__stwb stored 16 bytes at an address not 16-byte aligned; a GPU faults on it");
     *p = value;
 }
 

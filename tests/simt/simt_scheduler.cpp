@@ -220,6 +220,11 @@ void require_global_address(const void* p, const char* what) {
     if (byte >= smem.data() && byte < smem.data() + smem.size()) fail(what);
 }
 
+void require_aligned(const void* p, std::size_t alignment, const char* what) {
+    current_grid();
+    if (reinterpret_cast<std::uintptr_t>(p) % alignment != 0) fail(what);
+}
+
 void sync_block() {
     current_grid();
     yield(FiberState::at_block_barrier);
