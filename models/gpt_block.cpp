@@ -97,7 +97,7 @@ struct BlockOps {
     // cuDNN's kernels, the same tensors and plan), else the T x T softmax, its mask and att @ v.
     void attention(const GPTConfig& cfg, int B, int T) {
         const double H = cfg.n_head;
-        const double flops = 2.0 * 2.0 * B * H * (T * (T + 1) / 2.0) * (c / H);  // q k^T and att v, causal
+        const double flops = 2.0 * 2.0 * B * H * (T * (T + 1.0) / 2.0) * (c / H);  // q k^T and att v, causal
         if (is_flash_attention(cfg.attention)) {
             const OpKind kind =
                 cfg.attention == AttentionImpl::cudnn ? OpKind::attention_cudnn : OpKind::attention_fused;
