@@ -142,8 +142,10 @@ int cached_columns(int V) {
     return static_cast<int>((fit < whole_row ? (fit > 0 ? fit : 0) : whole_row) * P);
 }
 
-// One block: each thread sums a fixed stride of the losses in double, then a fixed butterfly.
-__global__ void loss_accumulate_kernel(float* total, const float* losses, int n, double divisor, bool accumulate) {
+// One block: each thread sums a fixed stride of the losses in double, then a fixed butterfly (its
+// 1024 threads allow at most 64 registers each, which the bounds hold ptxas to).
+__global__ void __launch_bounds__(kLossThreads)
+    loss_accumulate_kernel(float* total, const float* losses, int n, double divisor, bool accumulate) {
     __shared__ double partials[32];
     double acc = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) acc += losses[i];

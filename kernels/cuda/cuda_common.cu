@@ -16,10 +16,13 @@ namespace {
 // A block sums 32 channels (a warp's coalesced 128 bytes of a partials row) by 32 lanes of groups.
 constexpr int kPartialChannels = 32;
 constexpr int kPartialGroupLanes = 32;
+constexpr int kPartialThreads = kPartialChannels * kPartialGroupLanes;
 
 // Thread (lane g, channel c) adds groups g, g + 32, ... in order; then one thread per channel adds
-// the 32 lane sums in lane order.
-__global__ void group_partials_sum_kernel(float* out, const float* partials, int groups, int C, bool accumulate) {
+// the 32 lane sums in lane order. A 1024-thread block: the bounds hold ptxas to the 64 registers a
+// thread that such a launch allows.
+__global__ void __launch_bounds__(kPartialThreads)
+    group_partials_sum_kernel(float* out, const float* partials, int groups, int C, bool accumulate) {
     __shared__ float sums[kPartialGroupLanes][kPartialChannels + 1];  // +1: no bank conflicts down a column
     const int channel = threadIdx.x % kPartialChannels, lane = threadIdx.x / kPartialChannels;
     const int c = blockIdx.x * kPartialChannels + channel;
@@ -50,8 +53,7 @@ void allow_dynamic_shared(const void* kernel, std::size_t bytes, const char* wha
 
 void sum_group_partials(const KernelContext& ctx, float* out, const float* partials, int groups, int C, bool accumulate,
                         const char* what) {
-    ADACC_LAUNCH(group_partials_sum_kernel, ceil_div(C, kPartialChannels), kPartialChannels * kPartialGroupLanes, 0,
-                 ctx.stream)
+    ADACC_LAUNCH(group_partials_sum_kernel, ceil_div(C, kPartialChannels), kPartialThreads, 0, ctx.stream)
     (out, partials, groups, C, accumulate);
     check_launch(what);
 }
