@@ -19,11 +19,14 @@
 // so does a 16-byte pack load or store (kernels/cuda/cuda_common.cuh) at an address that is not
 // 16-byte aligned, which a CPU reads unaligned and a GPU refuses ("misaligned address").
 //
-// What it cannot check: speed, registers, occupancy; static shared memory's share of the 48 KiB a
-// launch may have without cudaFuncSetAttribute; races that barriers do not order (fibers
-// never interleave between barriers, real threads do); inline PTX, wgmma/mma, TMA, cooperative
-// groups (kernels/cuda/ uses none). The runtime calls the backend uses (tests/simt/simt_runtime.cpp)
-// map to host memory and run synchronously; cuBLASLt (tests/simt/simt_cublaslt.cpp) is a CPU GEMM.
+// What it cannot check: speed; registers (its launch log, $SIMT_LAUNCH_LOG, gives each kernel's
+// largest block, which tests/cuda/test_cuda_coverage.cpp holds to what an unbounded kernel's
+// registers allow); occupancy; static shared memory's share of the 48 KiB a launch may have
+// without cudaFuncSetAttribute; races that barriers do not order (fibers never interleave between
+// barriers, real threads do); inline PTX (kernels/cuda/ has one, prefetch.L2, a hint the emulation
+// skips), wgmma/mma, TMA, cooperative groups (kernels/cuda/ uses none). The runtime calls the
+// backend uses (tests/simt/simt_runtime.cpp) map to host memory and run synchronously; cuBLASLt
+// (tests/simt/simt_cublaslt.cpp) is a CPU GEMM.
 #pragma once
 
 #ifdef __CUDACC__

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <set>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,20 +61,22 @@ struct Grid {
 thread_local Grid* running = nullptr;
 thread_local std::vector<Stack> stack_pool;
 
-// Never destroyed: the log writer below reads it at exit, after function statics created later
-// than the writer would have been destroyed.
-std::set<std::string>& launched() {
-    static auto* names = new std::set<std::string>;
-    return *names;
+// Each launched kernel's name and the most threads a block of it had. Never destroyed: the log
+// writer below reads it at exit, after function statics created later than the writer would have
+// been destroyed.
+std::map<std::string, unsigned>& launched() {
+    static auto* kernels = new std::map<std::string, unsigned>;
+    return *kernels;
 }
 
-// Writes the launched kernels' names to $SIMT_LAUNCH_LOG at exit (tests/cuda/ counts coverage).
+// Writes "name threads" for each launched kernel to $SIMT_LAUNCH_LOG at exit (tests/cuda/ counts
+// coverage and checks block sizes against the kernels' launch bounds).
 struct LaunchLogWriter {
     ~LaunchLogWriter() {
         const char* path = std::getenv("SIMT_LAUNCH_LOG");
         if (!path) return;
         std::ofstream out(path, std::ios::app);
-        for (const std::string& name : launched()) out << name << '\n';
+        for (const auto& [name, threads] : launched()) out << name << ' ' << threads << '\n';
     }
 } launch_log_writer;
 
@@ -276,7 +278,8 @@ void run_grid(const char* kernel_name, dim3 grid, dim3 block, std::size_t dynami
                      kernel_name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
         std::abort();
     }
-    launched().insert(kernel_base_name(kernel_name));
+    unsigned& most_threads = launched()[kernel_base_name(kernel_name)];
+    most_threads = std::max(most_threads, threads);
     Grid g;
     g.name = kernel_name;
     g.body = body;
