@@ -8,7 +8,6 @@
 #include "tests/cuda/cuda_test_support.h"
 
 #ifdef ADACC_SIMT_EMULATION
-#include <cstdint>
 #include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
