@@ -234,10 +234,21 @@ __device__ inline unsigned outliers_below(const std::int32_t* idx, std::size_t k
     return lo;
 }
 
+// Column j of an outlier_int4 row whose channel indices have `below` of them before j: the
+// channel's exact value where j is one (and `below` then counts it, for the next column), else the
+// code of its place among the kept columns times its group's scale.
+__device__ inline float outlier_row_value(const std::uint8_t* row_codes, const float* row_scales,
+                                          const float* row_outliers, const std::int32_t* idx, std::size_t k, unsigned G,
+                                          unsigned j, unsigned& below) {
+    if (below < k && static_cast<unsigned>(idx[below]) == j) return row_outliers[below++];
+    const unsigned m = j - below;  // its place among the kept columns
+    return static_cast<float>(get_code(row_codes, m)) * row_scales[m / G];
+}
+
 // The rows of an outlier_int4 blob (k > 0, valid indices) into packed rows: a thread searches the
-// channel indices once for its pack's first column, then walks the pack's columns, each an outlier
-// channel's exact value or the next kept column's code times its scale, and stores the pack whole.
-// The values are the per-element path's, without a search per element.
+// channel indices once for its pack's first column, then walks the pack's columns with
+// outlier_row_value, and stores the pack whole. The values are the per-element path's, without a
+// search per element.
 template <typename T>
 __device__ inline void decode_outlier_packed_rows(T* dst, std::size_t rows, unsigned cols, unsigned G, std::size_t k,
                                                   const std::int32_t* idx, const float* outliers, const float* scales,
@@ -250,19 +261,11 @@ __device__ inline void decode_outlier_packed_rows(T* dst, std::size_t rows, unsi
         const float* row_outliers = outliers + i * k;
         for (unsigned p = threadIdx.x; p < packs; p += blockDim.x) {
             const unsigned first = p * P;
-            unsigned below = outliers_below(idx, k, first);  // outlier channels before column j
+            unsigned below = outliers_below(idx, k, first);  // outlier channels before the pack
             Pack<T> pack;
-            for (int e = 0; e < P; ++e) {
-                const unsigned j = first + e;
-                float value;
-                if (below < k && static_cast<unsigned>(idx[below]) == j) {
-                    value = row_outliers[below++];
-                } else {
-                    const unsigned m = j - below;  // its place among the kept columns
-                    value = static_cast<float>(get_code(row_codes, m)) * row_scales[m / G];
-                }
-                pack.v[e] = from_f32<T>(value);
-            }
+            for (int e = 0; e < P; ++e)
+                pack.v[e] =
+                    from_f32<T>(outlier_row_value(row_codes, row_scales, row_outliers, idx, k, G, first + e, below));
             store_whole_pack(dst + i * cols + first, pack);
         }
     }
@@ -313,10 +316,8 @@ __global__ void group_dequantize_kernel(const std::uint8_t* blob, std::size_t ro
         const std::uint8_t* row_codes = codes + i * row_bytes;
         const float* row_scales = scales + i * groups;
         if (k == 0) return static_cast<float>(get_code(row_codes, j)) * row_scales[j / G];
-        const unsigned lo = outliers_below(idx, k, j);
-        if (lo < k && static_cast<unsigned>(idx[lo]) == j) return outliers[i * k + lo];
-        const unsigned m = j - lo;  // its place among the kept columns, < c
-        return static_cast<float>(get_code(row_codes, m)) * row_scales[m / G];
+        unsigned below = outliers_below(idx, k, j);
+        return outlier_row_value(row_codes, row_scales, outliers + i * k, idx, k, G, j, below);
     });
 }
 
