@@ -13,18 +13,18 @@ using namespace codec_format;
 
 const char* codec_name(Codec codec) {
     switch (codec) {
-    case Codec::group_int4: return "group_int4";
-    case Codec::outlier_int4: return "outlier_int4";
-    case Codec::channel_int4: return "channel_int4";
-    case Codec::asym_int4: return "asym_int4";
-    case Codec::bitpack: return "bitpack";
+        case Codec::group_int4: return "group_int4";
+        case Codec::outlier_int4: return "outlier_int4";
+        case Codec::channel_int4: return "channel_int4";
+        case Codec::asym_int4: return "asym_int4";
+        case Codec::bitpack: return "bitpack";
     }
     return "unknown";
 }
 
 std::size_t outlier_channel_cap(std::size_t cols, const CodecParams& params) {
-    const std::size_t cap = params.max_outlier_channels > 0 ? static_cast<std::size_t>(params.max_outlier_channels)
-                                                            : cols / 16;
+    const std::size_t cap =
+        params.max_outlier_channels > 0 ? static_cast<std::size_t>(params.max_outlier_channels) : cols / 16;
     return std::min(cap, cols);
 }
 
@@ -41,31 +41,29 @@ CodecLayout codec_layout(Codec codec, std::size_t rows, std::size_t cols, const 
     };
     const std::size_t G = static_cast<std::size_t>(params.group_size);
     switch (codec) {
-    case Codec::group_int4:
-        L.scales = section(4 * rows * ceil_div(cols, G));
-        L.codes = section(rows * ceil_div(cols, 2));
-        break;
-    case Codec::outlier_int4: {
-        if (outlier_channels > cols) throw std::invalid_argument("more outlier channels than columns");
-        const std::size_t k = outlier_channels, c = cols - k;
-        L.indices = section(4 * k);
-        L.outliers = section(4 * rows * k);
-        L.scales = section(4 * rows * ceil_div(c, G));
-        L.codes = section(rows * ceil_div(c, 2));
-        break;
-    }
-    case Codec::channel_int4:
-        L.scales = section(4 * cols);
-        L.codes = section(rows * ceil_div(cols, 2));
-        break;
-    case Codec::asym_int4:
-        L.scales = section(4 * rows * ceil_div(cols, G));
-        L.offsets = section(4 * rows * ceil_div(cols, G));
-        L.codes = section(rows * ceil_div(cols, 2));
-        break;
-    case Codec::bitpack:
-        L.codes = section(ceil_div(rows * cols, 8));
-        break;
+        case Codec::group_int4:
+            L.scales = section(4 * rows * ceil_div(cols, G));
+            L.codes = section(rows * ceil_div(cols, 2));
+            break;
+        case Codec::outlier_int4: {
+            if (outlier_channels > cols) throw std::invalid_argument("more outlier channels than columns");
+            const std::size_t k = outlier_channels, c = cols - k;
+            L.indices = section(4 * k);
+            L.outliers = section(4 * rows * k);
+            L.scales = section(4 * rows * ceil_div(c, G));
+            L.codes = section(rows * ceil_div(c, 2));
+            break;
+        }
+        case Codec::channel_int4:
+            L.scales = section(4 * cols);
+            L.codes = section(rows * ceil_div(cols, 2));
+            break;
+        case Codec::asym_int4:
+            L.scales = section(4 * rows * ceil_div(cols, G));
+            L.offsets = section(4 * rows * ceil_div(cols, G));
+            L.codes = section(rows * ceil_div(cols, 2));
+            break;
+        case Codec::bitpack: L.codes = section(ceil_div(rows * cols, 8)); break;
     }
     L.total = at;
     return L;
@@ -86,19 +84,25 @@ std::size_t codec_max_bytes(Codec codec, std::size_t rows, std::size_t cols, con
     return most;
 }
 
-std::size_t codec_scratch_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params) {
-    if (codec != Codec::outlier_int4) return 0;
-    return align64(8 * cols) + align64(4 * cols);  // Sh / Z per channel (double), candidate channels
+std::size_t codec_scratch_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams&) {
+    return codec == Codec::outlier_int4 ? outlier_scratch_layout(rows, cols).total : 0;
+}
+
+OutlierScratch outlier_scratch_layout(std::size_t rows, std::size_t cols) {
+    OutlierScratch s;
+    s.channels = align64(8 * cols);
+    s.chunk_sums = s.channels + align64(4 * cols);
+    s.total = s.chunk_sums + align64(8 * cols * ceil_div(rows, kOutlierSumRows));
+    return s;
 }
 
 namespace codec_format {
 
 void check_params(const CodecParams& params) {
     if (params.group_size < 1 || params.group_size > kMaxGroupSize)
-        throw std::invalid_argument("codec group_size must be in [1, " + std::to_string(kMaxGroupSize) +
-                                    "], got " + std::to_string(params.group_size));
-    if (params.max_outlier_channels < 0)
-        throw std::invalid_argument("codec max_outlier_channels must be >= 0");
+        throw std::invalid_argument("codec group_size must be in [1, " + std::to_string(kMaxGroupSize) + "], got " +
+                                    std::to_string(params.group_size));
+    if (params.max_outlier_channels < 0) throw std::invalid_argument("codec max_outlier_channels must be >= 0");
 }
 
 BlobHeader make_header(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params,

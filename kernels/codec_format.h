@@ -12,7 +12,8 @@
 //   group_int4    naive symmetric group INT4 (mode `quant`): every row is cut into groups of G
 //                 consecutive elements (the last group of a row may be shorter), one scale per
 //                 group, s = max|x| / 7, q = clip(round_half_even(x / s), -8, 7), x^ = q * s.
-//   outlier_int4  Linear/LayerNorm inputs: per channel j, Sh_j = sum_i |x_ij| and
+//   outlier_int4  Linear/LayerNorm inputs: per channel j, Sh_j = sum_i |x_ij| (in double, in
+//                 the order of outlier_channel_sums below) and
 //                 Z_j = (Sh_j - mean(Sh)) / std(Sh) (population std, in double); channels with
 //                 Z_j > z are outliers, at most max_outlier_channels of them (the largest Z win,
 //                 ties to the lower index). They are stored exactly (fp32) as a dense rows x k
@@ -100,9 +101,22 @@ std::size_t codec_bytes(Codec codec, std::size_t rows, std::size_t cols, const C
 // k = 0..outlier_channel_cap; the others' size does not depend on the data, so it is exact
 // (bitpack's A(ceil(rows * cols / 8)) depends only on rows * cols, however they are split).
 std::size_t codec_max_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params);
-// Scratch compress needs: 0 for all but the outlier codec, A(8 * cols) + A(4 * cols) bytes
-// (per-channel Sh and Z in double, candidate channel indices).
+// Scratch compress needs: 0 for all but the outlier codec, whose scratch is OutlierScratch below.
 std::size_t codec_scratch_bytes(Codec codec, std::size_t rows, std::size_t cols, const CodecParams& params);
+
+// The outlier codec sums Sh_j over chunks of kOutlierSumRows consecutive rows: each chunk in row
+// order from 0.0, then the chunks' sums in chunk order from 0.0. Double addition is not
+// associative and Sh decides which channels are outliers, so every backend adds in this one
+// order; it lets a GPU sum the chunks in parallel where one serial chain over every row would
+// take a millisecond.
+inline constexpr std::size_t kOutlierSumRows = 1024;
+// The outlier codec's scratch, byte offsets from its (64-byte aligned) start: Sh and then Z per
+// channel (cols doubles, first, where the tests read them), the candidate channel indices (cols
+// int32), and the chunks' sums (chunk-major, ceil(rows / kOutlierSumRows) x cols doubles).
+struct OutlierScratch {
+    std::size_t sums = 0, channels = 0, chunk_sums = 0, total = 0;
+};
+OutlierScratch outlier_scratch_layout(std::size_t rows, std::size_t cols);
 
 // ---- The blob format's pieces, for the backends' codec implementations; not for callers. ----
 namespace codec_format {

@@ -36,14 +36,15 @@ std::size_t cdiv(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 // The documented byte formulas.
 std::size_t formula_bytes(Codec codec, std::size_t rows, std::size_t cols, std::size_t G, std::size_t k = 0) {
     switch (codec) {
-    case Codec::group_int4: return 64 + align64(4 * rows * cdiv(cols, G)) + align64(rows * cdiv(cols, 2));
-    case Codec::outlier_int4: {
-        const std::size_t c = cols - k;
-        return 64 + align64(4 * k) + align64(4 * rows * k) + align64(4 * rows * cdiv(c, G)) + align64(rows * cdiv(c, 2));
-    }
-    case Codec::channel_int4: return 64 + align64(4 * cols) + align64(rows * cdiv(cols, 2));
-    case Codec::asym_int4: return 64 + 2 * align64(4 * rows * cdiv(cols, G)) + align64(rows * cdiv(cols, 2));
-    case Codec::bitpack: return align64(cdiv(rows * cols, 8));
+        case Codec::group_int4: return 64 + align64(4 * rows * cdiv(cols, G)) + align64(rows * cdiv(cols, 2));
+        case Codec::outlier_int4: {
+            const std::size_t c = cols - k;
+            return 64 + align64(4 * k) + align64(4 * rows * k) + align64(4 * rows * cdiv(c, G)) +
+                   align64(rows * cdiv(c, 2));
+        }
+        case Codec::channel_int4: return 64 + align64(4 * cols) + align64(rows * cdiv(cols, 2));
+        case Codec::asym_int4: return 64 + 2 * align64(4 * rows * cdiv(cols, G)) + align64(rows * cdiv(cols, 2));
+        case Codec::bitpack: return align64(cdiv(rows * cols, 8));
     }
     return 0;
 }
@@ -206,10 +207,10 @@ Vec random_activations(std::size_t rows, std::size_t cols, std::mt19937& gen) {
         const int kind = pick(gen);
         for (std::size_t j = 0; j < cols; ++j) {
             float v = normal(gen) * row_scale;
-            if (kind == 0) v = 0.0f;                            // an all-zero row
-            if (kind == 1 && j % 3 == 0) v = 0.0f;              // sparse
-            if (kind == 2 && pick(gen) == 0) v *= 40.0f;        // heavy tail
-            if (kind == 3 && j < cols / 2) v = 0.0f;            // a zero stretch (whole groups)
+            if (kind == 0) v = 0.0f;                      // an all-zero row
+            if (kind == 1 && j % 3 == 0) v = 0.0f;        // sparse
+            if (kind == 2 && pick(gen) == 0) v *= 40.0f;  // heavy tail
+            if (kind == 3 && j < cols / 2) v = 0.0f;      // a zero stretch (whole groups)
             x[i * cols + j] = v;
         }
     }
@@ -291,9 +292,9 @@ struct Case {
     std::size_t rows, cols;
     int G;
 };
-const Case kCases[] = {{1, 1, 64},  {3, 5, 64},  {7, 100, 64},  {17, 129, 64}, {4, 64, 64},  {33, 200, 48},
-                       {9, 77, 7},  {5, 31, 1},  {2, 300, 16},  {65, 3, 2},    {6, 1000, 4096}, {40, 768, 64},
-                       {11, 257, 33}, {128, 96, 32}};
+const Case kCases[] = {{1, 1, 64},      {3, 5, 64},    {7, 100, 64},  {17, 129, 64}, {4, 64, 64},
+                       {33, 200, 48},   {9, 77, 7},    {5, 31, 1},    {2, 300, 16},  {65, 3, 2},
+                       {6, 1000, 4096}, {40, 768, 64}, {11, 257, 33}, {128, 96, 32}};
 
 void expect_within_half_step(const Vec& x, const Vec& y, const Reference& ref, const char* codec) {
     for (std::size_t e = 0; e < x.size(); ++e) {
@@ -304,8 +305,7 @@ void expect_within_half_step(const Vec& x, const Vec& y, const Reference& ref, c
 }
 
 void expect_equal_values(const Vec& want, const Vec& got, const char* codec) {
-    for (std::size_t e = 0; e < want.size(); ++e)
-        ASSERT_EQ(want[e], got[e]) << codec << " element " << e;
+    for (std::size_t e = 0; e < want.size(); ++e) ASSERT_EQ(want[e], got[e]) << codec << " element " << e;
 }
 
 class CodecProperty : public ::testing::TestWithParam<Case> {};
@@ -325,24 +325,24 @@ TEST_P(CodecProperty, MatchesReferenceWithinHalfStepOnOneAndTwoThreads) {
         Codec codec;
         const Vec* x;
     };
-    for (const Run& run : {Run{Codec::group_int4, &act}, Run{Codec::outlier_int4, &act},
-                           Run{Codec::outlier_int4, &act_out}, Run{Codec::channel_int4, &act},
-                           Run{Codec::asym_int4, &prob}, Run{Codec::asym_int4, &act}}) {
+    for (const Run& run :
+         {Run{Codec::group_int4, &act}, Run{Codec::outlier_int4, &act}, Run{Codec::outlier_int4, &act_out},
+          Run{Codec::channel_int4, &act}, Run{Codec::asym_int4, &prob}, Run{Codec::asym_int4, &act}}) {
         const Vec& x = *run.x;
         const char* name = codec_name(run.codec);
         Reference ref(0);
         std::size_t k = 0;
         switch (run.codec) {
-        case Codec::group_int4: ref = ref_group(x, rows, cols, G); break;
-        case Codec::channel_int4: ref = ref_channel(x, rows, cols); break;
-        case Codec::asym_int4: ref = ref_asym(x, rows, cols, G); break;
-        case Codec::outlier_int4: {
-            const auto chosen = ref_outlier_channels(x, rows, cols, p.outlier_z, outlier_channel_cap(cols, p));
-            k = chosen.size();
-            ref = ref_outlier(x, rows, cols, G, chosen);
-            break;
-        }
-        case Codec::bitpack: break;
+            case Codec::group_int4: ref = ref_group(x, rows, cols, G); break;
+            case Codec::channel_int4: ref = ref_channel(x, rows, cols); break;
+            case Codec::asym_int4: ref = ref_asym(x, rows, cols, G); break;
+            case Codec::outlier_int4: {
+                const auto chosen = ref_outlier_channels(x, rows, cols, p.outlier_z, outlier_channel_cap(cols, p));
+                k = chosen.size();
+                ref = ref_outlier(x, rows, cols, G, chosen);
+                break;
+            }
+            case Codec::bitpack: break;
         }
         std::vector<unsigned char> blob_1thread;
         for (int threads : {1, 2}) {
@@ -453,6 +453,50 @@ TEST(Codecs, OutlierCodecRoundTripsRepresentableDataWithOutliers) {
     expect_equal_values(x, decompress_vec(Codec::outlier_int4, c, rows, cols), "outlier_int4");
 }
 
+// Z from Sh added in chunks of chunk_rows rows, each in row order from 0.0, then the chunks' sums
+// in order (chunk_rows = rows: plain row order); mean, variance (fma) and Z as the codec's
+// documentation (codec_format.h) spells them.
+std::vector<double> outlier_z_scores(const Vec& x, std::size_t rows, std::size_t cols, std::size_t chunk_rows) {
+    std::vector<double> sh(cols, 0.0);
+    for (std::size_t j = 0; j < cols; ++j)
+        for (std::size_t first = 0; first < rows; first += chunk_rows) {
+            double chunk = 0.0;
+            for (std::size_t i = first; i < std::min(rows, first + chunk_rows); ++i)
+                chunk += std::fabs(static_cast<double>(x[i * cols + j]));
+            sh[j] += chunk;
+        }
+    double mean = 0.0, var = 0.0;
+    for (double s : sh) mean += s;
+    mean /= static_cast<double>(cols);
+    for (double s : sh) var = std::fma(s - mean, s - mean, var);
+    const double sd = std::sqrt(var / static_cast<double>(cols));
+    for (double& s : sh) s = (s - mean) / sd;
+    return sh;
+}
+
+// The outlier codec adds Sh in its documented order, whatever the thread count: on magnitudes
+// spread over 2^-30 .. 2^30 double sums round, so the order shows (plain row order gives other
+// Z), and the codec's Z (left in its scratch) equal those of the documented order bit for bit.
+TEST(Codecs, OutlierSumsFollowTheDocumentedChunkOrder) {
+    const std::size_t rows = 2 * kOutlierSumRows + 37, cols = 24;
+    std::mt19937 gen(71);
+    std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+    std::uniform_int_distribution<int> exponent(-30, 30);
+    Vec x(rows * cols);
+    for (float& v : x) v = std::ldexp(mantissa(gen), exponent(gen)) * (gen() % 2 ? 1.0f : -1.0f);
+    const std::vector<double> want = outlier_z_scores(x, rows, cols, kOutlierSumRows);
+    EXPECT_NE(want, outlier_z_scores(x, rows, cols, rows)) << "the data does not show the order";
+    CodecParams p;
+    p.max_outlier_channels = static_cast<int>(cols);
+    for (int threads : {1, 2}) {
+        ThreadCount tc(threads);
+        std::vector<double> scratch(codec_scratch_bytes(Codec::outlier_int4, rows, cols, p) / 8 + 1);
+        Blob blob(codec_max_bytes(Codec::outlier_int4, rows, cols, p));
+        compress(Codec::outlier_int4, x.data(), rows, cols, p, blob.data, scratch.data());
+        EXPECT_EQ(std::vector<double>(scratch.begin(), scratch.begin() + cols), want) << threads << " threads";
+    }
+}
+
 // ---- The outlier codec's purpose. ----
 
 TEST(Codecs, OutlierCodecBeatsGroupInt4On1PercentOutlierChannels) {
@@ -529,8 +573,10 @@ TEST(Codecs, OutlierSelectionMatchesBruteForceZScores) {
                 for (int j : got) kept[j] = true;
                 double weakest_kept = std::numeric_limits<double>::infinity(), strongest_left = -1e300;
                 for (std::size_t j = 0; j < cols; ++j) {
-                    if (kept[j]) weakest_kept = std::min(weakest_kept, zs[j]);
-                    else if (zs[j] > z) strongest_left = std::max(strongest_left, zs[j]);
+                    if (kept[j])
+                        weakest_kept = std::min(weakest_kept, zs[j]);
+                    else if (zs[j] > z)
+                        strongest_left = std::max(strongest_left, zs[j]);
                 }
                 if (!got.empty()) {
                     EXPECT_GE(weakest_kept, strongest_left);
@@ -575,7 +621,8 @@ TEST(Codecs, SizesMatchTheDocumentedFormulas) {
         }
         std::size_t most = 0;
         for (std::size_t k = 0; k <= outlier_channel_cap(cols, p); ++k) {
-            EXPECT_EQ(codec_bytes(Codec::outlier_int4, rows, cols, p, k), formula_bytes(Codec::outlier_int4, rows, cols, G, k));
+            EXPECT_EQ(codec_bytes(Codec::outlier_int4, rows, cols, p, k),
+                      formula_bytes(Codec::outlier_int4, rows, cols, G, k));
             most = std::max(most, formula_bytes(Codec::outlier_int4, rows, cols, G, k));
         }
         EXPECT_EQ(codec_max_bytes(Codec::outlier_int4, rows, cols, p), most);
@@ -745,7 +792,8 @@ TEST(Codecs, RejectsBadParametersAndMismatchedBlobs) {
 TEST(Codecs, EmptyTensors) {
     Blob blob(4096);
     for (Codec codec : {Codec::group_int4, Codec::outlier_int4, Codec::channel_int4, Codec::asym_int4}) {
-        EXPECT_EQ(compress(codec, nullptr, 0, 5, CodecParams{}, blob.data, nullptr), codec_bytes(codec, 0, 5, CodecParams{}));
+        EXPECT_EQ(compress(codec, nullptr, 0, 5, CodecParams{}, blob.data, nullptr),
+                  codec_bytes(codec, 0, 5, CodecParams{}));
         decompress(codec, blob.data, 0, 5, nullptr);
     }
     EXPECT_EQ(compress(Codec::bitpack, nullptr, 0, 5, CodecParams{}, blob.data, nullptr), 0u);

@@ -97,24 +97,36 @@ void dequantize_row(const std::uint8_t* row_codes, const float* scales, std::siz
 
 // ---- Outlier channel selection. ----
 
-// Fills idx[0, k) with the outlier channels, ascending, and returns k. sums: cols doubles,
-// idx: cols ints (the caller's scratch). Sh_j is summed in double in row order by one thread per
-// column, so it does not depend on the thread count (and a plain double loop reproduces it).
-std::size_t select_outliers(const float* src, std::size_t rows, std::size_t cols, float z, std::size_t cap,
-                            double* sums, std::int32_t* idx) {
-    if (cap == 0 || cols == 0) return 0;
-        // Sh_j over column ranges: each thread streams its slice of every row.
+// sums[j] = Sh_j in the codec's order (codec_format.h, kOutlierSumRows): each chunk of rows
+// summed into chunk[j] in row order from 0.0, then added to sums[j] in chunk order. Each thread
+// takes a slice of the columns and streams that slice of every row, so the result does not
+// depend on the thread count.
+void outlier_channel_sums(const float* src, std::size_t rows, std::size_t cols, double* chunk, double* sums) {
 #pragma omp parallel
     {
         std::size_t begin, end;
         thread_share(cols, omp_get_num_threads(), omp_get_thread_num(), begin, end);
         for (std::size_t j = begin; j < end; ++j) sums[j] = 0.0;
-        for (std::size_t i = 0; i < rows; ++i) {
-            const float* x = src + i * cols;
+        for (std::size_t first = 0; first < rows; first += kOutlierSumRows) {
+            for (std::size_t j = begin; j < end; ++j) chunk[j] = 0.0;
+            for (std::size_t i = first; i < std::min(rows, first + kOutlierSumRows); ++i) {
+                const float* x = src + i * cols;
 #pragma omp simd
-            for (std::size_t j = begin; j < end; ++j) sums[j] += std::fabs(static_cast<double>(x[j]));
+                for (std::size_t j = begin; j < end; ++j) chunk[j] += std::fabs(static_cast<double>(x[j]));
+            }
+            for (std::size_t j = begin; j < end; ++j) sums[j] += chunk[j];
         }
     }
+}
+
+// Fills idx[0, k) with the outlier channels, ascending, and returns k. scratch: the codec's
+// (outlier_scratch_layout); Z_j is left in its sums when std > 0, else Sh_j.
+std::size_t select_outliers(const float* src, std::size_t rows, std::size_t cols, float z, std::size_t cap,
+                            std::uint8_t* scratch, std::int32_t* idx) {
+    if (cap == 0 || cols == 0) return 0;
+    const OutlierScratch at = outlier_scratch_layout(rows, cols);
+    auto* sums = reinterpret_cast<double*>(scratch + at.sums);
+    outlier_channel_sums(src, rows, cols, reinterpret_cast<double*>(scratch + at.chunk_sums), sums);
     double mean = 0.0;
     for (std::size_t j = 0; j < cols; ++j) mean += sums[j];
     mean /= static_cast<double>(cols);
@@ -212,11 +224,11 @@ std::size_t compress_outlier_int4(const float* src, std::size_t rows, std::size_
     check_params(params);
     if (!scratch && rows > 0 && outlier_channel_cap(cols, params) > 0)
         throw std::invalid_argument("outlier_int4 compress needs codec_scratch_bytes() of scratch");
-    double* sums = static_cast<double*>(scratch);
-    auto* idx = reinterpret_cast<std::int32_t*>(static_cast<std::uint8_t*>(scratch) + align64(8 * cols));
-    const std::size_t k =
-        rows == 0 ? 0
-                  : select_outliers(src, rows, cols, params.outlier_z, outlier_channel_cap(cols, params), sums, idx);
+    auto* scratch_bytes = static_cast<std::uint8_t*>(scratch);
+    auto* idx = reinterpret_cast<std::int32_t*>(scratch_bytes + outlier_scratch_layout(rows, cols).channels);
+    const std::size_t k = rows == 0 ? 0
+                                    : select_outliers(src, rows, cols, params.outlier_z,
+                                                      outlier_channel_cap(cols, params), scratch_bytes, idx);
     write_header(dst, Codec::outlier_int4, rows, cols, params, k);
     const CodecLayout L = codec_layout(Codec::outlier_int4, rows, cols, params, k);
     auto* blob = static_cast<std::uint8_t*>(dst);

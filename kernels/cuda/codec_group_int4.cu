@@ -10,10 +10,10 @@
 // store_row_codes; one byte of two gathered elements at a time for outlier_int4's kept columns).
 // Decoding into packed rows goes a pack at a time: without outliers a pack's codes and its scale
 // in one load each; with them one search of the channel indices a pack, not one an element.
-// outlier_int4 adds two kernels before it, and decides k on the device:
-//   1. Sh_j = sum_i |x_ij| in double, summed in row order exactly as the CPU does (so the blob
-//      matches it byte for byte): a block per 32 columns streams row tiles through shared memory
-//      while one warp adds them in order;
+// outlier_int4 adds three kernels before it, and decides k on the device:
+//   1. Sh_j = sum_i |x_ij| in double, in the codec's order (codec_format.h: kOutlierSumRows),
+//      as the CPU adds, so the blob matches its byte for byte: a thread per column and chunk of
+//      rows adds the chunk, then a thread per column adds the chunks' sums;
 //   2. one block: mean and population std of Sh (sequential, as the CPU), Z_j in place, the
 //      candidates Z_j > z, the cap largest (ties to the lower channel) by counting ranks, and a
 //      fixed-order prefix sum that writes the ascending channel indices into the blob, the
@@ -323,46 +323,50 @@ __global__ void group_dequantize_kernel(const std::uint8_t* blob, std::size_t ro
 
 // ---- Outlier channel selection. ----
 
-constexpr int kSumThreads = 256;   // 8 warps load a tile; warp 0 adds it
-constexpr int kSumCols = 32;       // columns per block: one per lane
-constexpr int kSumTileRows = 128;  // rows per shared-memory tile (two tiles: 32 KiB)
-constexpr int kSumRowsPerThread = kSumTileRows / (kSumThreads / 32);
+constexpr int kSumThreads = 256;  // one column a thread
+constexpr int kSumBatch = 8;      // values loaded before they are added
 
-// sums[j] = sum_i |x_ij| in double, adding rows in order 0, 1, ..., rows - 1 from 0.0: the CPU's
-// order exactly (a double sum is not associative, and Sh decides which channels are outliers).
-// The serial chain per column is inherent; what runs in parallel is the loading: while warp 0
-// adds tile t from shared memory, every warp has tile t + 1's loads in flight.
-template <typename T>
-__global__ void outlier_channel_sums_kernel(const T* src, std::size_t rows, std::size_t cols, double* sums) {
-    __shared__ float tile[2][kSumTileRows][kSumCols];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const std::size_t j = static_cast<std::size_t>(blockIdx.x) * kSumCols + lane;
-    const bool live = j < cols;
-    const std::size_t tiles = div_up(rows, kSumTileRows);
-    float next[kSumRowsPerThread];
-    auto load = [&](std::size_t t) {
-        for (int r = 0; r < kSumRowsPerThread; ++r) {
-            const std::size_t row = t * kSumTileRows + warp + r * (kSumThreads / 32);
-            next[r] = live && row < rows ? to_f32(src[row * cols + j]) : 0.0f;
-        }
-    };
-    auto store = [&](int buffer) {
-        for (int r = 0; r < kSumRowsPerThread; ++r) tile[buffer][warp + r * (kSumThreads / 32)][lane] = next[r];
-    };
-    load(0);
-    store(0);
+// 0.0 + load(0) + load(1) + ... + load(n - 1), added in that order. The loads of a batch are
+// issued before its additions, so they overlap while the additions wait on one another.
+template <typename Load>
+__device__ inline double add_in_order(std::size_t n, Load load) {
     double acc = 0.0;
-    for (std::size_t t = 0; t < tiles; ++t) {
-        __syncthreads();  // tile t is complete; tile t - 1's buffer is no longer read
-        if (t + 1 < tiles) load(t + 1);
-        if (warp == 0) {
-            const std::size_t left = rows - t * kSumTileRows;
-            const int n = left < kSumTileRows ? static_cast<int>(left) : kSumTileRows;
-            for (int r = 0; r < n; ++r) acc += fabs(static_cast<double>(tile[t % 2][r][lane]));
-        }
-        if (t + 1 < tiles) store(static_cast<int>((t + 1) % 2));
+    std::size_t i = 0;
+    for (; i + kSumBatch <= n; i += kSumBatch) {
+        double v[kSumBatch];
+        ADACC_UNROLL
+        for (int r = 0; r < kSumBatch; ++r) v[r] = load(i + r);
+        ADACC_UNROLL
+        for (int r = 0; r < kSumBatch; ++r) acc += v[r];
     }
-    if (warp == 0 && live) sums[j] = acc;
+    for (; i < n; ++i) acc += load(i);
+    return acc;
+}
+
+// chunk_sums[c * cols + j] = sum of |x_ij| over chunk c's rows (codec_format.h, kOutlierSumRows),
+// in row order from 0.0: the CPU's order exactly (a double sum is not associative, and Sh decides
+// which channels are outliers). Block b takes chunk b / column_blocks, and of it the columns of
+// block b % column_blocks: a warp reads 32 adjacent columns of a row.
+template <typename T>
+__global__ void __launch_bounds__(kSumThreads)
+    outlier_chunk_sums_kernel(const T* src, std::size_t rows, std::size_t cols, std::size_t column_blocks,
+                              double* chunk_sums) {
+    const std::size_t chunk = blockIdx.x / column_blocks;
+    const std::size_t j = (blockIdx.x % column_blocks) * kSumThreads + threadIdx.x;
+    if (j >= cols) return;
+    const std::size_t first = chunk * kOutlierSumRows;
+    const std::size_t n = rows - first < kOutlierSumRows ? rows - first : kOutlierSumRows;
+    const T* x = src + first * cols + j;
+    chunk_sums[chunk * cols + j] =
+        add_in_order(n, [&](std::size_t i) { return fabs(static_cast<double>(to_f32(x[i * cols]))); });
+}
+
+// sums[j] = the chunks' sums of channel j added in chunk order from 0.0 (the CPU's order).
+__global__ void __launch_bounds__(kSumThreads)
+    outlier_channel_sums_kernel(const double* chunk_sums, std::size_t chunks, std::size_t cols, double* sums) {
+    const std::size_t j = static_cast<std::size_t>(blockIdx.x) * kSumThreads + threadIdx.x;
+    if (j >= cols) return;
+    sums[j] = add_in_order(chunks, [&](std::size_t c) { return chunk_sums[c * cols + j]; });
 }
 
 constexpr int kSelectThreads = 256;
@@ -502,10 +506,17 @@ void compress_outlier_int4(const KernelContext& ctx, const T* src, std::size_t r
     }
     if (!ctx.scratch || ctx.scratch_bytes < codec_scratch_bytes(Codec::outlier_int4, rows, cols, params))
         throw std::invalid_argument("outlier_int4 compress needs codec_scratch_bytes() of scratch");
-    auto* sums = static_cast<double*>(ctx.scratch);
-    auto* keep = reinterpret_cast<std::int32_t*>(static_cast<std::uint8_t*>(ctx.scratch) + align64(8 * cols));
-    ADACC_LAUNCH(outlier_channel_sums_kernel<T>, ceil_div(cols, kSumCols), kSumThreads, 0, ctx.stream)
-    (src, rows, cols, sums);
+    const OutlierScratch at = outlier_scratch_layout(rows, cols);
+    auto* scratch = static_cast<std::uint8_t*>(ctx.scratch);
+    auto* sums = reinterpret_cast<double*>(scratch + at.sums);
+    auto* chunk_sums = reinterpret_cast<double*>(scratch + at.chunk_sums);
+    auto* keep = reinterpret_cast<std::int32_t*>(scratch + at.channels);
+    const std::size_t column_blocks = ceil_div(cols, kSumThreads), chunks = ceil_div(rows, kOutlierSumRows);
+    ADACC_LAUNCH(outlier_chunk_sums_kernel<T>, column_blocks * chunks, kSumThreads, 0, ctx.stream)
+    (src, rows, cols, column_blocks, chunk_sums);
+    check_launch("codec_compress (outlier_int4 chunk sums)");
+    ADACC_LAUNCH(outlier_channel_sums_kernel, column_blocks, kSumThreads, 0, ctx.stream)
+    (chunk_sums, chunks, cols, sums);
     check_launch("codec_compress (outlier_int4 channel sums)");
     ADACC_LAUNCH(outlier_select_kernel, 1, kSelectThreads, 0, ctx.stream)
     (sums, cols, static_cast<double>(params.outlier_z), cap, keep, header, static_cast<std::uint8_t*>(dst));

@@ -217,10 +217,8 @@ std::vector<float> codec_flat_rows(std::size_t rows, std::size_t cols) {
     return x;
 }
 
-const std::vector<PlantedOutliers> kPlantedOutliers = {{7, 100, 64, {0, 31, 32, 77, 99}},
-                                                       {33, 72, 16, {5, 6, 40}},
-                                                       {140, 100, 7, {1, 50, 98}},
-                                                       {1, 40, 64, {39}},
-                                                       {3, 1100, 64, {7, 500, 1099}}};
+const std::vector<PlantedOutliers> kPlantedOutliers = {{7, 100, 64, {0, 31, 32, 77, 99}}, {33, 72, 16, {5, 6, 40}},
+                                                       {140, 100, 7, {1, 50, 98}},        {1, 40, 64, {39}},
+                                                       {3, 1100, 64, {7, 500, 1099}},     {2085, 40, 16, {4, 27}}};
 
 }  // namespace adacc::test

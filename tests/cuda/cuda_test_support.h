@@ -124,8 +124,8 @@ std::vector<float> codec_with_outliers(std::size_t rows, std::size_t cols, const
 std::vector<float> codec_flat_rows(std::size_t rows, std::size_t cols);
 // Tensors with a few planted outlier channels (codec_with_outliers, seed rows + cols): the
 // outlier codec, capped at 8, must choose exactly those (ascending). Groups of the compacted rows
-// straddle them; 140 rows: two tiles of the channel sums; 1100 columns: more than one stage of
-// the serial mean / variance.
+// straddle them; 2085 rows: three chunks of the channel sums (kOutlierSumRows); 1100 columns:
+// more than one stage of the serial mean / variance.
 struct PlantedOutliers {
     std::size_t rows, cols;
     int G;

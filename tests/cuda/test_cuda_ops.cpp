@@ -1285,8 +1285,8 @@ CodecParams codec_params(int group_size, int max_outlier_channels = -1) {
 
 // The INT4 codecs in fp32 and bf16 (the tensor rounded to bf16 compresses to the CPU's blob of
 // the same values as floats). Shapes are odd (rows 1, 7, 33; cols 40, 72, 100; odd group sizes,
-// G = 1 and 4096) plus one with more rows than a tile of the outlier sums and a chunk of the
-// channel maxima (140 rows). group_int4's and asym_int4's one-pass rows (packed rows, a group on 1
+// G = 1 and 4096) plus one with more rows than a chunk of the channel maxima (140 rows).
+// group_int4's and asym_int4's one-pass rows (packed rows, a group on 1
 // to 32 lanes of 16-byte packs): G = 8 (one lane in bf16, two in fp32), 64 and 256 (32 lanes in
 // bf16; 64 in fp32, which takes the two-pass path), and 4160 columns, more than one round of a
 // thread's loads.
@@ -1326,9 +1326,13 @@ std::vector<OpCase> codec_cases(DType a) {
     // outlier_int4: more columns than one shared-memory stage of the serial mean / variance (1024).
     cases.push_back(codec_case(a, Codec::outlier_int4, "wide range", codec_wide_range(3, 1100, 59), 3, 1100,
                                codec_params(CodecParams{}.group_size, 20)));
-    // Planted outlier channels (x50), which groups of the compacted rows straddle; two tiles of the
-    // channel sums (140 rows); more columns than a stage (CudaCodecs.OutlierInt4PicksPlantedChannels
-    // checks that exactly these are chosen).
+    // outlier_int4: three chunks of rows in the channel sums (kOutlierSumRows), on data whose double
+    // sums round: the device adds them in the CPU's order (Z compared bit for bit).
+    cases.push_back(codec_case(a, Codec::outlier_int4, "wide range", codec_wide_range(2085, 40, 61), 2085, 40,
+                               codec_params(16, 5)));
+    // Planted outlier channels (x50), which groups of the compacted rows straddle; three chunks of
+    // the channel sums (2085 rows); more columns than a stage
+    // (CudaCodecs.OutlierInt4PicksPlantedChannels checks that exactly these are chosen).
     for (const PlantedOutliers& c : kPlantedOutliers)
         cases.push_back(codec_case(a, Codec::outlier_int4, "planted",
                                    codec_with_outliers(c.rows, c.cols, c.planted, c.rows + c.cols), c.rows, c.cols,
