@@ -72,6 +72,17 @@ TEST(DeviceMemory, CudnnAttentionsWorkspaceIsCountedInTraining) {
     const ModelMemory fast = memory_for_mode(cfg, B, T, MemoryMode::none, atomics);
     EXPECT_EQ(fast.backend - fused.backend, 4 * B * H * T * hs + 4 * B * H * T + 256 + 16);
     EXPECT_EQ(fast.total() - fast.backend, fused.total() - fused.backend) << "the same arenas otherwise";
+    // Where the dQ accumulator is the larger (T = 64 < 2 hs = 128: 64 x 128 tiles of bf16 against
+    // 64 x 64 fp32), a deterministic run reserves it too: cuDNN runs the other backward for a shape
+    // it has no deterministic one for.
+    cfg.n_embd = 2 * cfg.n_head * 64;  // hs = 128
+    cfg.attention = AttentionImpl::fused;
+    const std::size_t short_T = 64, wide_hs = 128;
+    const ModelMemory wide_fused = memory_for_mode(cfg, B, short_T, MemoryMode::none, {Device::cuda, DType::bf16});
+    cfg.attention = AttentionImpl::cudnn;
+    const ModelMemory wide = memory_for_mode(cfg, B, short_T, MemoryMode::none, {Device::cuda, DType::bf16});
+    ASSERT_GT(4 * wide_hs * short_T, 2 * short_T * 128) << "the shape must favour the dQ accumulator";
+    EXPECT_EQ(wide.backend - wide_fused.backend, 4 * B * H * short_T * wide_hs + 4 * B * H * short_T + 256 + 16);
     // On the CPU the flag changes nothing (no cuDNN there; the fused kernels are deterministic).
     cfg.attention = AttentionImpl::fused;
     ComputeTarget cpu_atomics;

@@ -34,6 +34,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -274,17 +275,26 @@ BuiltGraph build_backward_as(cudnnHandle_t handle, const GraphKey& key, bool det
     return built;
 }
 
+// The deterministic backward where asked and cuDNN has one for the shape, else the other, said
+// once per shape on stderr: the run goes on, but its attention gradients are no longer
+// reproducible bit for bit (the accounting reserves either's workspace: device_sizes.h).
 BuiltGraph build_backward(cudnnHandle_t handle, const GraphKey& key) {
     if (!key.deterministic) return build_backward_as(handle, key, false);
     try {
         return build_backward_as(handle, key, true);
     } catch (const std::runtime_error& deterministic_failed) {
+        BuiltGraph built;
         try {
-            return build_backward_as(handle, key, false);
+            built = build_backward_as(handle, key, false);
         } catch (const std::runtime_error& e) {
             throw std::runtime_error(std::string(e.what()) +
                                      " (and with the deterministic algorithm: " + deterministic_failed.what() + ")");
         }
+        std::fprintf(stderr,
+                     "cuDNN has no deterministic attention backward for %s (%s): its gradients there are summed by "
+                     "atomics and may differ run to run (model.attention = \"materialized\" is deterministic)\n",
+                     key.name().c_str(), deterministic_failed.what());
+        return built;
     }
 }
 
@@ -292,7 +302,7 @@ BuiltGraph build_backward(cudnnHandle_t handle, const GraphKey& key) {
 // reserves what cuDNN asks for (device_sizes.h: cudnn_attention_device_bytes), so this fails
 // only when the device is fuller than planned or a cuDNN asks for more: the user's to fix, with
 // less budget or batch.
-void allocate_workspace(DnnContext& dnn, std::size_t need, const GraphKey& key, bool deterministic) {
+void allocate_workspace(DnnContext& dnn, std::size_t need, const GraphKey& key) {
     if (cudaMalloc(&dnn.workspace, need) == cudaSuccess) {
         dnn.workspace_bytes = need;
         return;
@@ -302,7 +312,7 @@ void allocate_workspace(DnnContext& dnn, std::size_t need, const GraphKey& key, 
     dnn.graphs.clear();
     std::size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
-    const std::size_t reserved = cudnn_attention_device_bytes(key.B, key.H, key.T, key.hs, deterministic);
+    const std::size_t reserved = cudnn_attention_device_bytes(key.B, key.H, key.T, key.hs, key.deterministic);
     throw UserError("cuDNN's attention needs a workspace of " + std::to_string(need) + " bytes for its " + key.name() +
                     " (the memory accounting reserved " + std::to_string(reserved) + "), and the GPU has " +
                     std::to_string(free) + " bytes free; lower memory.budget or training.batch_size, or use " +
@@ -320,7 +330,7 @@ const BuiltGraph& graph_for(DnnContext& dnn, const GraphKey& key) {
             if (dnn.workspace) check_cuda(cudaFree(dnn.workspace), "cudaFree (workspace)");
             dnn.workspace = nullptr;
             dnn.workspace_bytes = 0;
-            allocate_workspace(dnn, need, key, built.deterministic);
+            allocate_workspace(dnn, need, key);
         }
         it = dnn.graphs.emplace(key, std::move(built)).first;
     }

@@ -26,15 +26,20 @@ inline constexpr std::size_t kBackendBufferBytes = kBlasWorkspaceBytes + kReduct
 // other backward (training.deterministic = false) sums dQ by atomics into an fp32 B x H x T x hs
 // buffer instead of the dP matrix: the frontend's composite SDPA backward sizes it and the 4 bytes
 // per position (cudnn_frontend/node/scaled_dot_product_flash_attention.h: dQ_accum, softmax_sum);
-// the 256 bytes are assumed as in the deterministic case, not yet measured on a GPU. A cuDNN that
-// asks for more is refused with the sizes when the device is full (kernels/cuda/attention_cudnn.cpp).
+// the 256 bytes are assumed as in the deterministic case, not yet measured on a GPU. Where cuDNN
+// has no deterministic backward for a shape it runs the other (attention_cudnn.cpp:
+// build_backward), so a deterministic request reserves the larger of the two: the dP matrix's
+// at T = 1024, the dQ buffer's only where T is below about 2 hs. A cuDNN that asks for more is refused with
+// the sizes when the device is full (kernels/cuda/attention_cudnn.cpp).
 inline constexpr std::size_t cudnn_attention_device_bytes(std::size_t B, std::size_t H, std::size_t T, std::size_t hs,
                                                           bool deterministic) {
     const std::size_t softmax_sums = 4 * B * H * T, engine = 256, seed_and_offset = 2 * sizeof(std::int64_t);
     const std::size_t fixed = softmax_sums + engine + seed_and_offset;
-    if (!deterministic) return 4 * B * H * T * hs + fixed;
+    const std::size_t dq_sums = 4 * B * H * T * hs;
+    if (!deterministic) return dq_sums + fixed;
     const std::size_t rows = (T + 63) / 64 * 64, cols = (T + 127) / 128 * 128;
-    return 2 * B * H * rows * cols + fixed;
+    const std::size_t dp_matrix = 2 * B * H * rows * cols;
+    return (dp_matrix > dq_sums ? dp_matrix : dq_sums) + fixed;
 }
 
 }  // namespace adacc::cuda
