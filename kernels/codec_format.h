@@ -13,7 +13,7 @@
 //                 consecutive elements (the last group of a row may be shorter), one scale per
 //                 group, s = max|x| / 7, q = clip(round_half_even(x / s), -8, 7), x^ = q * s.
 //   outlier_int4  Linear/LayerNorm inputs: per channel j, Sh_j = sum_i |x_ij| (in double, in
-//                 the order of outlier_channel_sums below) and
+//                 the order kOutlierSumRows below defines) and
 //                 Z_j = (Sh_j - mean(Sh)) / std(Sh) (population std, in double); channels with
 //                 Z_j > z are outliers, at most max_outlier_channels of them (the largest Z win,
 //                 ties to the lower index). They are stored exactly (fp32) as a dense rows x k
