@@ -2,7 +2,8 @@
 // power-of-two batch whose arenas fit the GPU's free memory in mode none, its step time (median
 // after warm-up, beside the fastest and slowest step: forward, backward, gradient norm, AdamW),
 // tokens/s and MFU (with cuDNN's attention, the first preset again with training.deterministic =
-// false); then every fixed memory mode at the first preset's batch. MFU counts FLOPs per token as
+// false; where the classifier's chunk splits its batch, again with a 4x longer chunk); then
+// every fixed memory mode at the first preset's batch. MFU counts FLOPs per token as
 // llm.c does, 6 N + 6 L C T (N parameters, L layers, C channels; attention's T-dependent part
 // included once per layer), against the GPU's dense peak for the precision the kernels use. One
 // table on stdout, JSON with --json.
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "src/cli/command_line.h"
+#include "src/common/dtype.h"
 #include "src/common/errors.h"
 #include "src/common/units.h"
 #include "src/cuda/cuda_device.h"
@@ -337,6 +339,7 @@ void step_row(const BenchRun& bench, const std::string& name, const GPTConfig& c
     out["runs"].push_back({{"model", name},
                            {"batch", B},
                            {"deterministic", target.deterministic},
+                           {"classifier_chunk", cfg.classifier_chunk},
                            {"step_ms", t.median_ms},
                            {"step_ms_fastest", t.fastest_ms},
                            {"step_ms_slowest", t.slowest_ms},
@@ -353,9 +356,32 @@ struct PresetRun {
     int B = 0;
 };
 
+// Where the classifier's chunk (the auto one, or --classifier-chunk) splits the batch, the preset
+// again with chunks kLargerChunk times as long, if that still fits: the lm head pays per chunk
+// (its fp32 gradient read and written once a chunk, a dinp GEMM of the chunk's rows), so the row
+// weighs a larger chunk's speed against its logits memory.
+constexpr int kLargerChunk = 4;
+void larger_chunk_row(const BenchRun& bench, const PresetRun& run, nlohmann::json& out) {
+    const int N = run.B * bench.T;
+    const int rows = run.cfg.classifier_rows(N, dtype_size(bench.target.activation));
+    if (rows >= N) return;
+    GPTConfig larger = run.cfg;
+    larger.classifier_chunk = kLargerChunk * rows;
+    const std::string label = "  model.classifier_chunk = " + std::to_string(larger.classifier_chunk) + " (" +
+                              std::to_string(kLargerChunk) + "x " + std::to_string(rows) + " rows)";
+    const ModelMemory m = memory_for_mode(larger, run.B, bench.T, MemoryMode::none, bench.target);
+    if (m.total() > device_memory_bytes(Device::cuda)) {
+        std::printf("%-10s %6d does not fit (%s in mode none) with%s\n", run.name.c_str(), run.B,
+                    format_bytes(m.total()).c_str(), label.c_str());
+        return;
+    }
+    step_row(bench, run.name, larger, run.B, bench.target, label.c_str(), out);
+}
+
 // Each preset at its batch (preset_at_batch); with cuDNN's attention, the first that fitted
 // again with its other backward (training.deterministic = false) at that batch, whose workspace is
-// the smaller one. Returns that first one (nullopt: none fitted).
+// the smaller one, and with a larger classifier chunk (larger_chunk_row). Returns that first one
+// (nullopt: none fitted).
 std::optional<PresetRun> step_table(const BenchRun& bench, nlohmann::json& out) {
     std::printf("%-10s %6s %6s %10s %15s %12s %9s %12s %8s\n", "model", "batch", "seq", "step_ms", "fastest-slowest",
                 "tokens/s", "TFLOP/s", "MFU", "loss");
@@ -371,6 +397,7 @@ std::optional<PresetRun> step_table(const BenchRun& bench, nlohmann::json& out) 
         atomics.deterministic = false;
         step_row(bench, first->name, first->cfg, first->B, atomics, "  training.deterministic = false", out);
     }
+    if (first) larger_chunk_row(bench, *first, out);
     return first;
 }
 

@@ -78,6 +78,21 @@ TEST(BenchGpu, StepAndModeTablesAtAFixedBatch) {
     EXPECT_LT(modes["full"]["tape_bytes"].get<double>(), modes["none"]["tape_bytes"].get<double>());
 }
 
+// Where the classifier's chunk splits the batch (8 of its 2 x 16 = 32 rows), the step table times the
+// first preset again with a chunk four times as long (32 rows: one chunk here), at the same batch.
+TEST(BenchGpu, StepTableTimesALongerClassifierChunkWhereTheChunkSplitsTheBatch) {
+    if (!kBenchGpu) GTEST_SKIP() << kNotBuilt;
+    const nlohmann::json out = run_bench_gpu("--presets gpt-micro --classifier-chunk 8", 2);
+    ASSERT_EQ(out["runs"].size(), 2u) << out.dump(1);
+    EXPECT_EQ(out["runs"][0]["classifier_chunk"], 8);
+    EXPECT_EQ(out["runs"][1]["classifier_chunk"], 32);
+    for (const auto& run : out["runs"]) {
+        EXPECT_EQ(run["model"], "gpt-micro");
+        EXPECT_EQ(run["batch"], 2);
+        expect_median_within_spread(run);
+    }
+}
+
 TEST(BenchGpu, PerOpTablesInModesNoneAndQuant) {
     if (!kBenchGpu) GTEST_SKIP() << kNotBuilt;
     const nlohmann::json out = run_bench_gpu("--presets gpt-micro --per-op --per-op-modes none,quant");
