@@ -54,7 +54,8 @@ MAX_CALL_S=480
 # Call 1's first H200 run: device_tests took 4 s, bench_gpu 18 s, hf_gpt2 26 s; per_op_table skipped.
 # The third took 147 s in all. device_tests has cuDNN graphs to build since (a handle and graphs per
 # test context, non-deterministic backwards too), and a timeout loses every result (its JSON is
-# written at the end), so it takes 40 s of torch_peer's, whose budget follows its timeout.
+# written at the end), so it takes 40 s of torch_peer's, whose budget follows its timeout (73 s
+# used on the third run); bench_gpu 10 s more of it for its eighth run.
 PLAN_1="preflight:15 device_tests:100 bench_gpu:85 per_op_table:110 hf_gpt2:40 torch_peer:130"
 PLAN_2="preflight:15 memcheck:75 racecheck:75 max_batch_345m:20 max_batch_4.7b:40 compare_345m:115 memory_345m:20 adacc_4.7b:120"
 PLAN_3="preflight:15 llmc_peer:400"
@@ -474,10 +475,11 @@ step_racecheck() { sanitize racecheck "$1" "$RACECHECK_TESTS"; }
 # attention backward (training.deterministic = false) and with a 4x longer classifier chunk (the
 # auto one splits its batch), then the four fixed modes at gpt-117m's batch: eight runs of 1
 # warm-up + 5 measured steps (their median, fastest and slowest), 48 steps of 0.5-0.7 s each on an
-# H200 (the third run's), with room for slow kernels and the runs' setup within 85 s. Five, not three: on the third run the same gpt-117m step measured 474.5 ms in the first
-# table and 488.8 in the second, 3% apart where the MFU target was 0.1% away. With cuDNN's
-# attention, the engine's default on CUDA in bf16 (it passed its device tests on an H200). The
-# per-op tables keep 1 + 3 steps (four tables within their 110 s).
+# H200 (the third run's), with room for slow kernels and the runs' setup within 85 s. Five, not
+# three: on the third run the same gpt-117m step measured 474.5 ms in the first table and 488.8 in
+# the second, 3% apart where the MFU target was 0.1% away. With cuDNN's attention, the engine's
+# default on CUDA in bf16 (it passed its device tests on an H200). The per-op tables keep 1 + 3
+# steps (four tables within their 110 s).
 # shellcheck disable=SC2054  # the commas are bench_gpu's list syntax
 BENCH_ARGS=(--presets gpt-117m,gpt-345m --seq 1024 --attention cudnn)
 STEP_TABLE_STEPS=(--steps 5 --warmup 1)
