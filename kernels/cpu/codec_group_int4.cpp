@@ -119,14 +119,12 @@ void outlier_channel_sums(const float* src, std::size_t rows, std::size_t cols, 
     }
 }
 
-// Fills idx[0, k) with the outlier channels, ascending, and returns k. scratch: the codec's
-// (outlier_scratch_layout); Z_j is left in its sums when std > 0, else Sh_j.
+// Fills idx[0, k) with the outlier channels, ascending, and returns k. sums, chunk and idx: the
+// codec's scratch (outlier_scratch_layout); Z_j is left in sums when std > 0, else Sh_j.
 std::size_t select_outliers(const float* src, std::size_t rows, std::size_t cols, float z, std::size_t cap,
-                            std::uint8_t* scratch, std::int32_t* idx) {
+                            double* sums, double* chunk, std::int32_t* idx) {
     if (cap == 0 || cols == 0) return 0;
-    const OutlierScratch at = outlier_scratch_layout(rows, cols);
-    auto* sums = reinterpret_cast<double*>(scratch + at.sums);
-    outlier_channel_sums(src, rows, cols, reinterpret_cast<double*>(scratch + at.chunk_sums), sums);
+    outlier_channel_sums(src, rows, cols, chunk, sums);
     double mean = 0.0;
     for (std::size_t j = 0; j < cols; ++j) mean += sums[j];
     mean /= static_cast<double>(cols);
@@ -224,11 +222,14 @@ std::size_t compress_outlier_int4(const float* src, std::size_t rows, std::size_
     check_params(params);
     if (!scratch && rows > 0 && outlier_channel_cap(cols, params) > 0)
         throw std::invalid_argument("outlier_int4 compress needs codec_scratch_bytes() of scratch");
+    const OutlierScratch at = outlier_scratch_layout(rows, cols);
     auto* scratch_bytes = static_cast<std::uint8_t*>(scratch);
-    auto* idx = reinterpret_cast<std::int32_t*>(scratch_bytes + outlier_scratch_layout(rows, cols).channels);
+    auto* sums = reinterpret_cast<double*>(scratch_bytes + at.sums);
+    auto* chunk = reinterpret_cast<double*>(scratch_bytes + at.chunk_sums);
+    auto* idx = reinterpret_cast<std::int32_t*>(scratch_bytes + at.channels);
     const std::size_t k = rows == 0 ? 0
                                     : select_outliers(src, rows, cols, params.outlier_z,
-                                                      outlier_channel_cap(cols, params), scratch_bytes, idx);
+                                                      outlier_channel_cap(cols, params), sums, chunk, idx);
     write_header(dst, Codec::outlier_int4, rows, cols, params, k);
     const CodecLayout L = codec_layout(Codec::outlier_int4, rows, cols, params, k);
     auto* blob = static_cast<std::uint8_t*>(dst);
