@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -119,27 +120,36 @@ Reference ref_asym(const Vec& x, std::size_t rows, std::size_t cols, std::size_t
     return r;
 }
 
-// Brute-force outlier channels: Z in double, candidates Z > z, the `cap` largest Z (ties to the
-// lower channel), ascending.
+// Z from Sh added in chunks of chunk_rows rows, each in row order from 0.0, then the chunks' sums
+// in order (kOutlierSumRows: the codec's order; rows: plain row order); mean, variance (fma) and
+// Z as the codec's documentation (codec_format.h) spells them; NaN where std is not > 0, where the
+// codec chooses no channel (NaN exceeds no z).
+std::vector<double> outlier_z_scores(const Vec& x, std::size_t rows, std::size_t cols, std::size_t chunk_rows) {
+    std::vector<double> sh(cols, 0.0);
+    for (std::size_t j = 0; j < cols; ++j)
+        for (std::size_t first = 0; first < rows; first += chunk_rows) {
+            double chunk = 0.0;
+            for (std::size_t i = first; i < std::min(rows, first + chunk_rows); ++i)
+                chunk += std::fabs(static_cast<double>(x[i * cols + j]));
+            sh[j] += chunk;
+        }
+    double mean = 0.0, var = 0.0;
+    for (double s : sh) mean += s;
+    mean /= static_cast<double>(cols);
+    for (double s : sh) var = std::fma(s - mean, s - mean, var);
+    const double sd = std::sqrt(var / static_cast<double>(cols));
+    for (double& s : sh) s = sd > 0 ? (s - mean) / sd : std::numeric_limits<double>::quiet_NaN();
+    return sh;
+}
+
+// Brute-force outlier channels: Z in double (outlier_z_scores, the codec's order), candidates
+// Z > z, the `cap` largest Z (ties to the lower channel), ascending.
 std::vector<int> ref_outlier_channels(const Vec& x, std::size_t rows, std::size_t cols, double z, std::size_t cap,
                                       std::vector<double>* z_out = nullptr) {
-    std::vector<double> sh(cols, 0.0);
-    for (std::size_t i = 0; i < rows; ++i)
-        for (std::size_t j = 0; j < cols; ++j) sh[j] += std::fabs(static_cast<double>(x[i * cols + j]));
-    double mean = 0;
-    for (double v : sh) mean += v;
-    mean /= cols;
-    double var = 0;
-    for (double v : sh) var += (v - mean) * (v - mean);
-    const double sd = std::sqrt(var / cols);
+    const std::vector<double> zs = outlier_z_scores(x, rows, cols, kOutlierSumRows);
     std::vector<int> chosen;
-    std::vector<double> zs(cols, 0.0);
-    if (sd > 0) {
-        for (std::size_t j = 0; j < cols; ++j) {
-            zs[j] = (sh[j] - mean) / sd;
-            if (zs[j] > z) chosen.push_back(static_cast<int>(j));
-        }
-    }
+    for (std::size_t j = 0; j < cols; ++j)
+        if (zs[j] > z) chosen.push_back(static_cast<int>(j));
     std::sort(chosen.begin(), chosen.end(), [&](int a, int b) { return zs[a] > zs[b] || (zs[a] == zs[b] && a < b); });
     if (chosen.size() > cap) chosen.resize(cap);
     std::sort(chosen.begin(), chosen.end());
@@ -451,27 +461,6 @@ TEST(Codecs, OutlierCodecRoundTripsRepresentableDataWithOutliers) {
     EXPECT_EQ(blob_outlier_channels(c, rows, cols, p), planted);
     EXPECT_EQ(c.bytes, formula_bytes(Codec::outlier_int4, rows, cols, G, planted.size()));
     expect_equal_values(x, decompress_vec(Codec::outlier_int4, c, rows, cols), "outlier_int4");
-}
-
-// Z from Sh added in chunks of chunk_rows rows, each in row order from 0.0, then the chunks' sums
-// in order (chunk_rows = rows: plain row order); mean, variance (fma) and Z as the codec's
-// documentation (codec_format.h) spells them.
-std::vector<double> outlier_z_scores(const Vec& x, std::size_t rows, std::size_t cols, std::size_t chunk_rows) {
-    std::vector<double> sh(cols, 0.0);
-    for (std::size_t j = 0; j < cols; ++j)
-        for (std::size_t first = 0; first < rows; first += chunk_rows) {
-            double chunk = 0.0;
-            for (std::size_t i = first; i < std::min(rows, first + chunk_rows); ++i)
-                chunk += std::fabs(static_cast<double>(x[i * cols + j]));
-            sh[j] += chunk;
-        }
-    double mean = 0.0, var = 0.0;
-    for (double s : sh) mean += s;
-    mean /= static_cast<double>(cols);
-    for (double s : sh) var = std::fma(s - mean, s - mean, var);
-    const double sd = std::sqrt(var / static_cast<double>(cols));
-    for (double& s : sh) s = (s - mean) / sd;
-    return sh;
 }
 
 // The outlier codec adds Sh in its documented order, whatever the thread count: on magnitudes
