@@ -299,6 +299,17 @@ struct BenchRun {
     double peak_tflops() const { return peak.tflops(target.activation); }
 };
 
+// Whether `cfg` at batch B fits the GPU's free memory in mode none; where not, a line says so
+// (`name`, what it would take, then `label`).
+bool fits_in_mode_none(const std::string& name, const GPTConfig& cfg, int B, const BenchRun& bench,
+                       const std::string& label = "") {
+    const ModelMemory m = memory_for_mode(cfg, B, bench.T, MemoryMode::none, bench.target);
+    if (m.total() <= device_memory_bytes(Device::cuda)) return true;
+    std::printf("%-10s does not fit at batch %d (%s in mode none)%s\n", name.c_str(), B,
+                format_bytes(m.total()).c_str(), label.c_str());
+    return false;
+}
+
 // The preset `name` with the run's attention and classifier chunk, and the batch it runs at: --batch,
 // or the largest power of two at which it fits in mode none; nullopt (after saying so) when that
 // batch does not fit.
@@ -311,10 +322,7 @@ std::optional<std::pair<GPTConfig, int>> preset_at_batch(const std::string& name
     cfg->attention = bench.attention;
     cfg->classifier_chunk = bench.classifier_chunk;
     if (bench.batch > 0) {
-        const ModelMemory m = memory_for_mode(*cfg, bench.batch, bench.T, MemoryMode::none, bench.target);
-        if (m.total() <= device_memory_bytes(Device::cuda)) return std::make_pair(*cfg, bench.batch);
-        std::printf("%-10s does not fit at batch %d (%s in mode none)\n", name.c_str(), bench.batch,
-                    format_bytes(m.total()).c_str());
+        if (fits_in_mode_none(name, *cfg, bench.batch, bench)) return std::make_pair(*cfg, bench.batch);
         return std::nullopt;
     }
     const int B = largest_power_of_two_batch(*cfg, bench.T, MemoryMode::none, bench.target);
@@ -369,13 +377,8 @@ void larger_chunk_row(const BenchRun& bench, const PresetRun& run, nlohmann::jso
     larger.classifier_chunk = kLargerChunk * rows;
     const std::string label = "  model.classifier_chunk = " + std::to_string(larger.classifier_chunk) + " (" +
                               std::to_string(kLargerChunk) + "x " + std::to_string(rows) + " rows)";
-    const ModelMemory m = memory_for_mode(larger, run.B, bench.T, MemoryMode::none, bench.target);
-    if (m.total() > device_memory_bytes(Device::cuda)) {
-        std::printf("%-10s %6d does not fit (%s in mode none) with%s\n", run.name.c_str(), run.B,
-                    format_bytes(m.total()).c_str(), label.c_str());
-        return;
-    }
-    step_row(bench, run.name, larger, run.B, bench.target, label.c_str(), out);
+    if (fits_in_mode_none(run.name, larger, run.B, bench, label))
+        step_row(bench, run.name, larger, run.B, bench.target, label.c_str(), out);
 }
 
 // Each preset at its batch (preset_at_batch); with cuDNN's attention, the first that fitted
